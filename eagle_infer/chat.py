@@ -1,0 +1,233 @@
+"""The project's one chat-template module: training, inference and evaluation all render chats here.
+
+A chat is rendered to text plus the character spans of its assistant turns; `loss_mask` turns
+those spans into a per-token mask, `prompt_ids` gives the ids a model continues from.
+
+Assistant span invariant: for every assistant turn, `text[start:end]` is exactly the turn's
+content followed by the end-of-turn marker the model must learn to emit, nothing before it
+(no role header, no separator space):
+
+* ``chatml`` and SmolLM2-style tokenizer templates: ``content + "<|im_end|>"`` (not the ``"\\n"``);
+* ``vicuna_v1.1``: ``content + "</s>"``;
+* ``llama2_chat``: ``content + " </s>"`` (the space before ``</s>`` is part of the span);
+* ``tokenizer``: content as the template writes it (a template that trims content gets the
+  trimmed text) plus the marker found by `_end_marker`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Callable
+
+from eagle_infer.errors import EagleError
+
+ROLES = ("system", "user", "assistant")
+VICUNA_SYSTEM = (
+    "A chat between a curious user and an artificial intelligence assistant. "
+    "The assistant gives helpful, detailed, and polite answers to the user's questions."
+)
+
+
+@dataclass
+class Message:
+    """One chat turn; `role` is "system", "user" or "assistant"."""
+
+    role: str
+    content: str
+
+
+@dataclass
+class RenderedChat:
+    """A rendered chat: `assistant_spans` are sorted, disjoint [start, end) character offsets into
+    `text`, one per assistant turn, each covering the turn's content and its end-of-turn marker."""
+
+    text: str
+    assistant_spans: list[tuple[int, int]] = field(default_factory=list)
+
+
+class _Builder:
+    """Concatenates text pieces, recording the spans of the pieces marked as assistant output."""
+
+    def __init__(self) -> None:
+        self.parts: list[str] = []
+        self.spans: list[tuple[int, int]] = []
+        self.length = 0
+
+    def add(self, piece: str, assistant: bool = False) -> None:
+        if assistant:
+            self.spans.append((self.length, self.length + len(piece)))
+        self.parts.append(piece)
+        self.length += len(piece)
+
+    def result(self) -> RenderedChat:
+        return RenderedChat("".join(self.parts), self.spans)
+
+
+def _leading_system(messages: list[Message], template: str) -> tuple[str | None, list[Message]]:
+    """Split off a leading system message; named templates accept no system message elsewhere."""
+    system = messages[0].content if messages and messages[0].role == "system" else None
+    turns = messages[1:] if system is not None else messages
+    if any(m.role == "system" for m in turns):
+        raise EagleError(f"template {template!r} got a system message after the first turn; expected it only first")
+    return system, turns
+
+
+def _vicuna(messages: list[Message], add_generation_prompt: bool) -> RenderedChat:
+    """FastChat vicuna_v1.1: ``<s>{system} USER: {u} ASSISTANT: {a}</s>USER: ...``;
+    the generation prompt is a trailing ``ASSISTANT:`` (the model emits the space)."""
+    system, turns = _leading_system(messages, "vicuna_v1.1")
+    b = _Builder()
+    b.add("<s>" + (VICUNA_SYSTEM if system is None else system) + " ")
+    for m in turns:
+        if m.role == "user":
+            b.add(f"USER: {m.content} ")
+        else:
+            b.add("ASSISTANT: ")
+            b.add(m.content + "</s>", assistant=True)
+    if add_generation_prompt:
+        b.add("ASSISTANT:")
+    return b.result()
+
+
+def _llama2(messages: list[Message], add_generation_prompt: bool) -> RenderedChat:
+    """Meta's Llama-2 chat: ``<s>[INST] <<SYS>>\\n{system}\\n<</SYS>>\\n\\n{u} [/INST] {a} </s><s>[INST] ...``.
+    Every user turn already ends with ``[/INST]``, so `add_generation_prompt` changes nothing."""
+    system, turns = _leading_system(messages, "llama2_chat")
+    if system is not None and (not turns or turns[0].role != "user"):
+        raise EagleError("template 'llama2_chat' got a system message not followed by a user message; expected system, user, ...")
+    b = _Builder()
+    for i, m in enumerate(turns):
+        if m.role == "user":
+            sys_block = f"<<SYS>>\n{system}\n<</SYS>>\n\n" if i == 0 and system is not None else ""
+            b.add(f"<s>[INST] {sys_block}{m.content} [/INST]")
+        else:
+            b.add(" ")
+            b.add(m.content + " </s>", assistant=True)
+    return b.result()
+
+
+def _chatml(messages: list[Message], add_generation_prompt: bool) -> RenderedChat:
+    """Plain ChatML, no default system message: ``<|im_start|>{role}\\n{content}<|im_end|>\\n`` per turn."""
+    b = _Builder()
+    for m in messages:
+        b.add(f"<|im_start|>{m.role}\n")
+        b.add(m.content + "<|im_end|>", assistant=m.role == "assistant")
+        b.add("\n")
+    if add_generation_prompt:
+        b.add("<|im_start|>assistant\n")
+    return b.result()
+
+
+NAMED_TEMPLATES: dict[str, Callable[[list[Message], bool], RenderedChat]] = {
+    "vicuna_v1.1": _vicuna,
+    "llama2_chat": _llama2,
+    "chatml": _chatml,
+}
+
+
+def _apply_tokenizer_template(tokenizer, messages: list[Message], add_generation_prompt: bool) -> str:
+    """The tokenizer's own Jinja chat template rendered to text; template errors become EagleError."""
+    try:
+        return tokenizer.apply_chat_template(
+            [{"role": m.role, "content": m.content} for m in messages],
+            tokenize=False,
+            add_generation_prompt=add_generation_prompt,
+        )
+    except Exception as err:  # jinja2 raises its own types, including the template's raise_exception()
+        raise EagleError(f"the tokenizer's chat template rejected the conversation: {err}") from err
+
+
+def _require_prefix(prefix: str, text: str, turn: int) -> None:
+    if not text.startswith(prefix):
+        raise EagleError(
+            f"the tokenizer's chat template is not prefix-stable at turn {turn}: rendering the first turns "
+            "does not give a prefix of the whole chat; expected a template that renders history unchanged"
+        )
+
+
+def _end_marker(tail: str, eos_token: str | None) -> int:
+    """Length of the end-of-turn marker at the start of `tail` (the text the template writes between an
+    assistant content's end and the end of that turn): optional whitespace, then the eos token if it comes
+    next, else the next non-whitespace run (e.g. ``<|im_end|>``, ``<|eot_id|>``, ``</s>``); 0 if `tail`
+    is only whitespace."""
+    stripped = tail.lstrip()
+    if not stripped:
+        return 0
+    lead = len(tail) - len(stripped)
+    if eos_token and stripped.startswith(eos_token):
+        return lead + len(eos_token)
+    return lead + len(re.match(r"\S+", stripped).group())
+
+
+def _tokenizer_render(tokenizer, messages: list[Message], add_generation_prompt: bool) -> RenderedChat:
+    """Render with the tokenizer's template and locate each assistant turn i by rendering prefixes:
+    ``messages[:i]`` with a generation prompt ends where turn i's content starts, ``messages[:i+1]`` ends
+    where the turn ends; both must be prefixes of the whole render. The content (stripped, in case the
+    template trims it) is searched for between the two; the span then extends over `_end_marker`."""
+    if not getattr(tokenizer, "chat_template", None):
+        raise EagleError(
+            f"tokenizer {getattr(tokenizer, 'name_or_path', '')!r} has no chat_template; "
+            "expected one, or a named template: " + ", ".join(NAMED_TEMPLATES)
+        )
+    text = _apply_tokenizer_template(tokenizer, messages, add_generation_prompt)
+    spans = []
+    for i, m in enumerate(messages):
+        if m.role != "assistant":
+            continue
+        before = _apply_tokenizer_template(tokenizer, messages[:i], True)
+        through = _apply_tokenizer_template(tokenizer, messages[: i + 1], False)
+        _require_prefix(before, text, i)
+        _require_prefix(through, text, i)
+        content = m.content.strip()
+        start = text.find(content, len(before), len(through))
+        if start < 0:
+            raise EagleError(f"the tokenizer's chat template changed assistant turn {i}; expected its content verbatim or trimmed")
+        end = start + len(content)
+        spans.append((start, end + _end_marker(text[end : len(through)], tokenizer.eos_token)))
+    return RenderedChat(text, spans)
+
+
+def _check_messages(messages: list[Message]) -> None:
+    for i, m in enumerate(messages):
+        if m.role not in ROLES:
+            raise EagleError(f"message {i} has role {m.role!r}; expected one of {', '.join(ROLES)}")
+        if not isinstance(m.content, str):
+            raise EagleError(f"message {i} has content of type {type(m.content).__name__}; expected str")
+
+
+def render(messages: list[Message], tokenizer, template: str, add_generation_prompt: bool) -> RenderedChat:
+    """Render `messages` with `template` ("tokenizer" for the tokenizer's own Jinja template, or one of
+    `NAMED_TEMPLATES`). The text carries BOS text itself where the format has it (``<s>`` for vicuna and
+    llama2), so tokenize it with ``add_special_tokens=False``. See the module docstring for the spans."""
+    _check_messages(messages)
+    if template == "tokenizer":
+        return _tokenizer_render(tokenizer, messages, add_generation_prompt)
+    if template not in NAMED_TEMPLATES:
+        raise EagleError(f"unknown chat template {template!r}; expected one of: tokenizer, {', '.join(NAMED_TEMPLATES)}")
+    return NAMED_TEMPLATES[template](messages, add_generation_prompt)
+
+
+def _overlaps(token: tuple[int, int], spans: list[tuple[int, int]]) -> bool:
+    start, end = token
+    return any(start < span_end and end > span_start for span_start, span_end in spans)
+
+
+def loss_mask(tokenizer, rendered: RenderedChat, max_length: int | None) -> tuple[list[int], list[int]]:
+    """Tokenize `rendered.text` (no special tokens added) into `input_ids` and a same-length `loss_mask`:
+    1 where the token's character span overlaps an assistant span, else 0. Both are cut to `max_length`
+    tokens when given. Needs a fast tokenizer (character offsets)."""
+    if max_length is not None and max_length < 1:
+        raise EagleError(f"max_length is {max_length}; expected a positive number of tokens or None")
+    if not getattr(tokenizer, "is_fast", False):
+        raise EagleError(f"tokenizer {type(tokenizer).__name__} gives no character offsets; expected a fast tokenizer")
+    encoded = tokenizer(rendered.text, return_offsets_mapping=True, add_special_tokens=False)
+    ids = list(encoded["input_ids"][:max_length])
+    mask = [int(_overlaps(o, rendered.assistant_spans)) for o in encoded["offset_mapping"][:max_length]]
+    return ids, mask
+
+
+def prompt_ids(tokenizer, messages: list[Message], template: str) -> list[int]:
+    """Token ids of `messages` rendered with a generation prompt, ready for the model to answer."""
+    text = render(messages, tokenizer, template, add_generation_prompt=True).text
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"])

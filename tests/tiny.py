@@ -1,0 +1,24 @@
+"""Tiny random-weight targets for unit tests (no downloads)."""
+from __future__ import annotations
+
+import torch
+
+from eagle_infer.target import Target
+
+
+def tiny_target(vocab: int = 96, hidden: int = 64, layers: int = 2, seed: int = 0, dtype=torch.float32,
+                arch: str = "llama", name: str = "tiny-llama") -> Target:
+    """A random Llama-family causal LM wrapped as a Target (tokenizer None)."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.for_model(
+        arch, vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512, tie_word_embeddings=False,
+    )
+    config._attn_implementation = "sdpa"
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation="sdpa").eval().requires_grad_(False)
+    # Sharpen the output distribution so greedy paths are not near-ties and a few tokens dominate.
+    with torch.no_grad():
+        model.lm_head.weight.mul_(8.0)
+    return Target(name, model, None, "chatml", dtype, torch.device("cpu"))
