@@ -8,6 +8,10 @@ Pairing convention (training and inference alike): the pair at head position i i
 its output approximates f_{i+1}, whose LM-head logits predict x_{i+2}. `input_mode` selects the EAGLE paper's
 input ablations: "feature+shifted_token" (default), "feature+token" (x_i instead of x_{i+1}), "token", "feature";
 a missing half is fed as zeros.
+
+Draft vocabulary: a head may draft from a subset of the target's vocabulary (`draft_vocab`, the ids most frequent in
+its training data, as in EAGLE-3). Its LM-head product then costs Vd/V of the full one, which on a CPU is most of
+the drafting time; tokens outside the subset are never drafted, and verification keeps the output exact anyway.
 """
 from __future__ import annotations
 
@@ -35,6 +39,7 @@ class DraftHeadConfig:
     vocab_size: int
     input_mode: str = "feature+shifted_token"
     fc_bias: bool = True
+    draft_vocab_size: int = 0  # 0 = the full vocabulary
 
     @property
     def token_shift(self) -> int:
@@ -73,7 +78,17 @@ class DraftHead(nn.Module):
         self.layer.input_layernorm = nn.Identity()
         self.rotary = type(target.model.model.rotary_emb)(config=layer_config)
         self._target = (target,)  # a tuple keeps the target's modules out of this module's parameters
+        vd = config.draft_vocab_size
+        self.register_buffer("draft_vocab", torch.arange(vd, dtype=torch.long) if vd else None)
         self.to(device=target.device, dtype=target.dtype)
+        self._sub_weight = None
+
+    def set_draft_vocab(self, token_ids: torch.Tensor) -> None:
+        """Draft from these token ids only ([Vd] long, distinct); Vd must equal config.draft_vocab_size."""
+        if token_ids.numel() != self.config.draft_vocab_size:
+            raise EagleError(f"draft vocabulary has {token_ids.numel()} ids, expected {self.config.draft_vocab_size}")
+        self.draft_vocab = token_ids.to(self.fc.weight.device)
+        self._sub_weight = None
 
     @property
     def target(self):
@@ -118,19 +133,37 @@ class DraftHead(nn.Module):
             position_embeddings=cos_sin,
         )
 
+    def draft_logits(self, predicted: torch.Tensor) -> torch.Tensor:
+        """Predicted features [..., H] -> float32 logits [..., Vd] over the draft vocabulary (the target's frozen LM
+        head restricted to draft_vocab; the whole head when there is no subset)."""
+        if self.draft_vocab is None:
+            return self.target.lm_head(predicted).float()
+        if self._sub_weight is None or self._sub_weight.device != predicted.device:
+            self._sub_weight = self.target.lm_head.weight.detach()[self.draft_vocab]
+        return torch.nn.functional.linear(predicted, self._sub_weight.to(predicted.dtype)).float()
+
     def logits(self, predicted: torch.Tensor) -> torch.Tensor:
-        """Predicted features [..., H] -> float32 logits [..., V] through the target's frozen LM head."""
-        return self.target.lm_head(predicted).float()
+        """Predicted features [..., H] -> float32 logits [..., V]; -inf outside the draft vocabulary."""
+        sub = self.draft_logits(predicted)
+        if self.draft_vocab is None:
+            return sub
+        full = sub.new_full((*sub.shape[:-1], self.config.vocab_size), float("-inf"))
+        return full.index_copy_(-1, self.draft_vocab, sub)
 
     def trainable_state_dict(self) -> dict[str, torch.Tensor]:
         return {k: v for k, v in self.state_dict().items() if not k.startswith("rotary.")}
 
-    def save(self, directory: str | Path) -> None:
+    def save(self, directory: str | Path, dtype: torch.dtype = torch.bfloat16) -> None:
+        """Write config.json + model.safetensors (bfloat16 by default: half the size, drafting is unaffected in
+        any way that matters, and verification keeps the output exact whatever the head)."""
         from safetensors.torch import save_file
 
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
-        state = {k: v.detach().to("cpu").contiguous() for k, v in self.trainable_state_dict().items()}
+        state = {
+            k: v.detach().to("cpu", dtype if v.is_floating_point() else v.dtype).contiguous()
+            for k, v in self.trainable_state_dict().items()
+        }
         save_file(state, str(directory / WEIGHTS_FILE))
         (directory / CONFIG_FILE).write_text(json.dumps(asdict(self.config), indent=2) + "\n")
 

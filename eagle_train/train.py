@@ -1,0 +1,222 @@
+"""DeepSpeed training of the EAGLE draft head on feature shards; resumable, validated, W&B-logged.
+
+Run under the `deepspeed` launcher (gloo on CPU with DS_ACCELERATOR=cpu, nccl on GPU). The data order is a
+fixed function of (seed, epoch), so a resumed run continues at the exact batch where the checkpoint was taken:
+no batch is lost or repeated.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import random
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Optional
+
+import torch
+
+from eagle_infer.draft_head import DraftHead, DraftHeadConfig
+from eagle_infer.errors import EagleError
+
+from .features import Manifest, read_samples
+from .objective import chain_acceptance, collate, frequent_tokens, losses
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class TrainConfig:
+    features: str = "runs/features/train"  # a feature directory
+    heldout: Optional[str] = "runs/features/heldout"
+    out_dir: str = "runs/head"
+    deepspeed_config: str = "conf/deepspeed/cpu_fp32.json"
+    input_mode: str = "feature+shifted_token"
+    epochs: int = 1
+    max_steps: Optional[int] = None  # optimizer steps; None = epochs
+    batch_size: int = 4  # conversations per micro batch
+    lr: float = 3e-5
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.95])
+    weight_decay: float = 0.0
+    warmup_steps: int = 100
+    grad_clip: float = 0.5
+    noise: float = 0.1  # U(-noise, noise) on input features
+    draft_vocab_size: int = 0  # 0 = full vocabulary; else the most frequent training tokens (EAGLE-3 style)
+    w_cls: float = 0.1
+    eval_every: int = 100
+    save_every: int = 200
+    eval_conversations: int = 32
+    seed: int = 0
+    wandb_mode: str = "offline"  # offline | online | disabled
+    wandb_project: str = "eagle-toolkit"
+
+
+def read_ds_config(path: str, cfg: TrainConfig, world: int, total_steps: int) -> dict:
+    """The DeepSpeed JSON (ZeRO stage, precision, accumulation) plus the optimizer/scheduler from TrainConfig."""
+    try:
+        ds = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise EagleError(f"DeepSpeed config {path!r} does not exist: expected a JSON file such as conf/deepspeed/cpu_fp32.json") from None
+    except json.JSONDecodeError as err:
+        raise EagleError(f"DeepSpeed config {path!r} does not parse: {err.msg} at line {err.lineno}") from None
+    if not isinstance(ds, dict):
+        raise EagleError(f"DeepSpeed config {path!r} is not a JSON object")
+    ds["train_micro_batch_size_per_gpu"] = cfg.batch_size
+    ds.setdefault("gradient_accumulation_steps", 1)
+    ds.pop("train_batch_size", None)
+    ds["gradient_clipping"] = cfg.grad_clip
+    ds["optimizer"] = {"type": "AdamW", "params": {"lr": cfg.lr, "betas": list(cfg.betas), "weight_decay": cfg.weight_decay}}
+    ds["scheduler"] = {
+        "type": "WarmupLR",
+        "params": {"warmup_min_lr": 0.0, "warmup_max_lr": cfg.lr, "warmup_num_steps": max(1, min(cfg.warmup_steps, total_steps)), "warmup_type": "linear"},
+    }
+    ds.setdefault("steps_per_print", 10**9)
+    return ds
+
+
+def epoch_order(n: int, seed: int, epoch: int) -> list[int]:
+    order = list(range(n))
+    random.Random(seed * 1_000_003 + epoch).shuffle(order)
+    return order
+
+
+def micro_batches(n: int, cfg: TrainConfig, epoch: int, rank: int, world: int) -> list[list[int]]:
+    """This rank's micro batches of sample indices for an epoch (equal count on every rank)."""
+    order = epoch_order(n, cfg.seed, epoch)
+    batches = [order[i : i + cfg.batch_size] for i in range(0, n - cfg.batch_size + 1, cfg.batch_size)]
+    per_rank = len(batches) // world
+    return batches[rank * per_rank : (rank + 1) * per_rank]
+
+
+@torch.no_grad()
+def evaluate(head, samples, dtype, device) -> dict[str, float]:
+    """Held-out loss, top-1/top-3 accuracy and simulated chain acceptance 0-α..4-α."""
+    head.eval()
+    sums, tokens = {}, 0.0
+    tried, hit = [0] * 5, [0] * 5
+    for s in samples:
+        out = losses(head, collate([s], dtype, device), noise=0.0, accuracy=True)
+        n = float(out["tokens"])
+        tokens += n
+        for k in ("loss", "reg_loss", "cls_loss", "top1", "top3"):
+            sums[k] = sums.get(k, 0.0) + float(out[k]) * n
+        for k, (t, h) in enumerate(chain_acceptance(head, s, dtype=dtype)):
+            tried[k] += t
+            hit[k] += h
+    head.train()
+    result = {f"heldout/{k}": v / max(tokens, 1) for k, v in sums.items()}
+    result.update({f"heldout/alpha_{k}": hit[k] / tried[k] if tried[k] else float("nan") for k in range(5)})
+    return result
+
+
+def _wandb(cfg: TrainConfig, rank: int, config: dict):
+    if rank != 0 or cfg.wandb_mode == "disabled":
+        return None
+    os.environ.setdefault("WANDB_SILENT", "true")
+    import wandb
+
+    return wandb.init(project=cfg.wandb_project, mode=cfg.wandb_mode, dir=cfg.out_dir, config=config,
+                      name=Path(cfg.out_dir).name, resume="allow", id=_run_id(cfg))
+
+
+def _run_id(cfg: TrainConfig) -> str:
+    path = Path(cfg.out_dir) / "wandb_run_id"
+    if not path.exists():
+        path.write_text(f"head-{int(time.time())}")
+    return path.read_text().strip()
+
+
+def train(cfg: TrainConfig, target) -> dict:
+    """Train (or resume) a head for `target`; writes checkpoints and the engine-format head to out_dir/head."""
+    import deepspeed
+
+    from tqdm import tqdm
+
+    manifest = Manifest.load(cfg.features)
+    manifest.check_target(target, cfg.features)
+    samples = read_samples(cfg.features)
+    heldout = []
+    if cfg.heldout:
+        Manifest.load(cfg.heldout).check_target(target, cfg.heldout)
+        heldout = read_samples(cfg.heldout)[: cfg.eval_conversations]
+    if not deepspeed.comm.is_initialized():
+        deepspeed.init_distributed(dist_backend="nccl" if torch.cuda.is_available() else "gloo")
+    rank, world = deepspeed.comm.get_rank(), deepspeed.comm.get_world_size()
+    out = Path(cfg.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    per_epoch = len(micro_batches(len(samples), cfg, 0, rank, world))
+    if per_epoch == 0:
+        raise EagleError(f"{len(samples)} conversations cannot fill one batch of {cfg.batch_size} per rank on {world} ranks")
+    ds_probe = read_ds_config(cfg.deepspeed_config, cfg, world, 1)
+    accum = int(ds_probe["gradient_accumulation_steps"])
+    total_steps = cfg.max_steps or (cfg.epochs * per_epoch) // accum
+    ds_config = read_ds_config(cfg.deepspeed_config, cfg, world, total_steps)
+
+    torch.manual_seed(cfg.seed)
+    head_config = DraftHeadConfig.for_target(target, cfg.input_mode)
+    head_config.draft_vocab_size = cfg.draft_vocab_size
+    head = DraftHead(head_config, target)
+    if cfg.draft_vocab_size:
+        head.set_draft_vocab(frequent_tokens(samples, cfg.draft_vocab_size))
+        if rank == 0:
+            log.info("draft vocabulary: %d most frequent training tokens", cfg.draft_vocab_size)
+    dtype = torch.bfloat16 if ds_config.get("bf16", {}).get("enabled") else (
+        torch.float16 if ds_config.get("fp16", {}).get("enabled") else torch.float32)
+    if dtype != target.dtype:
+        raise EagleError(f"DeepSpeed precision {dtype} differs from the target's dtype {target.dtype}: load the target in the same dtype")
+    engine, _, _, _ = deepspeed.initialize(model=head, model_parameters=[p for p in head.parameters() if p.requires_grad], config=ds_config)
+    ckpt_dir = out / "checkpoints"
+    step, epoch, position = 0, 0, 0
+    if (ckpt_dir / "latest").exists():
+        _, client = engine.load_checkpoint(str(ckpt_dir))
+        step, epoch, position = client["step"], client["epoch"], client["position"]
+        if rank == 0:
+            log.info("resumed from step %d (epoch %d, micro batch %d)", step, epoch, position)
+    run = _wandb(cfg, rank, {**asdict(cfg), "deepspeed": ds_config, "manifest_tokens": manifest.tokens})
+    seen_path = out / f"seen-rank{rank}.jsonl"  # which micro batches were trained on, for audits and tests
+    bar = tqdm(total=total_steps, initial=step, desc="train", disable=rank != 0, unit="step")
+    tokens, start, metrics = 0.0, time.perf_counter(), {}
+
+    def save():
+        engine.save_checkpoint(str(ckpt_dir), tag=f"step{step}", client_state={"step": step, "epoch": epoch, "position": position})
+        if rank == 0:
+            engine.module.save(out / "head")
+
+    while step < total_steps:
+        batches = micro_batches(len(samples), cfg, epoch, rank, world)
+        while position < len(batches) and step < total_steps:
+            batch = collate([samples[i] for i in batches[position]], dtype, engine.device)
+            result = losses(engine.module, batch, cfg.noise, cfg.w_cls)
+            engine.backward(result["loss"])
+            engine.step()
+            with seen_path.open("a") as f:
+                f.write(json.dumps({"epoch": epoch, "position": position, "samples": batches[position]}) + "\n")
+            position += 1
+            tokens += float(result["tokens"])
+            if position % accum == 0:
+                step += 1
+                bar.update(1)
+                rate = tokens / (time.perf_counter() - start)
+                metrics = {k: float(v.detach()) for k, v in result.items() if k != "tokens"}
+                metrics.update({"train/tok_s": rate, "lr": engine.get_lr()[0], "step": step})
+                bar.set_postfix(loss=f"{metrics['loss']:.3f}", tok_s=f"{rate:.0f}")
+                if run:
+                    run.log({f"train/{k}" if "/" not in k else k: v for k, v in metrics.items()}, step=step)
+                if heldout and (step % cfg.eval_every == 0 or step == total_steps) and rank == 0:
+                    ev = evaluate(engine.module, heldout, dtype, engine.device)
+                    metrics.update(ev)
+                    log.info("step %d: %s", step, " ".join(f"{k}={v:.3f}" for k, v in ev.items()))
+                    if run:
+                        run.log(ev, step=step)
+                    (out / "eval.jsonl").open("a").write(json.dumps({"step": step, **ev}) + "\n")
+                if step % cfg.save_every == 0 or step == total_steps:
+                    save()
+        if position >= len(batches):
+            epoch, position = epoch + 1, 0
+    bar.close()
+    if run:
+        run.finish()
+    metrics["train/wall_s"] = time.perf_counter() - start
+    return metrics

@@ -1,0 +1,132 @@
+"""`python -m eval.cli run=NAME bench.names=[mt_bench] bench.limit=10 methods=[vanilla,eagle2]` (make eval).
+
+Writes results/<run>/records.jsonl as answers finish (a rerun resumes), then table.md / table.csv, PNG plots and a
+W&B log (offline unless wandb.mode=online). In a Hydra multirun (make sweep) each job is one run under
+results/<sweep>/<job>; a failed job writes failed.txt and the sweep goes on.
+"""
+from __future__ import annotations
+
+import logging
+import traceback
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Optional
+
+import hydra
+from hydra.core.config_store import ConfigStore
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import OmegaConf
+
+from eagle_infer.cli_support import CONF_DIR, REPO, launch, one_line_errors, setup_logging
+from eagle_infer.config import InferConf, ModelConf
+from eagle_infer.errors import EagleError
+
+from .benchmarks import BENCHMARKS
+
+log = logging.getLogger("eval")
+DEFAULT_METHODS = ["vanilla", "eagle2", "chain", "hf_generate", "pld"]
+
+
+@dataclass
+class BenchConf:
+    """data_dir: folder with <name>/question.jsonl; null = the repo's sibling shared/data/benchmarks when present,
+    then the PyPI packages, then the hub."""
+
+    names: list[str] = field(default_factory=lambda: list(BENCHMARKS))
+    data_dir: Optional[str] = None
+    limit: Optional[int] = None
+    seed: int = 0
+
+
+@dataclass
+class WandbConf:
+    mode: str = "offline"
+    project: str = "eagle-toolkit"
+
+
+@dataclass
+class EvalRunConf:
+    model: ModelConf = field(default_factory=ModelConf)
+    infer: InferConf = field(default_factory=InferConf)
+    bench: BenchConf = field(default_factory=BenchConf)
+    wandb: WandbConf = field(default_factory=WandbConf)
+    methods: list[str] = field(default_factory=lambda: list(DEFAULT_METHODS))
+    heads: dict[str, str] = field(default_factory=dict)  # label -> head directory, for methods "eagle2:LABEL"
+    run: str = "${model.name}"
+    results_dir: str = "results"
+    assistant_model: Optional[str] = None
+    threads: Optional[int] = None
+    recipe: str = "none"
+    notes: str = ""
+
+
+ConfigStore.instance().store(name="eval_schema", node=EvalRunConf)
+
+
+def data_dir(conf: BenchConf) -> str | None:
+    if conf.data_dir:
+        if not Path(conf.data_dir).is_dir():
+            raise EagleError(f"bench.data_dir {conf.data_dir!r} is not a directory")
+        return conf.data_dir
+    shared = REPO.parent / "shared" / "data" / "benchmarks"
+    return str(shared) if shared.is_dir() else None
+
+
+def evaluate(conf: EvalRunConf, out: Path) -> str:
+    """Run (or resume) one evaluation into `out`; returns the Markdown table."""
+    import torch
+
+    from eagle_infer.cli import stop_ids
+    from eagle_infer.config import build_head, sampling_params
+    from eagle_infer.target import load_target
+
+    from .benchmarks import load_benchmark
+    from .harness import HarnessSettings, run
+    from .methods import ENGINE_METHODS, make_methods
+    from .metrics import summarize
+    from .records import RecordWriter, read_records
+    from .report import log_wandb, plot_all, write_table
+
+    unknown = [b for b in conf.bench.names if b not in BENCHMARKS]
+    if unknown:
+        raise EagleError(f"unknown benchmark {unknown[0]!r}: expected some of {', '.join(BENCHMARKS)}")
+    if conf.threads:
+        torch.set_num_threads(conf.threads)
+    benchmarks = {b: load_benchmark(b, data_dir(conf.bench), conf.bench.limit, conf.bench.seed) for b in conf.bench.names}
+    target = load_target(conf.model.name, conf.model.dtype, conf.model.device)
+    needs_head = any(m in ENGINE_METHODS and m != "vanilla" for m in conf.methods)  # unlabelled EAGLE methods
+    head = build_head(replace(conf.infer, method="eagle2"), target) if needs_head else None
+    methods = make_methods(conf.methods, target, conf.infer, head, conf.assistant_model, conf.model.dtype, conf.heads)
+    settings = HarnessSettings(conf.infer.max_new_tokens, sampling_params(conf.infer), conf.infer.seed)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.structured(conf)))
+    writer = RecordWriter(out / "records.jsonl")
+    run(benchmarks, methods, target, settings, writer, stop_ids(target))
+    records = [r for r in read_records(out / "records.jsonl") if r["method"] in conf.methods and r["benchmark"] in benchmarks]
+    rows = summarize(records)
+    markdown = write_table(rows, out)
+    plots = plot_all(records, rows, out)
+    log_wandb(rows, plots, out.name, OmegaConf.to_container(OmegaConf.structured(conf)), conf.wandb.mode, conf.wandb.project)
+    return markdown
+
+
+@hydra.main(version_base=None, config_path=CONF_DIR, config_name="eval")
+@one_line_errors
+def main(cfg) -> None:
+    setup_logging()
+    conf: EvalRunConf = OmegaConf.to_object(cfg)
+    multirun = HydraConfig.get().mode.name == "MULTIRUN"
+    out = Path(HydraConfig.get().runtime.output_dir) if multirun else Path(conf.results_dir) / conf.run
+    if not multirun:
+        print(evaluate(conf, out))
+        print(f"records, table and plots in {out}")
+        return
+    try:  # one failed sweep point must not stop the others
+        print(evaluate(conf, out))
+    except Exception as err:  # noqa: BLE001 - recorded for the aggregator, which reports it
+        (out / "failed.txt").write_text(f"{type(err).__name__}: {err}\n\n{traceback.format_exc()}")
+        log.error("sweep job failed: %s", err)
+
+
+if __name__ == "__main__":
+    launch(main)

@@ -1,0 +1,91 @@
+"""Methods to compare, each a small adapter with one `generate` signature, all timed by the same harness.
+
+Engine methods (vanilla, chain, eagle1, eagle2) call the one engine; peers from transformers (hf_generate, pld,
+assisted) call `generate` on the same target model object, so dtype, weights and threads are shared.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+import torch
+
+from eagle_infer.config import InferConf, build_engine
+from eagle_infer.engine import METHODS as ENGINE_METHODS, GenerationResult
+from eagle_infer.errors import EagleError
+from eagle_infer.verify import SamplingParams
+
+PEER_METHODS = ("hf_generate", "pld", "assisted")
+ALL_METHODS = ENGINE_METHODS + PEER_METHODS
+
+
+class EngineMethod:
+    """name: an engine method, optionally with ":LABEL" naming which head it drafts with."""
+
+    def __init__(self, name: str, target, infer: InferConf, head):
+        self.name = name
+        self.engine = build_engine(replace(infer, method=name.split(":")[0]), target, head)
+
+    def generate(self, ids, max_new, sampling: SamplingParams, stops, seed) -> GenerationResult:
+        return self.engine.generate(ids, max_new, sampling, stops, seed=seed)
+
+
+class PeerMethod:
+    """transformers' generate: plain (hf_generate), prompt lookup (pld) or assisted by a smaller model."""
+
+    def __init__(self, name: str, target, assistant=None, pld_tokens: int = 10):
+        self.name, self.target, self.assistant, self.pld_tokens = name, target, assistant, pld_tokens
+
+    def generate(self, ids, max_new, sampling: SamplingParams, stops, seed) -> GenerationResult:
+        target = self.target
+        x = torch.tensor([ids], device=target.device)
+        kwargs = dict(attention_mask=torch.ones_like(x), max_new_tokens=max_new, eos_token_id=stops, pad_token_id=stops[0])
+        if sampling.greedy:
+            kwargs["do_sample"] = False
+        else:
+            kwargs.update(do_sample=True, temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k)
+            torch.manual_seed(seed)
+        if self.name == "pld":
+            kwargs["prompt_lookup_num_tokens"] = self.pld_tokens
+        elif self.name == "assisted":
+            kwargs["assistant_model"] = self.assistant.model
+        start = time.perf_counter()
+        with torch.inference_mode():
+            out = target.model.generate(x, **kwargs)
+        if target.device.type == "cuda":
+            torch.cuda.synchronize()
+        wall = time.perf_counter() - start
+        tokens = out[0, len(ids):].tolist()
+        reason = "stop" if tokens and tokens[-1] in stops else "length"
+        return GenerationResult(tokens, [], 0.0, wall, reason)
+
+
+def make_methods(names: list[str], target, infer: InferConf, head, assistant_model: str | None, dtype: str,
+                 heads: dict[str, str] | None = None) -> list:
+    """Adapters for `names`, in order. "eagle2:LABEL" (any engine method) drafts with the head heads[LABEL] instead
+    of the run's head, so several heads share one table. Unknown names are one-line errors."""
+    from eagle_infer.draft_head import load_head
+
+    heads = heads or {}
+    unknown = [n for n in names if n.split(":")[0] not in ALL_METHODS]
+    if unknown:
+        raise EagleError(f"unknown method {unknown[0]!r}: expected some of {', '.join(ALL_METHODS)} (optionally :LABEL)")
+    labels = [n.split(":", 1)[1] for n in names if ":" in n]
+    missing = [label for label in labels if label not in heads]
+    if missing:
+        raise EagleError(f"method label {missing[0]!r} has no head: add heads.{missing[0]}=<head directory>")
+    assistant = None
+    if "assisted" in names:
+        if not assistant_model:
+            raise EagleError("method 'assisted' needs eval.assistant_model=<smaller model of the same tokenizer>")
+        from eagle_infer.target import load_target
+
+        assistant = load_target(assistant_model, dtype, str(target.device))
+    methods = []
+    for name in names:
+        base, _, label = name.partition(":")
+        if base in PEER_METHODS:
+            methods.append(PeerMethod(name, target, assistant))
+        else:
+            methods.append(EngineMethod(name, target, infer, load_head(heads[label], target) if label else head))
+    return methods
