@@ -31,6 +31,7 @@ class Manifest:
     max_length: int
     overlong: str
     regenerate: bool
+    fingerprint: str = ""  # hash of the input conversations, in order: a rerun must be given the same ones
     conversations: int = 0
     tokens: int = 0
     loss_tokens: int = 0

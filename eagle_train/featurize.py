@@ -1,6 +1,8 @@
 """Featurize: conversations -> target features in shards (see features.py), resumable shard by shard."""
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import time
 from dataclasses import dataclass
@@ -114,12 +116,15 @@ def featurize(conversations: list[list[Message]], target, out_dir: str | Path, c
         raise EagleError("no usable conversation to featurize: check the dataset source and its filters")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    fingerprint = hashlib.sha1(
+        json.dumps([[(m.role, m.content) for m in conv] for conv in conversations]).encode() + str(cfg.shard_size).encode()
+    ).hexdigest()
     fresh = Manifest(
         target.name, target.hidden_size, target.vocab_size, target.template, cfg.store_dtype, cfg.max_length,
-        cfg.overlong, cfg.regenerate,
+        cfg.overlong, cfg.regenerate, fingerprint,
     )
     manifest = Manifest.load(out) if (out / "manifest.json").exists() else fresh
-    for key in ("target", "template", "dtype", "max_length", "overlong", "regenerate"):
+    for key in ("target", "template", "dtype", "max_length", "overlong", "regenerate", "fingerprint"):
         if getattr(manifest, key) != getattr(fresh, key):
             raise EagleError(
                 f"{str(out)!r} already holds features with {key}={getattr(manifest, key)!r}, not {getattr(fresh, key)!r}: "
@@ -132,7 +137,7 @@ def featurize(conversations: list[list[Message]], target, out_dir: str | Path, c
     if len(todo) < n_shards:
         log.info("resuming: %d of %d shards already done", n_shards - len(todo), n_shards)
     bar = tqdm(total=sum(min(cfg.shard_size, len(conversations) - i * cfg.shard_size) for i in todo), unit="conv")
-    start, tokens_done = time.perf_counter(), 0
+    forward_s, tokens_done = 0.0, 0
     for index in todo:
         chunk = conversations[index * cfg.shard_size : (index + 1) * cfg.shard_size]
         if cfg.regenerate:
@@ -146,11 +151,13 @@ def featurize(conversations: list[list[Message]], target, out_dir: str | Path, c
                 encoded.append(result)
         hidden: list = [None] * len(encoded)
         for batch in _batches([len(ids) for ids, _ in encoded], cfg.batch_tokens):
+            start = time.perf_counter()
             for i, h in zip(batch, target_features(target, [encoded[i][0] for i in batch])):
                 hidden[i] = h
+            forward_s += time.perf_counter() - start
             tokens_done += sum(len(encoded[i][0]) for i in batch)
             bar.update(len(batch))
-            bar.set_postfix(tok_s=f"{tokens_done / (time.perf_counter() - start):.0f}")
+            bar.set_postfix(featurize_tok_s=f"{tokens_done / forward_s:.0f}")
         bar.update(len(chunk) - len(encoded))
         samples = [(ids, mask, h) for (ids, mask), h in zip(encoded, hidden)]
         tokens = write_shard(out / shard_name(index), samples, store) if samples else 0
@@ -168,6 +175,8 @@ def featurize(conversations: list[list[Message]], target, out_dir: str | Path, c
                 manifest.skipped[k] = manifest.skipped.get(k, 0) + v
         manifest.save(out)
     bar.close()
+    if forward_s:
+        log.info("target forwards: %d tokens in %.1f s (%.0f tokens/s)", tokens_done, forward_s, tokens_done / forward_s)
     if manifest.conversations == 0:
         raise EagleError(f"no usable conversation in {str(out)!r}: all were skipped ({manifest.skipped})")
     return manifest

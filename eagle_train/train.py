@@ -82,12 +82,21 @@ def epoch_order(n: int, seed: int, epoch: int) -> list[int]:
     return order
 
 
-def micro_batches(n: int, cfg: TrainConfig, epoch: int, rank: int, world: int) -> list[list[int]]:
-    """This rank's micro batches of sample indices for an epoch (equal count on every rank)."""
+def micro_batches(n: int, cfg: TrainConfig, epoch: int, rank: int, world: int, accum: int = 1) -> list[list[int]]:
+    """This rank's micro batches of sample indices for an epoch: the same count on every rank, a multiple of the
+    gradient accumulation, so optimizer steps never straddle epochs."""
     order = epoch_order(n, cfg.seed, epoch)
     batches = [order[i : i + cfg.batch_size] for i in range(0, n - cfg.batch_size + 1, cfg.batch_size)]
     per_rank = len(batches) // world
+    per_rank -= per_rank % accum
     return batches[rank * per_rank : (rank + 1) * per_rank]
+
+
+def _truncate_jsonl(path: Path, keep) -> None:
+    """Drop the lines a resumed run will redo (written after the checkpoint it resumes from)."""
+    if path.exists():
+        lines = [line for line in path.read_text().splitlines() if line.strip() and keep(json.loads(line))]
+        path.write_text("".join(line + "\n" for line in lines))
 
 
 @torch.no_grad()
@@ -142,15 +151,18 @@ def train(cfg: TrainConfig, target) -> dict:
         Manifest.load(cfg.heldout).check_target(target, cfg.heldout)
         heldout = read_samples(cfg.heldout)[: cfg.eval_conversations]
     if not deepspeed.comm.is_initialized():
-        deepspeed.init_distributed(dist_backend="nccl" if torch.cuda.is_available() else "gloo")
+        from deepspeed.accelerator import get_accelerator
+
+        deepspeed.init_distributed(dist_backend=get_accelerator().communication_backend_name())
     rank, world = deepspeed.comm.get_rank(), deepspeed.comm.get_world_size()
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    per_epoch = len(micro_batches(len(samples), cfg, 0, rank, world))
+    accum = int(read_ds_config(cfg.deepspeed_config, cfg, world, 1)["gradient_accumulation_steps"])
+    per_epoch = len(micro_batches(len(samples), cfg, 0, rank, world, accum))
     if per_epoch == 0:
-        raise EagleError(f"{len(samples)} conversations cannot fill one batch of {cfg.batch_size} per rank on {world} ranks")
-    ds_probe = read_ds_config(cfg.deepspeed_config, cfg, world, 1)
-    accum = int(ds_probe["gradient_accumulation_steps"])
+        raise EagleError(
+            f"{len(samples)} conversations cannot fill {accum} batch(es) of {cfg.batch_size} per rank on {world} ranks"
+        )
     total_steps = cfg.max_steps or (cfg.epochs * per_epoch) // accum
     ds_config = read_ds_config(cfg.deepspeed_config, cfg, world, total_steps)
 
@@ -174,6 +186,8 @@ def train(cfg: TrainConfig, target) -> dict:
         step, epoch, position = client["step"], client["epoch"], client["position"]
         if rank == 0:
             log.info("resumed from step %d (epoch %d, micro batch %d)", step, epoch, position)
+            _truncate_jsonl(out / "eval.jsonl", lambda r: r["step"] <= step)
+        _truncate_jsonl(out / f"seen-rank{rank}.jsonl", lambda r: (r["epoch"], r["position"]) < (epoch, position))
     run = _wandb(cfg, rank, {**asdict(cfg), "deepspeed": ds_config, "manifest_tokens": manifest.tokens})
     seen_path = out / f"seen-rank{rank}.jsonl"  # which micro batches were trained on, for audits and tests
     bar = tqdm(total=total_steps, initial=step, desc="train", disable=rank != 0, unit="step")
@@ -185,8 +199,9 @@ def train(cfg: TrainConfig, target) -> dict:
             engine.module.save(out / "head")
 
     while step < total_steps:
-        batches = micro_batches(len(samples), cfg, epoch, rank, world)
+        batches = micro_batches(len(samples), cfg, epoch, rank, world, accum)
         while position < len(batches) and step < total_steps:
+            torch.manual_seed(cfg.seed * 1_000_003 + epoch * 100_003 + position)  # noise depends on where, not when
             batch = collate([samples[i] for i in batches[position]], dtype, engine.device)
             result = losses(engine.module, batch, cfg.noise, cfg.w_cls)
             engine.backward(result["loss"])

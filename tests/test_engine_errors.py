@@ -1,0 +1,255 @@
+"""User errors are one-line EagleErrors naming the bad value; draft heads save, load and refuse the wrong target."""
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+
+import pytest
+import torch
+
+from eagle_infer.draft_head import DraftHead, DraftHeadConfig, load_head, random_head
+from eagle_infer.engine import DecodeConfig, Engine
+from eagle_infer.errors import EagleError
+from eagle_infer.verify import SamplingParams
+from tests.oracles import one_thread  # noqa: F401 (autouse fixture)
+from tests.tiny import tiny_target
+
+PROMPT = [5, 17, 3, 88, 41, 2, 9]
+
+
+@lru_cache(maxsize=None)
+def target(**kw):
+    return tiny_target(**kw)
+
+
+@lru_cache(maxsize=None)
+def head():
+    return random_head(target(), seed=0)
+
+
+def one_line_error(fn, *needles) -> str:
+    """Run fn, expect an EagleError whose message is one line containing every needle."""
+    with pytest.raises(EagleError) as info:
+        fn()
+    message = str(info.value)
+    assert "\n" not in message and message.strip() == message and message, repr(message)
+    for needle in needles:
+        assert str(needle) in message, (needle, message)
+    return message
+
+
+def engine(config: DecodeConfig, with_head: bool = True) -> Engine:
+    return Engine(target(), head() if with_head else None, config)
+
+
+@pytest.mark.parametrize(
+    "config,needles",
+    [
+        (DecodeConfig(method="eagle3"), ["'eagle3'", "vanilla", "chain", "eagle1", "eagle2"]),
+        (DecodeConfig(method="EAGLE2"), ["'EAGLE2'"]),
+        (DecodeConfig(top_k=97), ["top_k 97", "vocabulary size 96"]),
+        (DecodeConfig(top_k=0), ["top_k 0"]),
+        (DecodeConfig(total_tokens=0), ["total_tokens 0", ">= 1"]),
+        (DecodeConfig(total_tokens=-3), ["total_tokens -3"]),
+        (DecodeConfig(depth=0), ["depth 0"]),
+        (DecodeConfig(expand_by="prob"), ["'prob'", "value", "confidence"]),
+        (DecodeConfig(method="eagle1", static_paths=[[0], [0, 0, 1]]), ["[0, 0, 1]", "[0, 0]"]),
+        (DecodeConfig(method="eagle1", static_paths=[]), ["empty"]),
+    ],
+)
+def test_bad_config(config, needles):
+    one_line_error(lambda: engine(config), *needles)
+
+
+@pytest.mark.parametrize("method", ["chain", "eagle1", "eagle2"])
+def test_method_needs_a_head(method):
+    one_line_error(lambda: engine(DecodeConfig(method=method), with_head=False), f"'{method}'", "head")
+    Engine(target(), None, DecodeConfig(method="vanilla"))  # vanilla needs none
+
+
+def test_tree_budget_too_large_for_the_cache():
+    eng = engine(DecodeConfig(method="eagle2", total_tokens=600))
+    one_line_error(lambda: eng.generate(PROMPT, 10), "600", "512")
+    eng = engine(DecodeConfig(method="eagle2", total_tokens=400))
+    one_line_error(lambda: eng.generate(PROMPT, 200), "400", "512")
+    assert len(eng.generate(PROMPT, 8).tokens) == 8  # a request that fits runs
+    eng = engine(DecodeConfig(method="chain", depth=520))
+    one_line_error(lambda: eng.generate(PROMPT, 4), "520", "512")
+
+
+def test_prompt_and_length_errors():
+    eng = engine(DecodeConfig(method="eagle2", depth=3, top_k=2, total_tokens=4))
+    one_line_error(lambda: eng.generate([], 4), "empty")
+    one_line_error(lambda: eng.generate([1] * 600, 4), "600", "512")
+    one_line_error(lambda: eng.generate([1] * 512, 1), "512")
+    one_line_error(lambda: eng.generate(PROMPT, 0), "max_new_tokens 0")
+    one_line_error(lambda: eng.generate([1] * 500, 20), "500", "max_new_tokens 20", "512")
+    vanilla = engine(DecodeConfig(method="vanilla"), with_head=False)
+    one_line_error(lambda: vanilla.generate([], 4), "empty")
+    one_line_error(lambda: vanilla.generate([1] * 600, 4), "600", "512")
+
+
+def test_vanilla_request_that_fills_the_context_exactly_is_accepted():
+    """prompt + max_new_tokens == context: the last token is never fed back, so the cache needs only
+    context - 1 positions; vanilla has no tree, yet _check_room demands prompt + max_new + 0 + 1 positions and
+    refuses with 'tree budget of 0 tokens does not fit' (engine.py, Engine._check_room: `need = ... + 1`)."""
+    vanilla = engine(DecodeConfig(method="vanilla"), with_head=False)
+    result = vanilla.generate([1] * 510, 2)
+    assert len(result.tokens) == 2
+
+
+@pytest.mark.parametrize(
+    "kwargs,needles",
+    [
+        ({"temperature": -0.5}, ["temperature -0.5"]),
+        ({"temperature": 1.0, "top_p": 0.0}, ["top_p 0.0"]),
+        ({"temperature": 1.0, "top_p": 1.5}, ["top_p 1.5"]),
+        ({"temperature": 1.0, "top_k": -1}, ["top_k -1"]),
+    ],
+)
+def test_bad_sampling_params(kwargs, needles):
+    one_line_error(lambda: SamplingParams(**kwargs), *needles)
+
+
+def test_static_tree_rank_beyond_the_vocabulary():
+    """A static path ranking past the vocabulary cannot be drafted: it should be refused like top_k > vocab,
+    not surface as a torch RuntimeError from topk inside draft_static."""
+    small = tiny_target(vocab=8, hidden=32, layers=1, seed=0)
+    small_head = random_head(small)
+    one_line_error(lambda: Engine(small, small_head, DecodeConfig(method="eagle1", static_paths=[[0], [8]]))
+                   .generate([1, 2, 3], 4), "8")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Draft heads on disk.
+
+
+def test_load_head_missing_directory(tmp_path):
+    missing = tmp_path / "no-such-head"
+    one_line_error(lambda: load_head(missing, target()), str(missing), "does not exist")
+    (tmp_path / "empty").mkdir()
+    one_line_error(lambda: load_head(tmp_path / "empty", target()), "config.json")
+    (tmp_path / "no-weights").mkdir()
+    (tmp_path / "no-weights" / "config.json").write_text("{}")
+    one_line_error(lambda: load_head(tmp_path / "no-weights", target()), "model.safetensors", "pytorch_model.bin")
+
+
+@pytest.mark.parametrize(
+    "other_kw,needles",
+    [
+        ({"hidden": 32}, ["hidden size", "64", "32"]),
+        ({"vocab": 80}, ["vocabulary size", "96", "80"]),
+        ({"name": "another-model"}, ["'tiny-llama'", "'another-model'"]),
+        ({"arch": "qwen2", "name": "tiny-llama"}, ["'llama'", "'qwen2'"]),
+    ],
+)
+def test_head_saved_for_another_target_is_refused(tmp_path, other_kw, needles):
+    head().save(tmp_path / "head")
+    other = tiny_target(**other_kw)
+    one_line_error(lambda: load_head(tmp_path / "head", other), str(tmp_path / "head"), *needles)
+
+
+def same_run(head_a, head_b, config, sampling, with_stats=True):
+    ra = Engine(target(), head_a, config).generate(PROMPT, 12, sampling=sampling, seed=3)
+    rb = Engine(target(), head_b, config).generate(PROMPT, 12, sampling=sampling, seed=3)
+    assert ra.tokens == rb.tokens
+    if with_stats:
+        assert [c.accepted for c in ra.cycles] == [c.accepted for c in rb.cycles]
+        assert [c.tested_conf for c in ra.cycles] == [c.tested_conf for c in rb.cycles]
+
+
+def draft_vocab_head(seed: int, ids: list[int]) -> DraftHead:
+    config = DraftHeadConfig.for_target(target())
+    config.draft_vocab_size = len(ids)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        h = DraftHead(config, target()).eval()
+    h.set_draft_vocab(torch.tensor(ids))
+    return h
+
+
+def test_head_save_load_round_trip_gives_identical_outputs(tmp_path):
+    config = DecodeConfig(method="eagle2", depth=3, top_k=4, total_tokens=10)
+    heads = {
+        "shifted": random_head(target(), seed=4),
+        "unshifted": random_head(target(), seed=5, input_mode="feature+token"),
+        "draft-vocab": draft_vocab_head(6, [90, 3, 41, 7, 64, 12, 33, 58, 21, 80]),
+    }
+    for name, original in heads.items():
+        original.save(tmp_path / name, dtype=torch.float32)
+        loaded = load_head(tmp_path / name, target())
+        assert loaded.config == original.config
+        a, b = original.trainable_state_dict(), loaded.trainable_state_dict()
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), name
+        for sampling in (SamplingParams(), SamplingParams(temperature=1.0)):
+            same_run(original, loaded, config, sampling)
+    assert torch.equal(load_head(tmp_path / "draft-vocab", target()).draft_vocab, heads["draft-vocab"].draft_vocab)
+
+
+def test_head_saved_in_bfloat16_by_default(tmp_path):
+    original = random_head(target(), seed=4)
+    original.save(tmp_path / "head")
+    loaded = load_head(tmp_path / "head", target())
+    a, b = original.trainable_state_dict(), loaded.trainable_state_dict()
+    assert all(b[k].dtype == torch.float32 for k in b)
+    assert all(torch.equal(a[k].to(torch.bfloat16).float(), b[k]) for k in a)
+    again = load_head(tmp_path / "head", target())
+    config = DecodeConfig(method="eagle2", depth=3, top_k=4, total_tokens=10)
+    same_run(loaded, again, config, SamplingParams(temperature=1.0))
+    same_run(original, loaded, config, SamplingParams(), with_stats=False)  # greedy output never depends on the head
+
+
+def eagle_style_checkpoint(directory, source: DraftHead, config: dict, extra: dict | None = None):
+    """Write a published-EAGLE-style head: a LlamaConfig-like config.json and pytorch_model.bin with keys
+    fc.*, layers.0.*, embed_tokens.weight."""
+    directory.mkdir(parents=True, exist_ok=True)
+    state = {}
+    for key, value in source.trainable_state_dict().items():
+        state[("layers.0." + key[len("layer."):]) if key.startswith("layer.") else key] = value.clone()
+    state["embed_tokens.weight"] = torch.randn(config["vocab_size"], config["hidden_size"])
+    state.update(extra or {})
+    torch.save(state, directory / "pytorch_model.bin")
+    (directory / "config.json").write_text(json.dumps(config))
+    return state
+
+
+def llama_config_dict(tgt) -> dict:
+    c = tgt.config
+    return {
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": c.hidden_size,
+        "intermediate_size": c.intermediate_size, "num_attention_heads": c.num_attention_heads,
+        "num_key_value_heads": c.num_key_value_heads, "num_hidden_layers": 1, "vocab_size": c.vocab_size,
+        "max_position_embeddings": c.max_position_embeddings, "rms_norm_eps": c.rms_norm_eps,
+        "torch_dtype": "float16", "bias": False,
+    }
+
+
+def test_published_eagle_checkpoint_loads(tmp_path):
+    source = random_head(target(), seed=9)
+    state = eagle_style_checkpoint(tmp_path / "eagle", source, llama_config_dict(target()))
+    assert {"fc.weight", "fc.bias", "layers.0.self_attn.q_proj.weight", "layers.0.self_attn.o_proj.weight",
+            "layers.0.mlp.down_proj.weight", "layers.0.post_attention_layernorm.weight",
+            "embed_tokens.weight"} <= set(state)
+    loaded = load_head(tmp_path / "eagle", target())
+    assert loaded.config.hidden_size == 64 and loaded.config.vocab_size == 96 and loaded.config.fc_bias
+    a, b = source.trainable_state_dict(), loaded.trainable_state_dict()
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    config = DecodeConfig(method="eagle2", depth=3, top_k=3, total_tokens=8)
+    ra = Engine(target(), source, config).generate(PROMPT, 16)
+    rb = Engine(target(), loaded, config).generate(PROMPT, 16)
+    assert ra.tokens == rb.tokens and [c.tested_conf for c in ra.cycles] == [c.tested_conf for c in rb.cycles]
+
+
+def test_published_eagle_checkpoint_errors(tmp_path):
+    source = random_head(target(), seed=9)
+    cfg = llama_config_dict(target())
+    eagle_style_checkpoint(tmp_path / "wide", source, {**cfg, "hidden_size": 128})
+    one_line_error(lambda: load_head(tmp_path / "wide", target()), "hidden size 128", "64")
+    eagle_style_checkpoint(tmp_path / "vocab", source, {**cfg, "vocab_size": 32000})
+    one_line_error(lambda: load_head(tmp_path / "vocab", target()), "vocabulary size 32000", "96")
+    two = {"layers.1.mlp.up_proj.weight": torch.zeros(128, 64)}
+    eagle_style_checkpoint(tmp_path / "two", source, cfg, two)
+    one_line_error(lambda: load_head(tmp_path / "two", target()), "layers.1.mlp.up_proj.weight")
+    bad = {"layers.0.self_attn.q_proj.bias": torch.zeros(64)}
+    eagle_style_checkpoint(tmp_path / "bias", source, cfg, bad)
+    one_line_error(lambda: load_head(tmp_path / "bias", target()), "layer.self_attn.q_proj.bias")

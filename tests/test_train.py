@@ -1,0 +1,349 @@
+"""featurize -> train (in-process DeepSpeed on CPU) -> load, resume, and the training pipeline's one-line errors.
+
+The target is a tiny random Llama over the real SmolLM2 vocabulary and chat template (tests/conftest.py), so the
+features, loss masks and draft vocabulary go through the same code paths as a real run, in seconds.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+import eagle_train.featurize as featurize_mod
+import eagle_train.train as train_mod
+from eagle_infer.chat import Message, loss_mask, prompt_ids, render
+from eagle_infer.cli import stop_ids
+from eagle_infer.draft_head import load_head
+from eagle_infer.engine import DecodeConfig, Engine
+from eagle_infer.errors import EagleError
+from eagle_train.featurize import FeaturizeConfig, featurize
+from eagle_train.features import Manifest, read_samples, shard_name
+from eagle_train.objective import frequent_tokens
+from eagle_train.train import TrainConfig, train
+
+REPO = Path(__file__).resolve().parent.parent
+DS_CPU = str(REPO / "conf" / "deepspeed" / "cpu_fp32.json")
+FEAT = FeaturizeConfig(max_length=96, shard_size=8)
+N_TRAIN, N_HELDOUT = 20, 4
+WORDS = ["red", "green", "blue", "yellow", "black", "white"]
+
+
+def conversations(n: int = N_TRAIN + N_HELDOUT) -> list[list[Message]]:
+    """Short chats whose answers follow two learnable patterns: counting, and repeating a colour word."""
+    out = []
+    for i in range(n):
+        if i % 2 == 0:
+            chat = [Message("user", f"Count from {i}."), Message("assistant", " ".join(str(i + j) for j in range(10)))]
+        else:
+            word = WORDS[i % len(WORDS)]
+            chat = [Message("user", f"Repeat {word}."), Message("assistant", " ".join([word] * 10))]
+        out.append(chat)
+    return out
+
+
+@pytest.fixture(scope="module")
+def features(tmp_path_factory, tiny_smol):
+    """(train dir, held-out dir) featurized once for the module."""
+    root = tmp_path_factory.mktemp("features")
+    convs = conversations()
+    featurize(convs[:N_TRAIN], tiny_smol, root / "train", FEAT)
+    featurize(convs[N_TRAIN:], tiny_smol, root / "heldout", FEAT)
+    return root / "train", root / "heldout"
+
+
+def train_config(feats, out_dir, **over) -> TrainConfig:
+    train_dir, heldout_dir = feats
+    base = dict(
+        features=str(train_dir), heldout=str(heldout_dir), out_dir=str(out_dir), deepspeed_config=DS_CPU,
+        max_steps=30, batch_size=2, lr=1e-3, warmup_steps=2, eval_every=10, save_every=10, wandb_mode="disabled",
+        draft_vocab_size=512,
+    )
+    base.update(over)
+    return TrainConfig(**base)
+
+
+def seen(out_dir) -> list[dict]:
+    return [json.loads(line) for line in (Path(out_dir) / "seen-rank0.jsonl").read_text().splitlines()]
+
+
+def head_weights(out_dir) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    return load_file(str(Path(out_dir) / "head" / "model.safetensors"))
+
+
+def assert_same_weights(a, b):
+    """Equal up to float noise: CPU kernels may round differently from one call to the next (seen: 4e-6), while a
+    resume that lost the optimizer or LR-schedule state, or a batch, is off by orders of magnitude more."""
+    wa, wb = head_weights(a), head_weights(b)
+    assert wa.keys() == wb.keys()
+    for k in wa:
+        torch.testing.assert_close(wa[k].float(), wb[k].float(), atol=2e-4, rtol=0, msg=lambda m, k=k: f"{k}: {m}")
+
+
+# --- featurize -----------------------------------------------------------------------------------------------------
+
+
+def test_featurize_manifest_and_rerun(tmp_path, tiny_smol, monkeypatch):
+    convs = conversations()[:N_TRAIN]
+    out = tmp_path / "train"
+    manifest = featurize(convs, tiny_smol, out, FEAT)
+
+    encoded = [loss_mask(tiny_smol.tokenizer, render(c, tiny_smol.tokenizer, "tokenizer", False), None) for c in convs]
+    assert all(len(ids) <= FEAT.max_length for ids, _ in encoded)  # nothing truncated: counts are exact
+    assert manifest.conversations == N_TRAIN and manifest.skipped == {}
+    assert manifest.tokens == sum(len(ids) for ids, _ in encoded)
+    assert manifest.loss_tokens == sum(sum(m) for _, m in encoded)
+    assert [(s["file"], s["conversations"]) for s in manifest.shards] == [
+        (shard_name(0), 8), (shard_name(1), 8), (shard_name(2), 4)
+    ]
+    assert (manifest.target, manifest.hidden_size, manifest.vocab_size) == ("tiny-smol", 64, len(tiny_smol.tokenizer))
+    assert Manifest.load(out) == manifest
+
+    samples = read_samples(out)
+    assert len(samples) == N_TRAIN
+    for s, (ids, mask) in zip(samples, encoded):  # shard order = conversation order
+        assert s.input_ids.tolist() == ids and s.loss_mask.tolist() == mask
+        assert s.hidden.shape == (len(ids), 64) and s.hidden.dtype == torch.bfloat16
+    # Batched, right-padded features equal a lone forward of the same conversation (padding does not leak in).
+    with torch.inference_mode():
+        alone = tiny_smol.model.model(input_ids=samples[5].input_ids[None]).last_hidden_state[0]
+    torch.testing.assert_close(samples[5].hidden.float(), alone.to(torch.bfloat16).float())
+
+    calls = []
+    real = featurize_mod.target_features
+    monkeypatch.setattr(featurize_mod, "target_features", lambda t, seqs: calls.append(len(seqs)) or real(t, seqs))
+    mtimes = {p.name: p.stat().st_mtime_ns for p in out.glob("shard-*")}
+    assert featurize(convs, tiny_smol, out, FEAT) == manifest
+    assert calls == []  # every shard finished: no target forward at all
+    assert {p.name: p.stat().st_mtime_ns for p in out.glob("shard-*")} == mtimes
+
+    (out / shard_name(1)).unlink()  # as if interrupted while writing shard 1
+    assert featurize(convs, tiny_smol, out, FEAT) == manifest
+    assert sum(calls) == 8  # only shard 1's conversations went through the target again
+    assert {p.name: p.stat().st_mtime_ns for p in out.glob("shard-*") if p.name != shard_name(1)} == {
+        k: v for k, v in mtimes.items() if k != shard_name(1)
+    }
+    assert [s.input_ids.tolist() for s in read_samples(out)] == [s.input_ids.tolist() for s in samples]
+
+    with pytest.raises(EagleError, match="max_length=96, not 64"):
+        featurize(convs, tiny_smol, out, dataclasses.replace(FEAT, max_length=64))
+
+
+def test_featurize_rerun_with_other_conversations(tmp_path, tiny_smol):
+    """A rerun into the same directory with more conversations (e.g. data.conversations raised) must either refuse
+    or featurize them, never keep stale shards silently (the manifest's fingerprint makes it refuse)."""
+    convs = conversations()
+    out = tmp_path / "train"
+    featurize(convs[:20], tiny_smol, out, FEAT)
+    try:
+        manifest = featurize(convs, tiny_smol, out, FEAT)
+    except EagleError:
+        return
+    assert manifest.conversations == 24
+
+
+# --- train ---------------------------------------------------------------------------------------------------------
+
+
+def test_featurize_train_load_roundtrip(features, tiny_smol, deepspeed_cpu_env, tmp_path, monkeypatch):
+    train_losses = []
+    real_losses = train_mod.losses
+
+    def recording(head, batch, *args, **kwargs):
+        out = real_losses(head, batch, *args, **kwargs)
+        if head.training:
+            train_losses.append(float(out["loss"].detach()))
+        return out
+
+    monkeypatch.setattr(train_mod, "losses", recording)
+    out_dir = tmp_path / "run"
+    metrics = train(train_config(features, out_dir), tiny_smol)
+
+    assert metrics["step"] == 30 and len(train_losses) == 30
+    evals = [json.loads(line) for line in (out_dir / "eval.jsonl").read_text().splitlines()]
+    assert [e["step"] for e in evals] == [10, 20, 30]
+    assert evals[-1]["heldout/loss"] < evals[0]["heldout/loss"]
+    assert evals[-1]["heldout/reg_loss"] < evals[0]["heldout/reg_loss"]
+    assert sum(train_losses[-5:]) / 5 < sum(train_losses[:5]) / 5
+    assert len(seen(out_dir)) == 30  # 10 micro batches per epoch, 3 epochs, each batch once per epoch
+    for epoch in range(3):
+        batches = [e["samples"] for e in seen(out_dir) if e["epoch"] == epoch]
+        assert sorted(i for b in batches for i in b) == list(range(N_TRAIN))
+
+    head = load_head(out_dir / "head", tiny_smol)
+    assert head.config.target == "tiny-smol" and head.config.draft_vocab_size == 512
+    assert head.draft_vocab.tolist() == frequent_tokens(read_samples(features[0]), 512).tolist()
+
+    prompt = prompt_ids(tiny_smol.tokenizer, [Message("user", "Count from 3.")], tiny_smol.template)
+    stops = stop_ids(tiny_smol)
+    vanilla = Engine(tiny_smol, None, DecodeConfig(method="vanilla")).generate(prompt, 24, stop_ids=stops)
+    eagle = Engine(tiny_smol, head, DecodeConfig(method="eagle2")).generate(prompt, 24, stop_ids=stops)
+    assert eagle.tokens == vanilla.tokens
+    assert len(vanilla.tokens) > 1 and eagle.cycles
+
+
+# Resume runs: noise 0 (the noise RNG is reseeded, not restored, on resume) and a warmup that spans the checkpoints,
+# so that a lost LR-schedule state would show in the weights.
+RESUME = dict(heldout=None, save_every=5, noise=0.0, warmup_steps=8)
+
+
+@pytest.fixture(scope="module")
+def reference_run(features, tiny_smol, deepspeed_cpu_env, tmp_path_factory):
+    """An uninterrupted 20-step run."""
+    out_dir = tmp_path_factory.mktemp("reference")
+    train(train_config(features, out_dir, **RESUME, max_steps=20), tiny_smol)
+    return out_dir
+
+
+def test_resume_after_finished_run(features, tiny_smol, deepspeed_cpu_env, reference_run, tmp_path):
+    out_dir = tmp_path / "resumed"
+    cfg = train_config(features, out_dir, **RESUME, max_steps=10)
+    train(cfg, tiny_smol)
+    assert len(seen(out_dir)) == 10
+    metrics = train(dataclasses.replace(cfg, max_steps=20), tiny_smol)
+    assert metrics["step"] == 20
+    assert (out_dir / "checkpoints" / "latest").read_text().strip() == "step20"
+    # 10 + 10 micro batches, crossing the epoch boundary at the checkpoint: same order as the uninterrupted run.
+    assert seen(out_dir) == seen(reference_run)
+    assert [(e["epoch"], e["position"]) for e in seen(out_dir)] == [(e, p) for e in range(2) for p in range(10)]
+    assert_same_weights(out_dir, reference_run)  # optimizer and LR schedule state came back too
+
+    before = seen(out_dir)
+    assert "step" not in train(dataclasses.replace(cfg, max_steps=20), tiny_smol)  # nothing left to do
+    assert seen(out_dir) == before
+
+
+def test_resume_after_crash(features, tiny_smol, deepspeed_cpu_env, reference_run, tmp_path, monkeypatch):
+    """A crash in step 8 with save_every=5 resumes from the step-5 checkpoint and redoes micro batches 5..6.
+
+    The seen log is append-only, so it then holds micro batches 5 and 6 twice: the entries written after the
+    checkpoint by the crashed run are stale. Cut at the checkpoint position, the log equals the uninterrupted run's.
+    """
+    real_losses, calls = train_mod.losses, []
+
+    def crash_at_step_8(head, batch, *args, **kwargs):
+        if head.training:
+            calls.append(1)
+            if len(calls) == 8:
+                raise RuntimeError("simulated crash in step 8")
+        return real_losses(head, batch, *args, **kwargs)
+
+    out_dir = tmp_path / "crashed"
+    cfg = train_config(features, out_dir, **RESUME, max_steps=20)
+    with monkeypatch.context() as m:
+        m.setattr(train_mod, "losses", crash_at_step_8)
+        with pytest.raises(RuntimeError, match="simulated crash"):
+            train(cfg, tiny_smol)
+    assert (out_dir / "checkpoints" / "latest").read_text().strip() == "step5"
+    crashed = seen(out_dir)
+    assert [e["position"] for e in crashed] == list(range(7))  # steps 1..7 were trained
+
+    metrics = train(cfg, tiny_smol)
+    assert metrics["step"] == 20
+    log = seen(out_dir)
+    if len(log) == 20:  # the log was cut back to the checkpoint on resume
+        assert log == seen(reference_run)
+    else:  # append-only log (current behaviour): the crashed run's entries past the checkpoint are stale
+        assert len(log) == 22
+        resumed = log[len(crashed):]
+        assert [(e["epoch"], e["position"]) for e in resumed[:2]] == [(0, 5), (0, 6)]  # redone from the checkpoint
+        assert resumed[:2] == crashed[5:7]  # ... with the same samples
+        assert log[:5] + resumed == seen(reference_run)  # nothing lost, nothing repeated after the checkpoint
+    assert_same_weights(out_dir, reference_run)
+
+
+def test_gradient_accumulation_steps_match_optimizer_steps(features, tiny_smol, deepspeed_cpu_env, tmp_path,
+                                                           monkeypatch):
+    """With gradient_accumulation_steps=2 (conf/deepspeed/zero2_bf16.json) and an odd number of micro batches per
+    epoch, the counted steps must equal DeepSpeed's optimizer steps (epochs are cut to a multiple of the
+    accumulation), so checkpoints never fall mid-accumulation and max_steps is exact."""
+    import deepspeed
+
+    engines, real = [], deepspeed.initialize
+
+    def initialize(*args, **kwargs):
+        out = real(*args, **kwargs)
+        engines.append(out[0])
+        return out
+
+    monkeypatch.setattr(deepspeed, "initialize", initialize)
+    ds = tmp_path / "accum2.json"
+    ds.write_text(json.dumps({"gradient_accumulation_steps": 2, "zero_optimization": {"stage": 0}}))
+    # 20 conversations, micro batch 4: 5 micro batches per epoch.
+    cfg = train_config(features, tmp_path / "run", **RESUME, max_steps=6, batch_size=4, deepspeed_config=str(ds))
+    metrics = train(cfg, tiny_smol)
+    assert metrics["step"] == 6
+    assert (engines[-1].global_steps, engines[-1].micro_steps) == (6, 12)
+
+
+# --- refusals and bad input ----------------------------------------------------------------------------------------
+
+
+def test_features_of_another_target_are_refused(features, tiny_smol):
+    train_dir = features[0]
+    manifest = Manifest.load(train_dir)
+    manifest.check_target(tiny_smol, train_dir)  # its own target passes
+    other = dataclasses.replace(tiny_smol, name="tiny-other")
+    with pytest.raises(EagleError) as err:
+        manifest.check_target(other, train_dir)
+    assert "'tiny-smol'" in str(err.value) and "'tiny-other'" in str(err.value) and "\n" not in str(err.value)
+    # train refuses before touching DeepSpeed.
+    with pytest.raises(EagleError, match="tiny-other"):
+        train(train_config(features, "/nonexistent/never-created"), other)
+    assert not os.path.exists("/nonexistent/never-created")
+
+
+def test_features_of_another_hidden_size_are_refused(features, smol_tok):
+    from tests.conftest import make_tiny_smol
+
+    narrow = make_tiny_smol(smol_tok, hidden=32)  # same name, other shape
+    with pytest.raises(EagleError, match="hidden size 64, but the target is 32"):
+        Manifest.load(features[0]).check_target(narrow, features[0])
+
+
+@pytest.mark.parametrize("content", [None, "{not json", "[1, 2]"], ids=["missing", "invalid-json", "not-object"])
+def test_bad_deepspeed_config(features, tiny_smol, deepspeed_cpu_env, tmp_path, content):
+    path = tmp_path / "ds.json"
+    if content is not None:
+        path.write_text(content)
+    with pytest.raises(EagleError) as err:
+        train(train_config(features, tmp_path / "out", deepspeed_config=str(path)), tiny_smol)
+    message = str(err.value)
+    assert "\n" not in message and str(path) in message
+
+
+def test_featurize_nothing(tiny_smol, tmp_path):
+    with pytest.raises(EagleError, match="no usable conversation"):
+        featurize([], tiny_smol, tmp_path / "f", FEAT)
+    with pytest.raises(EagleError, match="unknown overlong policy"):
+        featurize(conversations(2), tiny_smol, tmp_path / "f", dataclasses.replace(FEAT, overlong="drop"))
+
+
+def test_featurize_all_skipped(tiny_smol, tmp_path):
+    with pytest.raises(EagleError, match="all were skipped.*overlong"):
+        featurize(conversations(3), tiny_smol, tmp_path / "f", dataclasses.replace(FEAT, max_length=8, overlong="skip"))
+
+
+def test_feature_dir_without_manifest(features, tiny_smol, tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    for call in (lambda: Manifest.load(empty), lambda: read_samples(empty),
+                 lambda: train(train_config(features, tmp_path / "out", features=str(empty)), tiny_smol),
+                 lambda: train(train_config(features, tmp_path / "out", heldout=str(empty)), tiny_smol)):
+        with pytest.raises(EagleError, match="has no manifest.json: run featurize first"):
+            call()
+    copy = tmp_path / "copy"
+    shutil.copytree(features[0], copy)
+    for shard in copy.glob("shard-*"):
+        shard.unlink()
+    manifest = Manifest.load(copy)
+    manifest.shards = [dict(s, conversations=0) for s in manifest.shards]
+    manifest.save(copy)
+    with pytest.raises(EagleError, match="holds no conversations"):
+        read_samples(copy)

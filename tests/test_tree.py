@@ -1,0 +1,308 @@
+"""Draft trees: static-tree validation, the ancestor mask, and the shape of what the drafters build.
+
+Drafted trees are also checked against the head itself: every node's children must be the top tokens (with their
+probabilities) of the head's distribution computed by feeding the node's path one token at a time over a copy of the
+committed cache, so the tree-attention mask and positions the feeder uses are checked too.
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+
+import pytest
+import torch
+
+from eagle_infer.draft_head import DraftHead, DraftHeadConfig, random_head
+from eagle_infer.drafting import DraftRoot, TreeFeeder, draft_chain, draft_dynamic, draft_static
+from eagle_infer.engine import causal_mask
+from eagle_infer.errors import EagleError
+from eagle_infer.kv_cache import KVCache
+from eagle_infer.tree import DEFAULT_STATIC_PATHS, DraftTree, additive_mask, chain_paths, check_paths, empty_tree
+from tests.oracles import one_thread  # noqa: F401 (autouse fixture)
+from tests.tiny import tiny_target
+
+# ----------------------------------------------------------------------------------------------------------------
+# check_paths
+
+
+@pytest.mark.parametrize(
+    "paths,needles",
+    [
+        ([], ["empty"]),
+        ((), ["empty"]),
+        ([[0], [1], [0]], ["twice"]),
+        ([[0], [0, -1]], ["[0, -1]", ">= 0"]),
+        ([[0], []], ["[]", "non-empty"]),
+        ([[0], [1, 0]], ["[1, 0]", "[1]"]),
+        ([[0], [0, 0], [0, 0, 1, 0]], ["[0, 0, 1, 0]", "[0, 0, 1]"]),
+    ],
+)
+def test_check_paths_errors(paths, needles):
+    with pytest.raises(EagleError) as info:
+        check_paths(paths)
+    message = str(info.value)
+    assert "\n" not in message
+    for needle in needles:
+        assert needle in message, message
+
+
+def test_check_paths_sorts_breadth_first():
+    assert check_paths([[1, 0], [0, 0, 0], [1], [0], [0, 0], [0, 1]]) == (
+        (0,), (1,), (0, 0), (0, 1), (1, 0), (0, 0, 0)
+    )
+    assert check_paths(((2,), (0,), (1,))) == ((0,), (1,), (2,))
+    assert check_paths(DEFAULT_STATIC_PATHS) == tuple(sorted(DEFAULT_STATIC_PATHS, key=lambda p: (len(p), p)))
+    assert len(DEFAULT_STATIC_PATHS) == 26 and max(map(len, DEFAULT_STATIC_PATHS)) == 6
+    assert chain_paths(3) == ((0,), (0, 0), (0, 0, 0)) and check_paths(chain_paths(3)) == chain_paths(3)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# DraftTree
+
+
+def hand_tree() -> DraftTree:
+    """
+    root
+    ├── n0 ── n2 ── n5
+    │    └─── n3
+    └── n1 ── n4
+    """
+    parents = [-1, -1, 0, 0, 1, 2]
+    return DraftTree(torch.tensor([10, 11, 12, 13, 14, 15]), torch.tensor(parents),
+                     torch.tensor([1, 1, 2, 2, 2, 3]), torch.rand(6))
+
+
+def test_ancestor_mask_hand_drawn():
+    tree = hand_tree()
+    # Flattened indices: 0 = root, node i = i + 1. Row j sees itself and its ancestors.
+    expected = torch.tensor([
+        # r  0  1  2  3  4  5
+        [1, 0, 0, 0, 0, 0, 0],  # root
+        [1, 1, 0, 0, 0, 0, 0],  # n0
+        [1, 0, 1, 0, 0, 0, 0],  # n1
+        [1, 1, 0, 1, 0, 0, 0],  # n2
+        [1, 1, 0, 0, 1, 0, 0],  # n3
+        [1, 0, 1, 0, 0, 1, 0],  # n4
+        [1, 1, 0, 1, 0, 0, 1],  # n5
+    ], dtype=torch.bool)
+    assert torch.equal(tree.ancestor_mask(), expected)
+    assert tree.children() == [[0, 1], [2, 3], [4], [5], [], [], []]
+    assert len(tree) == 6 and tree.depth == 3
+    empty = empty_tree("cpu")
+    assert len(empty) == 0 and empty.depth == 0 and torch.equal(empty.ancestor_mask(), torch.ones(1, 1, dtype=torch.bool))
+
+
+def test_additive_mask():
+    allowed = hand_tree().ancestor_mask()
+    mask = additive_mask(allowed, 3, torch.float32, "cpu")
+    assert mask.shape == (1, 1, 7, 10)
+    assert torch.all(mask[0, 0, :, :3] == 0)  # every row sees the committed prefix
+    low = torch.finfo(torch.float32).min
+    assert torch.equal(mask[0, 0, :, 3:] == 0, allowed) and torch.all(mask[0, 0, :, 3:][~allowed] == low)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Drafters, with a random head over a committed context.
+
+PROMPT = [5, 17, 3, 88, 41, 2, 9, 60, 33]
+ROOT = 71
+
+
+@lru_cache(maxsize=None)
+def setup(input_mode: str = "feature+shifted_token", draft_vocab: tuple = ()):
+    target = tiny_target(seed=1)
+    if draft_vocab:
+        config = DraftHeadConfig.for_target(target, input_mode)
+        config.draft_vocab_size = len(draft_vocab)
+        torch.manual_seed(3)
+        head = DraftHead(config, target).eval()
+        head.set_draft_vocab(torch.tensor(draft_vocab))
+    else:
+        head = random_head(target, seed=3, input_mode=input_mode)
+    return target, head
+
+
+def committed_feeder(head: DraftHead, target, room: int = 200) -> TreeFeeder:
+    """A feeder over a head cache holding the prompt's pairs, as the engine builds it after prefill."""
+    n = len(PROMPT)
+    with torch.inference_mode():
+        tcache = target.new_cache(1, n)
+        _, feats = target.forward(torch.tensor([PROMPT]), torch.arange(n)[None], tcache)
+        seq = PROMPT + [ROOT]
+        shift = head.config.token_shift
+        cache = head.new_cache(1, n + room)
+        out = head(feats, torch.tensor([seq[shift : shift + n]]), torch.arange(n)[None], cache,
+                   causal_mask(0, n, feats.dtype, feats.device))
+        cache.advance(n)
+    return TreeFeeder(head, cache, DraftRoot(out[0, -1], ROOT, n))
+
+
+def clone_cache(cache: KVCache) -> KVCache:
+    c = KVCache(cache.k.shape[0], cache.k.shape[1], cache.k.shape[2], cache.k.shape[4], cache.max_len,
+                cache.k.dtype, cache.k.device)
+    c.k.copy_(cache.k)
+    c.v.copy_(cache.v)
+    c.length = cache.length
+    return c
+
+
+@torch.inference_mode()
+def sequential_logp(feeder: TreeFeeder, path_tokens: list[int]) -> torch.Tensor:
+    """[V] log-probs of the children of the node reached by path_tokens, feeding the path one node at a time with
+    a plain causal mask over a copy of the committed cache (no tree mask involved)."""
+    head, root = feeder.head, feeder.root
+    if not path_tokens:
+        return torch.log_softmax(head.logits(root.feature), -1)
+    cache = clone_cache(feeder.cache)
+    cache.length = feeder.prefix
+    feature, parent_token = root.feature, root.token
+    for d, tok in enumerate(path_tokens, start=1):
+        fed = tok if head.config.token_shift else parent_token
+        out = head(feature[None, None], torch.tensor([[fed]]), torch.tensor([[root.base + d - 1]]), cache,
+                   causal_mask(cache.length, 1, feature.dtype, feature.device))
+        cache.advance(1)
+        feature, parent_token = out[0, -1], tok
+    return torch.log_softmax(head.logits(feature), -1)
+
+
+def check_tree_shape(tree: DraftTree, max_depth: int):
+    parents, depths, tokens = tree.parents.tolist(), tree.depths.tolist(), tree.tokens.tolist()
+    assert tree.tokens.dtype == tree.parents.dtype == tree.depths.dtype == torch.long
+    assert len(parents) == len(depths) == len(tokens) == tree.probs.numel()
+    for i, (p, d) in enumerate(zip(parents, depths)):
+        assert -1 <= p < i  # parents precede children: breadth-first, connected
+        assert d == (1 if p < 0 else depths[p] + 1)
+        assert 1 <= d <= max_depth
+    assert depths == sorted(depths)
+    for kids in tree.children():
+        assert len({tokens[c] for c in kids}) == len(kids)  # siblings are distinct tokens
+    assert torch.all((tree.probs >= 0) & (tree.probs <= 1))
+
+
+def path_tokens(tree: DraftTree, node: int) -> list[int]:
+    parents, tokens, out = tree.parents.tolist(), tree.tokens.tolist(), []
+    while node >= 0:
+        out.append(tokens[node])
+        node = parents[node]
+    return out[::-1]
+
+
+def check_against_head(feeder: TreeFeeder, tree: DraftTree, top_k: int, ranks: dict | None = None):
+    """Each node's children are among the top_k tokens of the head's own distribution at that node (exactly the
+    listed ranks for a static tree), with that probability, in rank order."""
+    tokens, probs = tree.tokens.tolist(), tree.probs.tolist()
+    for row, kids in enumerate(tree.children()):
+        if not kids:
+            continue
+        logp = sequential_logp(feeder, path_tokens(tree, row - 1) if row else [])
+        order = logp.topk(top_k).indices.tolist()
+        positions = []
+        for c in kids:
+            assert tokens[c] in order, (row, c)
+            assert probs[c] == pytest.approx(float(logp[tokens[c]].exp()), abs=1e-5)
+            positions.append(order.index(tokens[c]))
+            if ranks is not None:
+                assert positions[-1] == ranks[c] or probs[c] == pytest.approx(float(logp[order[ranks[c]]].exp()),
+                                                                             abs=1e-6)  # a tie
+        assert positions == sorted(positions)
+
+
+DYNAMIC = [
+    # depth, top_k, total_tokens, expand_by, rerank
+    (6, 8, 32, "value", True),
+    (4, 4, 10, "confidence", True),
+    (3, 5, 1000, "value", True),
+    (5, 3, 60, "value", False),
+    (4, 5, 7, "confidence", False),
+    (3, 6, 1000, "confidence", False),
+    (1, 8, 5, "value", True),
+    (1, 8, 50, "value", False),
+    (5, 1, 3, "value", True),
+    (2, 96, 40, "value", True),
+]
+
+
+@pytest.mark.parametrize("input_mode", ["feature+shifted_token", "feature+token"])
+@pytest.mark.parametrize("depth,top_k,total,expand_by,rerank", DYNAMIC)
+def test_draft_dynamic_properties(input_mode, depth, top_k, total, expand_by, rerank):
+    target, head = setup(input_mode)
+    feeder = committed_feeder(head, target)
+    prefix = feeder.cache.length
+    tree = draft_dynamic(feeder, depth, top_k, total, expand_by, rerank)
+    check_tree_shape(tree, depth)
+    candidates = top_k + (depth - 1) * top_k * top_k
+    if rerank:
+        assert len(tree) == min(total, candidates)
+    else:
+        assert len(tree) == min(total, top_k * depth) <= top_k * depth
+    assert tree.depth <= depth
+    # Fed nodes stay uncommitted: reset drops them and drafting again gives the same tree.
+    assert feeder.cache.length == prefix + top_k * (depth - 1)
+    feeder.reset()
+    assert feeder.cache.length == prefix
+    check_against_head(feeder, tree, top_k)
+    again = draft_dynamic(committed_feeder(head, target), depth, top_k, total, expand_by, rerank)
+    assert all(torch.equal(getattr(tree, f), getattr(again, f)) for f in ("tokens", "parents", "depths"))
+    if rerank:
+        # The root's children are the head's top tokens, in order.
+        kids = tree.children()[0]
+        assert tree.tokens[kids].tolist() == sequential_logp(feeder, []).topk(len(kids)).indices.tolist()
+
+
+def test_draft_dynamic_rerank_keeps_the_best_paths():
+    """With rerank, no dropped expansion of a kept node has a higher path value than a kept node."""
+    target, head = setup()
+    depth, top_k, total = 3, 4, 9
+    feeder = committed_feeder(head, target)
+    tree = draft_dynamic(feeder, depth, top_k, total, "value", True)
+    feeder.reset()
+    logp_sum = {}
+    tokens, parents = tree.tokens.tolist(), tree.parents.tolist()
+    for i in range(len(tree)):
+        logp_sum[i] = (logp_sum[parents[i]] if parents[i] >= 0 else 0.0) + float(tree.probs[i].log())
+    worst_kept = min(logp_sum.values())
+    children = tree.children()
+    for row in range(len(tree) + 1):
+        node = row - 1
+        if node >= 0 and tree.depths[node] == depth:
+            continue
+        base_value = logp_sum[node] if node >= 0 else 0.0
+        logp = sequential_logp(feeder, path_tokens(tree, node) if node >= 0 else [])
+        kept = {tokens[c] for c in children[row]}
+        if node >= 0 and not kept:
+            continue  # an unexpanded node: its candidates may never have existed
+        for tok in logp.topk(top_k).indices.tolist():
+            if tok not in kept:
+                assert base_value + float(logp[tok]) <= worst_kept + 1e-5
+
+
+def test_draft_dynamic_with_a_draft_vocabulary():
+    """A head drafting from 5 ids with top_k 6: the sixth candidate of every node has probability 0; the tree is
+    still well formed and every token of positive probability is in the draft vocabulary."""
+    ids = (4, 90, 17, 33, 61)
+    target, head = setup(draft_vocab=ids)
+    for rerank in (True, False):
+        feeder = committed_feeder(head, target)
+        tree = draft_dynamic(feeder, 3, 6, 40, "value", rerank)
+        feeder.reset()
+        check_tree_shape(tree, 3)
+        assert not torch.isnan(tree.probs).any()
+        positive = tree.tokens[tree.probs > 0].tolist()
+        assert positive and set(positive) <= set(ids)
+
+
+@pytest.mark.parametrize("paths", [DEFAULT_STATIC_PATHS, chain_paths(4), ((0,), (1,), (2,), (1, 0), (1, 1), (2, 0), (1, 1, 0))])
+def test_draft_static_follows_the_paths(paths):
+    target, head = setup()
+    feeder = committed_feeder(head, target)
+    tree = draft_static(feeder, paths)
+    feeder.reset()
+    check_tree_shape(tree, max(len(p) for p in paths))
+    norm = check_paths(paths)
+    index = {p: i for i, p in enumerate(norm)}
+    assert tree.depths.tolist() == [len(p) for p in norm]
+    assert tree.parents.tolist() == [index[p[:-1]] if len(p) > 1 else -1 for p in norm]
+    ranks = {i: p[-1] for i, p in enumerate(norm)}
+    check_against_head(feeder, tree, max(ranks.values()) + 1, ranks)
+    if paths == chain_paths(4):
+        chain = draft_chain(committed_feeder(head, target), 4)
+        assert torch.equal(chain.tokens, tree.tokens) and torch.equal(chain.parents, tree.parents)
