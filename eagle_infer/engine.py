@@ -47,7 +47,9 @@ class DecodeConfig:
         if self.expand_by not in EXPAND_BY:
             raise EagleError(f"unknown expand_by {self.expand_by!r}: expected one of {', '.join(EXPAND_BY)}")
         if self.method == "eagle1":
-            check_paths(self.paths())
+            widest = max(max(p) for p in check_paths(self.paths()))
+            if widest >= vocab_size:
+                raise EagleError(f"static tree rank {widest} is invalid: expected ranks below the vocabulary size {vocab_size}")
 
     def paths(self):
         return DEFAULT_STATIC_PATHS if self.static_paths is None else self.static_paths
@@ -169,7 +171,9 @@ class Engine:
             raise EagleError(
                 f"prompt of {prompt_len} tokens + max_new_tokens {max_new_tokens} exceeds the model's context of {ctx} tokens"
             )
-        need = prompt_len + max_new_tokens + self.config.tree_budget() + 1
+        # At a cycle start the cache holds every emitted token but the newest (the root, at most max_new - 1 of
+        # them after the prompt), and the cycle writes the root and its tree after them.
+        need = prompt_len + max_new_tokens - 1 + self.config.tree_budget()
         if need > ctx:
             raise EagleError(
                 f"tree budget of {self.config.tree_budget()} tokens does not fit: the cache holds {ctx} positions and "
