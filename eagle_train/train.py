@@ -35,6 +35,7 @@ class TrainConfig:
     deepspeed_config: str = "conf/deepspeed/cpu_fp32.json"
     input_mode: str = "feature+shifted_token"
     epochs: int = 1
+    max_conversations: Optional[int] = None  # train on the first N conversations of the features only
     max_steps: Optional[int] = None  # optimizer steps; None = epochs
     batch_size: int = 4  # conversations per micro batch
     lr: float = 3e-5
@@ -145,7 +146,7 @@ def train(cfg: TrainConfig, target) -> dict:
 
     manifest = Manifest.load(cfg.features)
     manifest.check_target(target, cfg.features)
-    samples = read_samples(cfg.features)
+    samples = read_samples(cfg.features)[: cfg.max_conversations]
     heldout = []
     if cfg.heldout:
         Manifest.load(cfg.heldout).check_target(target, cfg.heldout)

@@ -35,6 +35,7 @@ class BenchConf:
     names: list[str] = field(default_factory=lambda: list(BENCHMARKS))
     data_dir: Optional[str] = None
     limit: Optional[int] = None
+    max_turns: int = 2  # 1 = first turns only
     seed: int = 0
 
 
@@ -97,8 +98,9 @@ def evaluate(conf: EvalRunConf, out: Path) -> str:
     needs_head = any(m in ENGINE_METHODS and m != "vanilla" for m in conf.methods)  # unlabelled EAGLE methods
     head = build_head(replace(conf.infer, method="eagle2"), target) if needs_head else None
     methods = make_methods(conf.methods, target, conf.infer, head, conf.assistant_model, conf.model.dtype, conf.heads)
-    settings = HarnessSettings(conf.infer.max_new_tokens, sampling_params(conf.infer), conf.infer.seed)
+    settings = HarnessSettings(conf.infer.max_new_tokens, sampling_params(conf.infer), conf.infer.seed, conf.bench.max_turns)
     out.mkdir(parents=True, exist_ok=True)
+    _check_same_settings(conf, out)
     (out / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.structured(conf)))
     writer = RecordWriter(out / "records.jsonl")
     run(benchmarks, methods, target, settings, writer, stop_ids(target))
@@ -108,6 +110,18 @@ def evaluate(conf: EvalRunConf, out: Path) -> str:
     plots = plot_all(records, rows, out)
     log_wandb(rows, plots, out.name, OmegaConf.to_container(OmegaConf.structured(conf)), conf.wandb.mode, conf.wandb.project)
     return markdown
+
+
+def _check_same_settings(conf: EvalRunConf, out: Path) -> None:
+    """Records of one run must come from one setting: resuming with another model/infer/turns is refused."""
+    path = out / "config.yaml"
+    if not path.exists():
+        return
+    old = OmegaConf.load(path)
+    new = OmegaConf.structured(conf)
+    for key in ("model", "infer", "bench.max_turns", "heads"):
+        if OmegaConf.select(old, key) != OmegaConf.select(new, key):
+            raise EagleError(f"{str(out)!r} holds records made with other {key} settings: give another run=NAME or delete it")
 
 
 @hydra.main(version_base=None, config_path=CONF_DIR, config_name="eval")

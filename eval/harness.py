@@ -37,11 +37,10 @@ def answer(method, target, question: Question, settings: HarnessSettings, stops:
     for turn, user in enumerate(question.turns[: settings.max_turns]):
         chat.append(Message("user", user))
         ids = prompt_ids(target.tokenizer, chat, target.template)
-        room = target.max_context - settings.max_new_tokens - 80
-        if len(ids) > room:
+        if len(ids) + settings.max_new_tokens > target.max_context:
             raise EagleError(
-                f"question {question.question_id} turn {turn + 1} has a {len(ids)}-token prompt: longer than the "
-                f"{room} tokens the context leaves for answers"
+                f"question {question.question_id} turn {turn + 1}: a {len(ids)}-token prompt + {settings.max_new_tokens} "
+                f"new tokens exceeds the model's context of {target.max_context} tokens"
             )
         result = method.generate(ids, settings.max_new_tokens, settings.sampling, stops, settings.seed + turn)
         text = target.tokenizer.decode(result.tokens, skip_special_tokens=True)
