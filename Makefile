@@ -56,14 +56,17 @@ eval: $(STAMP)
 
 # Hydra multirun over the EAGLE-2 tree settings on a benchmark subset; vanilla is measured once as the baseline.
 SWEEP ?= sweep-$(MODEL)
-DEPTHS ?= 3,5,7
-TOPKS ?= 4,8
-TOTALS ?= 8,16,32
+DEPTHS ?= 2,4,6
+TOPKS ?= 4
+TOTALS ?= 4,8,16
 SWEEP_BENCH ?= mt_bench
-SWEEP_LIMIT ?= 5
+SWEEP_LIMIT ?= 4
+SWEEP_TURNS ?= 1
 sweep: $(STAMP)
-	$(PY) -m eval.cli model.name=$(MODEL) run=$(SWEEP)/baseline methods=[vanilla] bench.names=[$(SWEEP_BENCH)] bench.limit=$(SWEEP_LIMIT) wandb.mode=disabled $(ARGS)
+	$(PY) -m eval.cli model.name=$(MODEL) run=$(SWEEP)/baseline methods=[vanilla] bench.names=[$(SWEEP_BENCH)] \
+	  bench.limit=$(SWEEP_LIMIT) bench.max_turns=$(SWEEP_TURNS) wandb.mode=disabled $(ARGS)
 	$(PY) -m eval.cli -m model.name=$(MODEL) run=$(SWEEP) methods=[eagle2] bench.names=[$(SWEEP_BENCH)] bench.limit=$(SWEEP_LIMIT) \
+	  bench.max_turns=$(SWEEP_TURNS) \
 	  wandb.mode=disabled infer.depth=$(DEPTHS) infer.top_k=$(TOPKS) infer.total_tokens=$(TOTALS) $(ARGS)
 	$(PY) -m eval.sweep results/$(SWEEP)
 

@@ -15,7 +15,7 @@ class ModelConf:
     """name: registry name, Hugging Face id or local directory."""
 
     name: str = "smollm2-135m"
-    dtype: str = "bfloat16"
+    dtype: str = "auto"  # bfloat16 on GPUs and CPUs with native bfloat16 matmuls, else float32 (see target.resolve_dtype)
     device: str = "auto"
 
 

@@ -21,9 +21,24 @@ SUPPORTED_ARCHITECTURES = ("llama", "mistral", "qwen2")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-def resolve_dtype(name: str) -> torch.dtype:
+def cpu_has_bf16_matmul() -> bool:
+    """Whether this CPU multiplies bfloat16 matrices natively (AVX-512 BF16 or AMX). Without it, torch emulates
+    bfloat16 matmuls of more than one row several times slower than float32 (scripts/bench_engine.py measures it),
+    which is exactly the multi-token forward that tree verification does."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def resolve_dtype(name: str, device: torch.device | None = None) -> torch.dtype:
+    """'auto': bfloat16 on CUDA and on CPUs with native bfloat16 matmuls, else float32."""
+    if name == "auto":
+        on_gpu = device is not None and device.type == "cuda"
+        return torch.bfloat16 if on_gpu or cpu_has_bf16_matmul() else torch.float32
     if name not in DTYPES:
-        raise EagleError(f"unknown dtype {name!r}: expected one of {', '.join(DTYPES)}")
+        raise EagleError(f"unknown dtype {name!r}: expected auto or one of {', '.join(DTYPES)}")
     return DTYPES[name]
 
 
@@ -159,13 +174,14 @@ class Target:
         return logits, features
 
 
-def load_target(model: str, dtype: str = "bfloat16", device: str = "auto") -> Target:
+def load_target(model: str, dtype: str = "auto", device: str = "auto") -> Target:
     """Load a target by registry name, hub id or local directory; refuse non-Llama-family architectures."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     _quiet_transformers()
     name, source, template = resolve_source(model)
-    torch_dtype, torch_device = resolve_dtype(dtype), resolve_device(device)
+    torch_device = resolve_device(device)
+    torch_dtype = resolve_dtype(dtype, torch_device)
     try:
         config = AutoConfig.from_pretrained(source)
     except OSError as err:

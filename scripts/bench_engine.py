@@ -4,7 +4,8 @@
 transformers' generate (greedy) on the same prompts; (c) EAGLE-2 with a head (shipped if present, else random).
 Prints a table and writes results/bench-engine.json.
 
-usage: python scripts/bench_engine.py [--model smollm2-135m] [--dtype bfloat16] [--prompts 5] [--max-new 128]
+usage: python scripts/bench_engine.py [--model smollm2-135m] [--dtypes bfloat16,float32] [--prompts 3] [--max-new 128]
+The top-level figures in the JSON are those of the first dtype; `by_dtype` holds every dtype's.
 """
 from __future__ import annotations
 
@@ -23,7 +24,8 @@ sys.path.insert(0, str(REPO))
 
 from eagle_infer.chat import Message, prompt_ids  # noqa: E402
 from eagle_infer.cli import stop_ids  # noqa: E402
-from eagle_infer.config import InferConf, build_engine  # noqa: E402
+from eagle_infer.config import InferConf, build_engine, shipped_head_dir  # noqa: E402
+from eagle_infer.errors import EagleError  # noqa: E402
 from eagle_infer.target import load_target  # noqa: E402
 from eagle_infer.tree import additive_mask  # noqa: E402
 from eval.benchmarks import load_benchmark  # noqa: E402
@@ -57,12 +59,29 @@ def hf_generate(target, ids: list[int], max_new: int, stops: list[int]) -> tuple
     return out.shape[1] - len(ids), time.perf_counter() - start
 
 
+def print_tables(result: dict, args) -> None:
+    tok_s = {m: result[f"{m}_tok_s"] for m in ("hf_generate", "vanilla", "eagle2")}
+    verify_ms = result["verify_ms"]
+    print(f"\n## bench-engine: {result['model']} {result['dtype']}, {result['machine']}, {result['prompts']} MT-bench prompts, "
+          f"{args.max_new} new tokens\n")
+    print("| k tree tokens | " + " | ".join(verify_ms) + " |")
+    print("|---|" + "---|" * len(verify_ms))
+    print("| forward ms | " + " | ".join(f"{v:.1f}" for v in verify_ms.values()) + " |\n")
+    print("| method | tokens/s | vs hf_generate | vs vanilla |\n|---|---|---|---|")
+    for m in ("hf_generate", "vanilla", "eagle2"):
+        print(f"| {m} | {tok_s[m]:.1f} | {tok_s[m] / tok_s['hf_generate']:.2f}x | {tok_s[m] / tok_s['vanilla']:.2f}x |")
+    e = result["eagle2"]
+    print(f"\neagle2 ({result['head']} head, depth {e['depth']}, top_k {e['top_k']}, total_tokens {e['total_tokens']}): "
+          f"tau {result['eagle2_tau']:.2f}, draft {result['eagle2_draft_ms_per_cycle']:.1f} ms + verify "
+          f"{result['eagle2_verify_ms_per_cycle']:.1f} ms per cycle, identical to vanilla {result['eagle2_identical_to_vanilla']}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="smollm2-135m")
-    ap.add_argument("--dtype", default="bfloat16")
+    ap.add_argument("--dtypes", default="bfloat16,float32")
     ap.add_argument("--head", default="shipped", help='"shipped", "random" or a head directory')
-    ap.add_argument("--prompts", type=int, default=5, help="MT-bench first turns")
+    ap.add_argument("--prompts", type=int, default=3, help="MT-bench first turns")
     ap.add_argument("--max-new", type=int, default=128)
     ap.add_argument("--data-dir", default=str(REPO.parent / "shared" / "data" / "benchmarks"))
     ap.add_argument("--out", default=str(REPO / "results" / "bench-engine.json"))
@@ -71,67 +90,60 @@ def main() -> None:
     ap.add_argument("--total-tokens", type=int, default=InferConf.total_tokens)
     args = ap.parse_args()
 
-    target = load_target(args.model, args.dtype)
-    from eagle_infer.config import shipped_head_dir
+    by_dtype = {}
+    for dtype in args.dtypes.split(","):
+        target = load_target(args.model, dtype)
+        head = args.head
+        if head == "shipped":
+            try:
+                shipped_head_dir(target.name)
+            except EagleError:
+                head = "random"
+        questions = load_benchmark("mt_bench", args.data_dir if Path(args.data_dir).is_dir() else None, limit=args.prompts)
+        prompts = [prompt_ids(target.tokenizer, [Message("user", q.turns[0])], target.template) for q in questions]
+        stops = stop_ids(target)
 
-    head = args.head
-    if head == "shipped":
-        try:
-            shipped_head_dir(target.name)
-        except Exception:
-            head = "random"
-    questions = load_benchmark("mt_bench", args.data_dir if Path(args.data_dir).is_dir() else None, limit=args.prompts)
-    prompts = [prompt_ids(target.tokenizer, [Message("user", q.turns[0])], target.template) for q in questions]
-    stops = stop_ids(target)
+        verify_ms = {k: forward_ms(target, k, 300, 5) for k in (1, 2, 4, 8, 16, 24, 32, 48, 64)}
 
-    verify_ms = {k: forward_ms(target, k, 300, 5) for k in (1, 2, 4, 8, 16, 24, 32, 48, 64)}
-
-    vanilla = build_engine(InferConf(method="vanilla"), target)
-    eagle2 = build_engine(InferConf(method="eagle2", head=head, depth=args.depth, top_k=args.top_k,
-                                    total_tokens=args.total_tokens), target)
-    vanilla.generate(prompts[0], 8, stop_ids=stops)  # warm-up, excluded
-    eagle2.generate(prompts[0], 8, stop_ids=stops)
-    hf_generate(target, prompts[0], 8, stops)
-    totals = {"hf_generate": [0, 0.0], "vanilla": [0, 0.0], "eagle2": [0, 0.0]}
-    taus, draft_s, verify_s, identical = [], [], [], 0
-    for ids in prompts:  # interleaved per prompt, so machine drift hits every method alike
-        n, dt = hf_generate(target, ids, args.max_new, stops)
-        totals["hf_generate"][0] += n
-        totals["hf_generate"][1] += dt
-        base = vanilla.generate(ids, args.max_new, stop_ids=stops)
-        totals["vanilla"][0] += len(base.tokens)
-        totals["vanilla"][1] += base.wall_s
-        r = eagle2.generate(ids, args.max_new, stop_ids=stops)
-        totals["eagle2"][0] += len(r.tokens)
-        totals["eagle2"][1] += r.wall_s
-        taus.append(r.tau)
-        identical += r.tokens == base.tokens
-        draft_s += [c.draft_s for c in r.cycles]
-        verify_s += [c.verify_s for c in r.cycles]
-    tok_s = {m: n / dt for m, (n, dt) in totals.items()}
-    result = {
-        "machine": f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads, {target.device.type}",
-        "model": target.name, "dtype": args.dtype, "head": head, "prompts": len(prompts), "max_new_tokens": args.max_new,
-        "eagle2": {"depth": args.depth, "top_k": args.top_k, "total_tokens": args.total_tokens},
-        "hf_generate_tok_s": tok_s["hf_generate"], "vanilla_tok_s": tok_s["vanilla"], "eagle2_tok_s": tok_s["eagle2"],
-        "vanilla_vs_hf": tok_s["vanilla"] / tok_s["hf_generate"], "eagle2_vs_vanilla": tok_s["eagle2"] / tok_s["vanilla"],
-        "eagle2_tau": statistics.mean(taus), "eagle2_identical_to_vanilla": f"{identical}/{len(prompts)}",
-        "eagle2_draft_ms_per_cycle": 1000 * statistics.mean(draft_s), "eagle2_verify_ms_per_cycle": 1000 * statistics.mean(verify_s),
-        "verify_ms": {str(k): v for k, v in verify_ms.items()},
-    }
+        vanilla = build_engine(InferConf(method="vanilla"), target)
+        eagle2 = build_engine(InferConf(method="eagle2", head=head, depth=args.depth, top_k=args.top_k,
+                                        total_tokens=args.total_tokens), target)
+        vanilla.generate(prompts[0], 8, stop_ids=stops)  # warm-up, excluded
+        eagle2.generate(prompts[0], 8, stop_ids=stops)
+        hf_generate(target, prompts[0], 8, stops)
+        totals = {"hf_generate": [0, 0.0], "vanilla": [0, 0.0], "eagle2": [0, 0.0]}
+        taus, draft_s, verify_s, identical = [], [], [], 0
+        for ids in prompts:  # interleaved per prompt, so machine drift hits every method alike
+            n, dt = hf_generate(target, ids, args.max_new, stops)
+            totals["hf_generate"][0] += n
+            totals["hf_generate"][1] += dt
+            base = vanilla.generate(ids, args.max_new, stop_ids=stops)
+            totals["vanilla"][0] += len(base.tokens)
+            totals["vanilla"][1] += base.wall_s
+            r = eagle2.generate(ids, args.max_new, stop_ids=stops)
+            totals["eagle2"][0] += len(r.tokens)
+            totals["eagle2"][1] += r.wall_s
+            taus.append(r.tau)
+            identical += r.tokens == base.tokens
+            draft_s += [c.draft_s for c in r.cycles]
+            verify_s += [c.verify_s for c in r.cycles]
+        tok_s = {m: n / dt for m, (n, dt) in totals.items()}
+        result = {
+            "machine": f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads, {target.device.type}",
+            "model": target.name, "dtype": dtype, "head": head, "prompts": len(prompts), "max_new_tokens": args.max_new,
+            "eagle2": {"depth": args.depth, "top_k": args.top_k, "total_tokens": args.total_tokens},
+            "hf_generate_tok_s": tok_s["hf_generate"], "vanilla_tok_s": tok_s["vanilla"], "eagle2_tok_s": tok_s["eagle2"],
+            "vanilla_vs_hf": tok_s["vanilla"] / tok_s["hf_generate"], "eagle2_vs_vanilla": tok_s["eagle2"] / tok_s["vanilla"],
+            "eagle2_tau": statistics.mean(taus), "eagle2_identical_to_vanilla": f"{identical}/{len(prompts)}",
+            "eagle2_draft_ms_per_cycle": 1000 * statistics.mean(draft_s), "eagle2_verify_ms_per_cycle": 1000 * statistics.mean(verify_s),
+            "verify_ms": {str(k): v for k, v in verify_ms.items()},
+        }
+        by_dtype[dtype] = result
+        print_tables(result, args)
+    result = {**by_dtype[args.dtypes.split(",")[0]], "by_dtype": by_dtype}
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"## bench-engine: {result['model']} {args.dtype}, {result['machine']}, {len(prompts)} MT-bench prompts, {args.max_new} new tokens\n")
-    print("| k tree tokens | " + " | ".join(str(k) for k in verify_ms) + " |")
-    print("|---|" + "---|" * len(verify_ms))
-    print("| forward ms | " + " | ".join(f"{v:.1f}" for v in verify_ms.values()) + " |\n")
-    print("| method | tokens/s | vs hf_generate | vs vanilla |\n|---|---|---|---|")
-    for m in ("hf_generate", "vanilla", "eagle2"):
-        print(f"| {m} | {tok_s[m]:.1f} | {tok_s[m] / tok_s['hf_generate']:.2f}x | {tok_s[m] / tok_s['vanilla']:.2f}x |")
-    print(f"\neagle2 ({head} head, depth {args.depth}, top_k {args.top_k}, total_tokens {args.total_tokens}): tau {result['eagle2_tau']:.2f}, "
-          f"draft {result['eagle2_draft_ms_per_cycle']:.1f} ms + verify {result['eagle2_verify_ms_per_cycle']:.1f} ms per cycle, "
-          f"identical to vanilla {result['eagle2_identical_to_vanilla']}")
     print(f"wrote {out}")
 
 
