@@ -231,3 +231,14 @@ def prompt_ids(tokenizer, messages: list[Message], template: str) -> list[int]:
     """Token ids of `messages` rendered with a generation prompt, ready for the model to answer."""
     text = render(messages, tokenizer, template, add_generation_prompt=True).text
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def stop_ids(target) -> list[int]:
+    """End-of-answer ids: the tokenizer's eos plus the chat template's end-of-turn token when it has one."""
+    tok = target.tokenizer
+    ids = {tok.eos_token_id} if tok.eos_token_id is not None else set()
+    for marker in ("<|im_end|>", "<|eot_id|>", "</s>"):
+        tid = tok.convert_tokens_to_ids(marker)
+        if isinstance(tid, int) and tid != tok.unk_token_id and tid >= 0:
+            ids.add(tid)
+    return sorted(ids)

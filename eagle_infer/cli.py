@@ -36,7 +36,7 @@ ConfigStore.instance().store(name="infer_schema", node=InferRunConf)
 
 def prompt_and_stops(target, chat: str | None, prompt: str | None) -> tuple[list[int], list[int]]:
     """Token ids to continue and the ids that end an answer."""
-    from .chat import Message, prompt_ids
+    from .chat import Message, prompt_ids, stop_ids
 
     tok = target.tokenizer
     if (chat is None) == (prompt is None):
@@ -46,17 +46,6 @@ def prompt_and_stops(target, chat: str | None, prompt: str | None) -> tuple[list
     else:
         ids = list(tok(prompt, add_special_tokens=True)["input_ids"])
     return ids, stop_ids(target)
-
-
-def stop_ids(target) -> list[int]:
-    """End-of-answer ids: the tokenizer's eos plus the chat template's end-of-turn token when it has one."""
-    tok = target.tokenizer
-    ids = {tok.eos_token_id} if tok.eos_token_id is not None else set()
-    for marker in ("<|im_end|>", "<|eot_id|>", "</s>"):
-        tid = tok.convert_tokens_to_ids(marker)
-        if isinstance(tid, int) and tid != tok.unk_token_id and tid >= 0:
-            ids.add(tid)
-    return sorted(ids)
 
 
 @hydra.main(version_base=None, config_path=CONF_DIR, config_name="infer")

@@ -77,7 +77,7 @@ def evaluate(conf: EvalRunConf, out: Path) -> str:
     """Run (or resume) one evaluation into `out`; returns the Markdown table."""
     import torch
 
-    from eagle_infer.cli import stop_ids
+    from eagle_infer.chat import stop_ids
     from eagle_infer.config import build_head, sampling_params
     from eagle_infer.target import load_target
 

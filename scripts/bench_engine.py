@@ -23,7 +23,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from eagle_infer.chat import Message, prompt_ids  # noqa: E402
-from eagle_infer.cli import stop_ids  # noqa: E402
+from eagle_infer.chat import stop_ids  # noqa: E402
 from eagle_infer.config import InferConf, build_engine, shipped_head_dir  # noqa: E402
 from eagle_infer.errors import EagleError  # noqa: E402
 from eagle_infer.target import load_target  # noqa: E402

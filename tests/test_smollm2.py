@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from eagle_infer.chat import Message, prompt_ids
-from eagle_infer.cli import stop_ids
+from eagle_infer.chat import stop_ids
 from eagle_infer.config import HEADS_DIR
 from eagle_infer.draft_head import load_head, random_head
 from eagle_infer.engine import DecodeConfig, Engine

@@ -17,7 +17,7 @@ import torch
 import eagle_train.featurize as featurize_mod
 import eagle_train.train as train_mod
 from eagle_infer.chat import Message, loss_mask, prompt_ids, render
-from eagle_infer.cli import stop_ids
+from eagle_infer.chat import stop_ids
 from eagle_infer.draft_head import load_head
 from eagle_infer.engine import DecodeConfig, Engine
 from eagle_infer.errors import EagleError
