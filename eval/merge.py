@@ -1,0 +1,52 @@
+"""Merge runs into one table: `python -m eval.merge results/OUT results/RUN_A results/RUN_B ...`.
+
+For runs of the same model and settings split by benchmark (e.g. run side by side on two machines or cores):
+their records are concatenated into OUT/records.jsonl (a (benchmark, method, question) present twice is an
+error), then OUT gets table.md, table.csv and the plots, exactly as a single run would.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from eagle_infer.errors import EagleError
+
+from .metrics import summarize
+from .records import read_records, record_key
+from .report import plot_all, write_table
+
+
+def merge(out: Path, runs: list[Path]) -> str:
+    records, seen = [], set()
+    for run in runs:
+        path = run / "records.jsonl"
+        if not path.exists():
+            raise EagleError(f"run {str(run)!r} has no records.jsonl")
+        for record in read_records(path):
+            key = record_key(record)
+            if key in seen:
+                raise EagleError(f"record {key} appears in more than one run: merge runs of disjoint benchmarks")
+            seen.add(key)
+            records.append(record)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    rows = summarize(records)
+    markdown = write_table(rows, out)
+    plot_all(records, rows, out)
+    return markdown
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) < 2:
+        print("usage: python -m eval.merge results/OUT results/RUN [results/RUN ...]", file=sys.stderr)
+        sys.exit(2)
+    try:
+        print(merge(Path(argv[0]), [Path(a) for a in argv[1:]]))
+    except EagleError as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
