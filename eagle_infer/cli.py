@@ -70,7 +70,7 @@ def main(cfg) -> None:
         print(text, end="")
     print(
         f"\n[{conf.infer.method} | {len(result.tokens)} tokens | tau {result.tau:.2f} | {result.tok_s:.1f} tokens/s | "
-        f"{target.name} {conf.model.dtype} on {target.device.type}]",
+        f"{target.name} {str(target.dtype).removeprefix('torch.')} on {target.device.type}]",
         file=sys.stderr,
     )
 
