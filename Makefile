@@ -46,6 +46,7 @@ demo: $(STAMP)
 	$(PY) -m eagle_train.cli recipes=demo stage=featurize
 	$(CPU_ENV) .venv/bin/deepspeed --num_gpus 1 --no_local_rank --module eagle_train.cli recipes=demo stage=train
 	$(PY) -m eval.cli run=demo model.name=smollm2-135m bench.names=[mt_bench] bench.limit=3 infer.max_new_tokens=96 \
+	  infer.depth=2 infer.top_k=4 infer.total_tokens=8 \
 	  methods=[vanilla,eagle2,eagle2:demo] +heads.demo=runs/demo/head/head $(ARGS)
 
 EVAL_ARGS = model.name=$(MODEL) run=$(RUN) $(if $(BENCH),bench.names=[$(BENCH)]) $(if $(LIMIT),bench.limit=$(LIMIT)) \
