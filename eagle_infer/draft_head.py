@@ -24,6 +24,7 @@ from torch import nn
 
 from .errors import EagleError
 from .kv_cache import KVCache
+from .tree import causal_mask
 
 INPUT_MODES = ("feature+shifted_token", "feature+token", "token", "feature")
 CONFIG_FILE, WEIGHTS_FILE = "config.json", "model.safetensors"
@@ -120,10 +121,7 @@ class DraftHead(nn.Module):
             embeds = torch.zeros_like(embeds)
         hidden = self.fc(torch.cat((embeds, features), dim=-1))
         if mask is None and cache is None:
-            t = hidden.shape[1]
-            causal = torch.ones(t, t, dtype=torch.bool, device=hidden.device).tril()
-            mask = torch.zeros(t, t, dtype=hidden.dtype, device=hidden.device).masked_fill(~causal, torch.finfo(hidden.dtype).min)
-            mask = mask[None, None]
+            mask = causal_mask(0, hidden.shape[1], hidden.dtype, hidden.device)
         cos_sin = self.rotary(hidden, positions)
         return self.layer(
             hidden,

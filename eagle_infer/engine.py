@@ -15,7 +15,7 @@ import torch
 from .draft_head import DraftHead
 from .drafting import DraftRoot, TreeFeeder, draft_chain, draft_dynamic, draft_static
 from .errors import EagleError
-from .tree import DEFAULT_STATIC_PATHS, DraftTree, additive_mask, check_paths
+from .tree import DEFAULT_STATIC_PATHS, DraftTree, additive_mask, causal_mask, check_paths
 from .verify import SamplingParams, sample_token, target_probs, verify_greedy, verify_sampling
 
 METHODS = ("vanilla", "chain", "eagle1", "eagle2")
@@ -136,11 +136,6 @@ class _Output:
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-
-
-def causal_mask(prefix: int, t: int, dtype, device) -> torch.Tensor:
-    """Additive [1, 1, t, prefix + t]: new token i sees the prefix and new tokens <= i."""
-    return additive_mask(torch.ones(t, t, dtype=torch.bool).tril(), prefix, dtype, device)
 
 
 class Engine:

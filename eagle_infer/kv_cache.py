@@ -52,10 +52,6 @@ class KVCache:
         self.length = 0
         self.hf = Cache(layers=[_LayerView(self, i) for i in range(layers)])
 
-    def room(self) -> int:
-        """Positions still free."""
-        return self.max_len - self.length
-
     def advance(self, n: int) -> None:
         """Commit the n positions the last forward wrote."""
         self.length += n

@@ -51,11 +51,6 @@ class DraftTree:
         return mask
 
 
-def empty_tree(device) -> DraftTree:
-    z = torch.zeros(0, dtype=torch.long, device=device)
-    return DraftTree(z, z.clone(), z.clone(), torch.zeros(0, device=device))
-
-
 def additive_mask(allowed: torch.Tensor, prefix: int, dtype: torch.dtype, device) -> torch.Tensor:
     """Attention mask [1, 1, T, prefix + S] from a bool [T, S] mask over the uncommitted block; all rows see the prefix."""
     t, s = allowed.shape
@@ -63,6 +58,11 @@ def additive_mask(allowed: torch.Tensor, prefix: int, dtype: torch.dtype, device
     full[:, prefix:] = allowed.to(device)
     mask = torch.zeros(t, prefix + s, dtype=dtype, device=device)
     return mask.masked_fill_(~full, torch.finfo(dtype).min)[None, None]
+
+
+def causal_mask(prefix: int, t: int, dtype, device) -> torch.Tensor:
+    """Additive [1, 1, t, prefix + t]: new token i sees the prefix and new tokens <= i."""
+    return additive_mask(torch.ones(t, t, dtype=torch.bool).tril(), prefix, dtype, device)
 
 
 # EAGLE-1 style static tree: each path lists child ranks from the root (rank 0 = the head's top-1). A CPU-sized

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from eagle_infer.tree import additive_mask
+
 from .features import Sample
 
 
@@ -124,8 +126,7 @@ def chain_acceptance(head, sample: Sample, steps: int = 5, max_starts: int = 64,
             allowed[row, : s + 1] = True
             same = [n_pairs + i for i in range(j + 1) if node_start[i] == s]
             allowed[row, same] = True
-        mask = torch.zeros(allowed.shape, dtype=feats.dtype, device=device).masked_fill(~allowed, torch.finfo(feats.dtype).min)
-        out = head(feats[None], tokens[None], positions[None], mask=mask[None, None])[0]
+        out = head(feats[None], tokens[None], positions[None], mask=additive_mask(allowed, 0, feats.dtype, device))[0]
         for s in live:
             j = s if k == 0 else n_pairs + max(i for i in range(m) if node_start[i] == s)
             guess = int(head.logits(out[j]).argmax())

@@ -27,7 +27,7 @@ from eagle_infer.chat import stop_ids  # noqa: E402
 from eagle_infer.config import InferConf, build_engine, shipped_head_dir  # noqa: E402
 from eagle_infer.errors import EagleError  # noqa: E402
 from eagle_infer.target import load_target  # noqa: E402
-from eagle_infer.tree import additive_mask  # noqa: E402
+from eagle_infer.tree import causal_mask  # noqa: E402
 from eval.benchmarks import load_benchmark  # noqa: E402
 
 
@@ -39,7 +39,7 @@ def forward_ms(target, k: int, prefix: int, reps: int) -> float:
     cache.advance(prefix)
     x = torch.randint(100, 1000, (1, k), device=target.device)
     pos = (prefix + torch.arange(k, device=target.device))[None]
-    mask = additive_mask(torch.ones(k, k, dtype=torch.bool).tril(), prefix, target.dtype, target.device)
+    mask = causal_mask(prefix, k, target.dtype, target.device)
     times = []
     for i in range(reps + 2):
         start = time.perf_counter()

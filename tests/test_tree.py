@@ -13,10 +13,9 @@ import torch
 
 from eagle_infer.draft_head import DraftHead, DraftHeadConfig, random_head
 from eagle_infer.drafting import DraftRoot, TreeFeeder, draft_chain, draft_dynamic, draft_static
-from eagle_infer.engine import causal_mask
 from eagle_infer.errors import EagleError
 from eagle_infer.kv_cache import KVCache
-from eagle_infer.tree import DEFAULT_STATIC_PATHS, DraftTree, additive_mask, chain_paths, check_paths, empty_tree
+from eagle_infer.tree import DEFAULT_STATIC_PATHS, DraftTree, additive_mask, causal_mask, chain_paths, check_paths
 from tests.oracles import one_thread  # noqa: F401 (autouse fixture)
 from tests.tiny import tiny_target
 
@@ -87,8 +86,6 @@ def test_ancestor_mask_hand_drawn():
     assert torch.equal(tree.ancestor_mask(), expected)
     assert tree.children() == [[0, 1], [2, 3], [4], [5], [], [], []]
     assert len(tree) == 6 and tree.depth == 3
-    empty = empty_tree("cpu")
-    assert len(empty) == 0 and empty.depth == 0 and torch.equal(empty.ancestor_mask(), torch.ones(1, 1, dtype=torch.bool))
 
 
 def test_additive_mask():
