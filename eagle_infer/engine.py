@@ -1,13 +1,21 @@
-"""The one decoding engine: prefill, then cycles of draft -> verify -> accept -> compact.
+"""The one decoding engine: prefill, then cycles of draft -> verify -> accept -> compact, over a batch of requests.
 
 Methods: `vanilla` (one target forward per token, the baseline), `chain` (EAGLE without a tree), `eagle1` (static
 tree) and `eagle2` (dynamic tree). All share the target adapter, the caches and the samplers, so greedy output is
 the target's own greedy output and sampled output is distributed as the target's.
+
+Batches (`generate_batch`): up to `batch_size` requests decode together, each in one row of the caches with its own
+length, tree, accepted length and stop condition; the rest wait and take the row of a request that finishes
+(continuous batching), and when none is waiting, finished rows are dropped so they stop costing compute. A new
+request is prefilled alone in its row; every cycle then drafts all rows in one batched head forward per tree level
+and verifies all trees in one batched target forward. Trees of one cycle have the same size for the built-in
+drafters; a custom drafter's smaller trees are padded with masked slots. `generate` is a batch of one.
 """
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, field
+from collections import deque
+from dataclasses import asdict, dataclass, field, replace
 from typing import Callable
 
 import torch
@@ -15,7 +23,8 @@ import torch
 from .draft_head import DraftHead
 from .drafting import DraftRoot, TreeFeeder, draft_chain, draft_dynamic, draft_static
 from .errors import EagleError
-from .tree import DEFAULT_STATIC_PATHS, DraftTree, additive_mask, causal_mask, check_paths
+from .kv_cache import KVCache
+from .tree import DEFAULT_STATIC_PATHS, DraftTree, additive_mask, ancestor_masks, causal_mask, check_paths
 from .verify import SamplingParams, sample_token, target_probs, verify_greedy, verify_sampling
 
 METHODS = ("vanilla", "chain", "eagle1", "eagle2")
@@ -25,7 +34,9 @@ EXPAND_BY = ("value", "confidence")
 @dataclass
 class DecodeConfig:
     """How to draft. depth: longest draft path; top_k: EAGLE-2 expansion width; total_tokens: EAGLE-2 draft budget
-    (root excluded); static_paths: EAGLE-1 tree (None = DEFAULT_STATIC_PATHS)."""
+    (root excluded); static_paths: EAGLE-1 tree (None = DEFAULT_STATIC_PATHS). max_batch_size: most requests decoded
+    at once. batch_token_budget: most tokens one verification forward holds over the whole batch (B rows x (tree +
+    root)); the tree shrinks to fit as the batch grows (EAGLE notes smaller trees suit larger batches); 0 = off."""
 
     method: str = "eagle2"
     depth: int = 6
@@ -34,6 +45,8 @@ class DecodeConfig:
     static_paths: list | None = None
     expand_by: str = "value"
     rerank: bool = True
+    max_batch_size: int = 16
+    batch_token_budget: int = 0
 
     def validate(self, vocab_size: int) -> None:
         if self.method not in METHODS:
@@ -44,6 +57,10 @@ class DecodeConfig:
             raise EagleError(f"top_k {self.top_k} is invalid: expected 1 <= top_k <= vocabulary size {vocab_size}")
         if self.total_tokens < 1:
             raise EagleError(f"total_tokens {self.total_tokens} is invalid: expected >= 1")
+        if self.max_batch_size < 1:
+            raise EagleError(f"max_batch_size {self.max_batch_size} is invalid: expected >= 1")
+        if self.batch_token_budget < 0:
+            raise EagleError(f"batch_token_budget {self.batch_token_budget} is invalid: expected >= 0 (0 = off)")
         if self.expand_by not in EXPAND_BY:
             raise EagleError(f"unknown expand_by {self.expand_by!r}: expected one of {', '.join(EXPAND_BY)}")
         if self.method == "eagle1":
@@ -54,15 +71,30 @@ class DecodeConfig:
     def paths(self):
         return DEFAULT_STATIC_PATHS if self.static_paths is None else self.static_paths
 
-    def tree_budget(self) -> int:
-        """Most draft nodes one cycle can verify."""
-        return {"vanilla": 0, "chain": self.depth, "eagle1": len(self.paths()), "eagle2": self.total_tokens}[self.method]
+    def tree_budget(self, batch: int = 1) -> int:
+        """Most draft nodes one cycle verifies per row when `batch` rows decode together."""
+        full = {"vanilla": 0, "chain": self.depth, "eagle1": len(self.paths()), "eagle2": self.total_tokens}[self.method]
+        if self.method == "vanilla" or not self.batch_token_budget:
+            return full
+        return min(full, max(1, self.batch_token_budget // batch - 1))
 
     def feed_budget(self) -> int:
         """Most tree nodes one cycle feeds to the draft head (its cache needs that much room past the context)."""
         return {"vanilla": 0, "chain": self.depth, "eagle1": len(self.paths()), "eagle2": self.top_k * (self.depth - 1)}[
             self.method
         ]
+
+    def at_batch(self, batch: int) -> "DecodeConfig":
+        """This config with the tree cut to tree_budget(batch): EAGLE-2 keeps fewer nodes (and drafts no deeper
+        than it can keep), EAGLE-1 keeps its first paths in breadth-first order, a chain gets shorter."""
+        n = self.tree_budget(batch)
+        if n == self.tree_budget(1):
+            return self
+        if self.method == "eagle2":
+            return replace(self, total_tokens=n, depth=min(self.depth, n))
+        if self.method == "eagle1":
+            return replace(self, static_paths=[list(p) for p in check_paths(self.paths())[:n]])
+        return replace(self, depth=n)
 
 
 @dataclass
@@ -77,6 +109,7 @@ class CycleStats:
     verify_s: float
     tested_conf: list[float] = field(default_factory=list)
     tested_hit: list[bool] = field(default_factory=list)
+    batch: int = 1  # requests in the cycle's batched forwards (the times are the batch's, shared by all of them)
 
 
 @dataclass
@@ -106,6 +139,26 @@ class GenerationResult:
             "stop_reason": self.stop_reason,
             "cycles": [asdict(c) for c in self.cycles],
         }
+
+
+@dataclass
+class BatchResult:
+    """One generate_batch call: a result per prompt (in prompt order), the call's wall time, the most requests
+    decoded at once, and the bytes of the KV caches it allocated."""
+
+    results: list[GenerationResult]
+    wall_s: float
+    batch_size: int
+    cache_bytes: int
+
+    @property
+    def new_tokens(self) -> int:
+        return sum(len(r.tokens) for r in self.results)
+
+    @property
+    def tok_s(self) -> float:
+        """Output tokens per second of the whole batch (throughput)."""
+        return self.new_tokens / self.wall_s if self.wall_s > 0 else 0.0
 
 
 class _Output:
@@ -138,45 +191,85 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def available_memory(device: torch.device) -> int:
+    """Bytes free for new tensors on `device`: CUDA's free memory, or the kernel's MemAvailable on a CPU."""
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    try:
+        with open("/proc/meminfo") as info:
+            for line in info:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 1 << 62  # unknown: refuse nothing
+
+
+@dataclass
+class _Request:
+    """A request decoding in one batch row: its output, sampler and stats, and what its next cycle starts from."""
+
+    index: int
+    out: _Output
+    generator: torch.Generator
+    start: float
+    prefill_s: float = 0.0
+    cycles: list = field(default_factory=list)
+    root: int = 0  # the newest emitted token, not yet in the target's cache
+    feature: torch.Tensor | None = None  # [H] the head's predicted feature after the committed context
+    pending: tuple | None = None  # (target features [m, H], pair tokens [m]) committed, not yet fed to the head
+
+
 class Engine:
     """Decodes with `target` (a target.Target) and, for the EAGLE methods, a DraftHead.
 
-    `drafter` replaces the config's drafter with any callable TreeFeeder -> DraftTree (tests use oracles that know
-    the target's continuation; a prompt-lookup drafter would fit the same slot).
+    `drafter` replaces the config's drafter with any callable TreeFeeder -> list[DraftTree] (one tree per batch
+    row; tests use oracles that know the target's continuation; a prompt-lookup drafter would fit the same slot).
     """
 
     def __init__(
-        self, target, head: DraftHead | None, config: DecodeConfig, drafter: Callable[[TreeFeeder], DraftTree] | None = None
+        self, target, head: DraftHead | None, config: DecodeConfig,
+        drafter: Callable[[TreeFeeder], list[DraftTree]] | None = None,
     ):
         config.validate(target.vocab_size)
         if config.method != "vanilla" and head is None:
             raise EagleError(f"method {config.method!r} needs a draft head: give head=<dir> or head=random")
         self.target, self.head, self.config, self.drafter = target, head, config, drafter
 
-    def _check_room(self, prompt_len: int, max_new_tokens: int) -> int:
+    def _check_room(self, prompt_len: int, max_new_tokens: int, which: str = "") -> int:
         """The cache length this request needs; a clear error when the context cannot hold it."""
         ctx = self.target.max_context
         if prompt_len < 1:
-            raise EagleError("the prompt is empty: expected at least one token")
+            raise EagleError(f"{which}the prompt is empty: expected at least one token")
         if max_new_tokens < 1:
             raise EagleError(f"max_new_tokens {max_new_tokens} is invalid: expected >= 1")
         if prompt_len >= ctx:
-            raise EagleError(f"prompt of {prompt_len} tokens is longer than the model's context of {ctx} tokens")
+            raise EagleError(f"{which}prompt of {prompt_len} tokens is longer than the model's context of {ctx} tokens")
         if prompt_len + max_new_tokens > ctx:
             raise EagleError(
-                f"prompt of {prompt_len} tokens + max_new_tokens {max_new_tokens} exceeds the model's context of {ctx} tokens"
+                f"{which}prompt of {prompt_len} tokens + max_new_tokens {max_new_tokens} exceeds the model's context "
+                f"of {ctx} tokens"
             )
         # At a cycle start the cache holds every emitted token but the newest (the root, at most max_new - 1 of
         # them after the prompt), and the cycle writes the root and its tree after them.
         need = prompt_len + max_new_tokens - 1 + self.config.tree_budget()
         if need > ctx:
             raise EagleError(
-                f"tree budget of {self.config.tree_budget()} tokens does not fit: the cache holds {ctx} positions and "
-                f"this request already needs {prompt_len + max_new_tokens}"
+                f"{which}tree budget of {self.config.tree_budget()} tokens does not fit: the cache holds {ctx} "
+                f"positions and this request already needs {prompt_len + max_new_tokens}"
             )
         return need
 
-    @torch.inference_mode()
+    def cache_bytes(self, batch: int, max_len: int) -> int:
+        """Memory of the target's and the head's KV caches for `batch` rows of `max_len` positions."""
+        cfg = self.target.config
+        head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        rows = (cfg.num_hidden_layers, batch, cfg.num_key_value_heads, head_dim)
+        total = KVCache.bytes_needed(*rows, max_len, self.target.dtype)
+        if self.config.method != "vanilla":
+            total += KVCache.bytes_needed(1, *rows[1:], max_len + self.config.feed_budget(), self.target.dtype)
+        return total
+
     def generate(
         self,
         prompt_ids: list[int],
@@ -187,89 +280,252 @@ class Engine:
         seed: int = 0,
     ) -> GenerationResult:
         """Generate up to max_new_tokens after prompt_ids (stop ids are included in the output)."""
-        target, device = self.target, self.target.device
-        max_len = self._check_room(len(prompt_ids), max_new_tokens)
-        generator = torch.Generator(device=device).manual_seed(seed)
-        out = _Output(max_new_tokens, set(stop_ids or ()), stream)
+        relay = None if stream is None else (lambda _request, tokens: stream(tokens))
+        return self.generate_batch([prompt_ids], max_new_tokens, sampling, stop_ids, relay, seed, 1).results[0]
+
+    @torch.inference_mode()
+    def generate_batch(
+        self,
+        prompts: list[list[int]],
+        max_new_tokens: int = 128,
+        sampling: SamplingParams = SamplingParams(),
+        stop_ids: list[int] | None = None,
+        stream: Callable[[int, list[int]], None] | None = None,
+        seed: int = 0,
+        batch_size: int | None = None,
+    ) -> BatchResult:
+        """Generate for every prompt, at most batch_size (default min(len(prompts), max_batch_size)) at a time;
+        stream(i, tokens) gets request i's tokens as they are accepted. Request i samples with seed + i, so its
+        output is what generate(prompts[i], seed=seed + i) gives. Every input is checked before any work starts."""
+        if not prompts:
+            raise EagleError("the batch is empty: expected at least one prompt")
+        limit = self.config.max_batch_size
+        size = min(len(prompts), limit) if batch_size is None else batch_size
+        if size < 1:
+            raise EagleError(f"batch_size {size} is invalid: expected >= 1")
+        if size > limit:
+            raise EagleError(f"batch_size {size} exceeds max_batch_size {limit}: lower it or raise max_batch_size")
+        size = min(size, len(prompts))
+        which = (lambda i: f"request {i}: ") if len(prompts) > 1 else (lambda i: "")
+        max_len = max(self._check_room(len(p), max_new_tokens, which(i)) for i, p in enumerate(prompts))
+        need, free = self.cache_bytes(size, max_len), available_memory(self.target.device)
+        if need > free:
+            raise EagleError(
+                f"KV caches for batch_size {size} x {max_len} positions need {need / 2**30:.2f} GiB but "
+                f"{self.target.device} has {free / 2**30:.2f} GiB free: lower the batch size, max_new_tokens or the prompts"
+            )
         start = time.perf_counter()
-        cache = target.new_cache(1, max_len)
-        n = len(prompt_ids)
-        ids = torch.tensor([prompt_ids], dtype=torch.long, device=device)
-        logits, feats = target.forward(ids, torch.arange(n, device=device)[None], cache, last_only=True)
-        cache.advance(n)
-        token = sample_token(logits[0, -1], sampling, generator)
-        _sync(device)
-        prefill_s = time.perf_counter() - start
-        done = out.emit([token])
-        if self.config.method == "vanilla":
-            cycles = [] if done else self._vanilla(cache, token, sampling, generator, out)
-        else:
-            cycles = [] if done else self._eagle(cache, feats[0], prompt_ids + [token], sampling, generator, out)
-        _sync(device)
-        return GenerationResult(out.tokens, cycles, prefill_s, time.perf_counter() - start, out.reason)
+        run = _BatchRun(self, prompts, max_new_tokens, sampling, set(stop_ids or ()), stream, seed, size, max_len)
+        results = run.run()
+        _sync(self.target.device)
+        return BatchResult(results, time.perf_counter() - start, size, need)
 
-    def _vanilla(self, cache, token, sampling, generator, out) -> list[CycleStats]:
-        target, device, cycles = self.target, self.target.device, []
-        while True:
-            t0 = time.perf_counter()
-            pos = torch.tensor([[cache.length]], device=device)
-            logits, _ = target.forward(torch.tensor([[token]], device=device), pos, cache, last_only=True)
-            cache.advance(1)
-            token = sample_token(logits[0, -1], sampling, generator)
-            cycles.append(CycleStats(0, 0, 0, 0.0, time.perf_counter() - t0))
-            if out.emit([token]):
-                return cycles
-
-    def _draft(self, feeder: TreeFeeder) -> DraftTree:
-        c = self.config
+    def _draft(self, feeder: TreeFeeder, config: DecodeConfig) -> list[DraftTree]:
         if self.drafter is not None:
-            return self.drafter(feeder)
-        if c.method == "chain":
-            return draft_chain(feeder, c.depth)
-        if c.method == "eagle1":
-            return draft_static(feeder, c.paths())
-        return draft_dynamic(feeder, c.depth, c.top_k, c.total_tokens, c.expand_by, c.rerank)
+            trees = self.drafter(feeder)
+        elif config.method == "chain":
+            trees = draft_chain(feeder, config.depth)
+        elif config.method == "eagle1":
+            trees = draft_static(feeder, config.paths())
+        else:
+            trees = draft_dynamic(feeder, config.depth, config.top_k, config.total_tokens, config.expand_by, config.rerank)
+        budget = self.config.tree_budget()
+        if len(trees) != feeder.root.batch or max(len(t) for t in trees) > budget:
+            raise EagleError(
+                f"drafter returned {len(trees)} trees of up to {max(len(t) for t in trees)} nodes: expected one per "
+                f"batch row ({feeder.root.batch}) of at most the tree budget {budget}"
+            )
+        return trees
 
-    def _eagle(self, cache, feats, seq, sampling, generator, out) -> list[CycleStats]:
-        """feats: [m, H] target features of the newest m committed positions; seq: their tokens + the next token."""
-        target, head, device = self.target, self.head, self.target.device
-        head_cache = head.new_cache(1, cache.max_len + self.config.feed_budget())
-        shift, cycles = head.config.token_shift, []
-        while True:
-            t0 = time.perf_counter()
-            m, n, root = feats.shape[0], cache.length, seq[-1]
-            pair_tokens = torch.tensor([seq[shift : shift + m]], device=device)
-            positions = torch.arange(head_cache.length, head_cache.length + m, device=device)[None]
-            mask = causal_mask(head_cache.length, m, feats.dtype, device)
-            predicted = head(feats[None], pair_tokens, positions, head_cache, mask)[0, -1]
-            head_cache.advance(m)
-            feeder = TreeFeeder(head, head_cache, DraftRoot(predicted, root, n))
-            tree = self._draft(feeder)
-            feeder.reset()
-            _sync(device)
-            t1 = time.perf_counter()
 
-            ids = torch.cat([torch.tensor([root], device=device), tree.tokens])[None]
-            positions = (n + torch.cat([torch.zeros(1, dtype=torch.long, device=device), tree.depths]))[None]
-            mask = additive_mask(tree.ancestor_mask(), n, target.dtype, device)
-            logits, tree_feats = target.forward(ids, positions, cache, mask)
-            if sampling.greedy:
-                acc = verify_greedy(tree, logits[0])
+class _BatchRun:
+    """The state of one generate_batch call: caches whose rows hold the decoding requests, and the queue."""
+
+    def __init__(self, engine: Engine, prompts, max_new, sampling, stops, stream, seed, size: int, max_len: int):
+        self.engine, self.target, self.head = engine, engine.target, engine.head
+        self.prompts, self.max_new, self.sampling, self.stops, self.stream, self.seed = (
+            prompts, max_new, sampling, stops, stream, seed
+        )
+        self.eagle = engine.config.method != "vanilla"
+        self.cache = self.target.new_cache(size, max_len)
+        self.head_cache = self.head.new_cache(size, max_len + engine.config.feed_budget()) if self.eagle else None
+        self.rows: list[_Request | None] = [None] * size
+        self.waiting = deque(range(len(prompts)))
+        self.results: list[GenerationResult | None] = [None] * len(prompts)
+        self.configs: dict[int, DecodeConfig] = {}
+        self.carry_s = 0.0  # head time spent after the last verification, counted in the next cycle's draft time
+
+    def run(self) -> list[GenerationResult]:
+        self._refill()
+        while self.rows:
+            if self.eagle:
+                self._eagle_cycle()
             else:
-                acc = verify_sampling(tree, target_probs(logits[0], sampling), generator)
+                self._vanilla_cycle()
+            self._refill()
+            if self.eagle:
+                self._feed_pending()
+        return self.results
+
+    def _finish(self, request: _Request) -> None:
+        out = request.out
+        self.results[request.index] = GenerationResult(
+            out.tokens, request.cycles, request.prefill_s, time.perf_counter() - request.start, out.reason
+        )
+
+    def _refill(self) -> None:
+        """Admit waiting requests into free rows; then drop the rows left free."""
+        for b in range(len(self.rows)):
+            while self.rows[b] is None and self.waiting:
+                self._admit(b, self.waiting.popleft())
+        keep = [b for b, r in enumerate(self.rows) if r is not None]
+        if keep and len(keep) < len(self.rows):
+            self.cache.select_rows(keep)
+            if self.eagle:
+                self.head_cache.select_rows(keep)
+        self.rows = [self.rows[b] for b in keep]
+
+    def _admit(self, b: int, i: int) -> None:
+        """Prefill request i alone in row b: its first token, and for EAGLE the head's pass over its prompt."""
+        target, device = self.target, self.target.device
+        relay = None if self.stream is None else (lambda tokens, i=i: self.stream(i, tokens))
+        generator = torch.Generator(device=device).manual_seed(self.seed + i)
+        request = _Request(i, _Output(self.max_new, self.stops, relay), generator, time.perf_counter())
+        prompt = self.prompts[i]
+        n = len(prompt)
+        self.cache.lengths[b] = 0
+        view = self.cache.row(b)
+        positions = torch.arange(n, device=device)[None]
+        logits, feats = target.forward(torch.tensor([prompt], device=device), positions, view, last_only=True)
+        self.cache.lengths[b] = n
+        request.root = sample_token(logits[0, -1], self.sampling, generator)
+        done = request.out.emit([request.root])
+        if self.eagle and not done:
+            self.head_cache.lengths[b] = 0
+            view = self.head_cache.row(b)
+            seq = prompt + [request.root]
+            shift = self.head.config.token_shift
+            pairs = torch.tensor([seq[shift : shift + n]], device=device)
+            predicted = self.head(feats, pairs, positions, view, causal_mask(0, n, feats.dtype, device))
+            self.head_cache.lengths[b] = n
+            request.feature = predicted[0, -1]
+        _sync(device)
+        request.prefill_s = time.perf_counter() - request.start
+        if done:
+            self._finish(request)
+        else:
+            self.rows[b] = request
+
+    def _emit(self, b: int, request: _Request, tokens: list[int]) -> bool:
+        """Emit a row's tokens; a finished request gets its result and frees the row."""
+        if request.out.emit(tokens):
+            self._finish(request)
+            self.rows[b] = None
+            return True
+        return False
+
+    def _vanilla_cycle(self) -> None:
+        target, device, rows = self.target, self.target.device, list(self.rows)
+        t0 = time.perf_counter()
+        lengths = list(self.cache.lengths)
+        ids = torch.tensor([[r.root] for r in rows], device=device)
+        positions = torch.tensor(lengths, device=device)[:, None]
+        mask = causal_mask(lengths, 1, target.dtype, device)
+        logits, _ = target.forward(ids, positions, self.cache, mask, last_only=True)
+        self.cache.advance(1)
+        tokens = [sample_token(logits[b, -1], self.sampling, r.generator) for b, r in enumerate(rows)]
+        _sync(device)
+        verify_s = time.perf_counter() - t0
+        for b, (request, token) in enumerate(zip(rows, tokens)):
+            request.cycles.append(CycleStats(0, 0, 0, 0.0, verify_s, batch=len(rows)))
+            request.root = token
+            self._emit(b, request, [token])
+
+    def _config(self, batch: int) -> DecodeConfig:
+        if batch not in self.configs:
+            self.configs[batch] = self.engine.config.at_batch(batch)
+        return self.configs[batch]
+
+    def _eagle_cycle(self) -> None:
+        target, device, rows = self.target, self.target.device, list(self.rows)
+        t0 = time.perf_counter()
+        lengths = list(self.cache.lengths)
+        root = DraftRoot(torch.stack([r.feature for r in rows]), [r.root for r in rows], lengths, [r.index for r in rows])
+        feeder = TreeFeeder(self.head, self.head_cache, root)
+        trees = self.engine._draft(feeder, self._config(len(rows)))
+        feeder.reset()
+        _sync(device)
+        t1 = time.perf_counter()
+
+        ids, positions, allowed = _verification_input(trees, root, device)
+        mask = additive_mask(allowed, lengths, target.dtype, device)
+        logits, tree_feats = target.forward(ids, positions, self.cache, mask)
+        shift, outcomes = self.head.config.token_shift, []
+        for b, (request, tree) in enumerate(zip(rows, trees)):
+            rows_b = logits[b, : len(tree) + 1]
+            if self.sampling.greedy:
+                acc = verify_greedy(tree, rows_b)
+            else:
+                acc = verify_sampling(tree, target_probs(rows_b, self.sampling), request.generator)
             keep = torch.tensor([0] + [i + 1 for i in acc.path], device=device)
-            cache.keep(n, keep)
-            _sync(device)
+            self.cache.keep(b, lengths[b], keep)
             accepted = tree.tokens[acc.path].tolist() if acc.path else []
-            probs = tree.probs.tolist()
-            on_path = set(acc.path)
-            cycles.append(
+            seq = [request.root] + accepted + [acc.bonus]
+            request.pending = (tree_feats[b, keep], seq[shift : shift + keep.numel()])
+            request.root = acc.bonus
+            outcomes.append((acc, accepted))
+        _sync(device)
+        draft_s, verify_s = self.carry_s + t1 - t0, time.perf_counter() - t1
+        self.carry_s = 0.0
+        for b, (request, tree, (acc, accepted)) in enumerate(zip(rows, trees, outcomes)):
+            probs, on_path = tree.probs.tolist(), set(acc.path)
+            request.cycles.append(
                 CycleStats(
-                    len(tree), tree.depth, len(accepted), t1 - t0, time.perf_counter() - t1,
-                    [probs[i] for i in acc.tested], [i in on_path for i in acc.tested],
+                    len(tree), tree.depth, len(accepted), draft_s, verify_s,
+                    [probs[i] for i in acc.tested], [i in on_path for i in acc.tested], len(rows),
                 )
             )
-            if out.emit(accepted + [acc.bonus]):
-                return cycles
-            feats = tree_feats[0, keep]
-            seq = [root] + accepted + [acc.bonus]
+            self._emit(b, request, accepted + [acc.bonus])
+
+    def _feed_pending(self) -> None:
+        """One batched head forward over every row's newly committed (feature, token) pairs; rows admitted since
+        the last cycle have none and ride along as masked padding."""
+        rows, device = self.rows, self.target.device
+        counts = [0 if r.pending is None else len(r.pending[1]) for r in rows]
+        width = max(counts, default=0)
+        if width == 0:
+            return
+        t0 = time.perf_counter()
+        feats = torch.zeros(len(rows), width, self.target.hidden_size, dtype=self.target.dtype, device=device)
+        tokens = torch.zeros(len(rows), width, dtype=torch.long, device=device)
+        for b, (r, m) in enumerate(zip(rows, counts)):
+            if m:
+                feats[b, :m] = r.pending[0]
+                tokens[b, :m] = torch.tensor(r.pending[1], device=device)
+        lengths = list(self.head_cache.lengths)
+        positions = torch.tensor(lengths, device=device)[:, None] + torch.arange(width, device=device)
+        mask = causal_mask(lengths, width, feats.dtype, device)
+        predicted = self.head(feats, tokens, positions, self.head_cache, mask)
+        self.head_cache.advance(counts)
+        for b, (r, m) in enumerate(zip(rows, counts)):
+            if m:
+                r.feature, r.pending = predicted[b, m - 1], None
+        _sync(device)
+        self.carry_s = time.perf_counter() - t0
+
+
+def _verification_input(trees: list[DraftTree], root: DraftRoot, device):
+    """Each row's [root, tree...] padded to the largest tree: ids and positions [B, 1 + N], tree-attention
+    allowed [B, 1 + N, 1 + N]. A padding slot sits at the root's position and sees only the root and itself."""
+    b, n = len(trees), max(len(t) for t in trees)
+    roots = torch.tensor(root.tokens, dtype=torch.long, device=device)[:, None]
+    tokens = roots.repeat(1, n)
+    parents = torch.full((b, n), -1, dtype=torch.long, device=device)
+    depths = torch.zeros(b, n, dtype=torch.long, device=device)
+    for i, t in enumerate(trees):
+        k = len(t)
+        tokens[i, :k], parents[i, :k], depths[i, :k] = t.tokens, t.parents, t.depths
+    ids = torch.cat([roots, tokens], 1)
+    bases = torch.tensor(root.bases, dtype=torch.long, device=device)[:, None]
+    positions = bases + torch.cat([depths.new_zeros(b, 1), depths], 1)
+    return ids, positions, ancestor_masks(parents.cpu())

@@ -1,9 +1,11 @@
-"""Preallocated KV cache shared by the target and the draft head.
+"""Preallocated KV cache shared by the target and the draft head, with one committed length per batch row.
 
 Keys and values of every layer live in two tensors `k`, `v` of shape [layers, batch, kv_heads, max_len, head_dim].
-Positions [0, length) hold committed tokens. A forward writes its T new tokens at [length, length + T) and returns
-views over [0, length + T); `advance(T)` commits them and `keep(start, idx)` keeps only some of them (the accepted
-path of a tree) by gathering them into contiguous positions starting at `start`.
+Row b holds committed tokens at positions [0, lengths[b]). A forward of T new tokens writes row b's at
+[lengths[b], lengths[b] + T) and every layer's attention sees keys [0, span(T)) with span(T) = max(lengths) + T:
+the caller's mask hides, in each row, the slots past that row's own new tokens. `advance` commits what the last
+forward wrote, `keep(row, start, idx)` keeps only some of it (a tree's accepted path) by gathering it into
+contiguous positions, `select_rows` drops finished rows, and `row(b)` is a one-row view sharing the storage.
 """
 from __future__ import annotations
 
@@ -26,47 +28,104 @@ class _LayerView(CacheLayerMixin):
         pass
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
-        s, n = self.store.length, key_states.shape[-2]
-        self.store.k[self.layer, :, :, s : s + n] = key_states
-        self.store.v[self.layer, :, :, s : s + n] = value_states
-        return self.store.k[self.layer, :, :, : s + n], self.store.v[self.layer, :, :, : s + n]
+        """key_states, value_states: [B, kv_heads, T, D] -> all keys/values [B, kv_heads, span(T), D]."""
+        store, n = self.store, key_states.shape[-2]
+        k, v = store.k[self.layer], store.v[self.layer]
+        start, rows, index = store.write_plan(n)
+        if start is not None:  # every row writes at the same offset
+            k[:, :, start : start + n] = key_states
+            v[:, :, start : start + n] = value_states
+        else:
+            k[rows, :, index] = key_states.transpose(1, 2)
+            v[rows, :, index] = value_states.transpose(1, 2)
+        span = store.span(n)
+        return k[:, :, :span], v[:, :, :span]
 
     def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
-        return self.store.length + query_length, 0
+        return self.store.span(query_length), 0
 
     def get_seq_length(self) -> int:
-        return self.store.length
+        return max(self.store.lengths)
 
     def get_max_length(self) -> int:
         return self.store.max_len
 
 
 class KVCache:
-    """Preallocated keys/values; `length` positions are committed (the same for every row of the batch)."""
+    """Preallocated keys/values; `lengths[b]` positions of row b are committed."""
 
     def __init__(self, layers: int, batch: int, kv_heads: int, head_dim: int, max_len: int, dtype, device):
         shape = (layers, batch, kv_heads, max_len, head_dim)
-        self.k = torch.zeros(shape, dtype=dtype, device=device)
-        self.v = torch.zeros(shape, dtype=dtype, device=device)
-        self.max_len = max_len
-        self.length = 0
-        self.hf = Cache(layers=[_LayerView(self, i) for i in range(layers)])
+        self._attach(torch.zeros(shape, dtype=dtype, device=device), torch.zeros(shape, dtype=dtype, device=device),
+                     max_len, [0] * batch)
 
-    def advance(self, n: int) -> None:
-        """Commit the n positions the last forward wrote."""
-        self.length += n
+    def _attach(self, k: torch.Tensor, v: torch.Tensor, max_len: int, lengths: list[int]) -> None:
+        self.k, self.v, self.max_len, self.lengths = k, v, max_len, lengths
+        self._plans: dict = {}
+        self.hf = Cache(layers=[_LayerView(self, i) for i in range(k.shape[0])])
 
-    def truncate(self, length: int) -> None:
-        """Forget everything at or after `length`."""
-        self.length = length
+    @staticmethod
+    def bytes_needed(layers: int, batch: int, kv_heads: int, head_dim: int, max_len: int, dtype) -> int:
+        """Memory of a cache of this shape (keys and values)."""
+        return 2 * layers * batch * kv_heads * max_len * head_dim * torch.empty(0, dtype=dtype).element_size()
 
-    def keep(self, start: int, idx: torch.Tensor) -> None:
-        """Keep the written positions start + idx (idx ascending, idx[i] >= i) at start, start+1, ...; commit them.
+    @property
+    def batch(self) -> int:
+        return self.k.shape[1]
 
-        idx: LongTensor [m] of offsets relative to `start`.
-        """
+    @property
+    def length(self) -> int:
+        """The committed length shared by every row (batch-1 decoding, training); an error if rows differ."""
+        if min(self.lengths) != max(self.lengths):
+            raise ValueError(f"rows hold different lengths {self.lengths}: read `lengths`")
+        return self.lengths[0]
+
+    def span(self, n: int) -> int:
+        """Key positions a forward of n new tokens attends over: max(lengths) + n."""
+        return max(self.lengths) + n
+
+    def write_plan(self, n: int) -> tuple[int | None, torch.Tensor | None, torch.Tensor | None]:
+        """Where a forward of n tokens writes: (common start, None, None) when all rows are equally long, else
+        (None, rows [B, 1], positions [B, n]) for advanced indexing."""
+        key = (tuple(self.lengths), n)
+        if key not in self._plans:
+            if min(self.lengths) == max(self.lengths):
+                plan = (self.lengths[0], None, None)
+            else:
+                device = self.k.device
+                starts = torch.tensor(self.lengths, device=device)[:, None]
+                plan = (None, torch.arange(self.batch, device=device)[:, None], starts + torch.arange(n, device=device))
+            self._plans = {key: plan}  # lengths change every forward: keep only the newest plan
+        return self._plans[key]
+
+    def advance(self, n: int | list[int]) -> None:
+        """Commit n positions of every row (or n[b] of row b) from what the last forward wrote."""
+        counts = n if isinstance(n, list) else [n] * self.batch
+        self.lengths = [length + c for length, c in zip(self.lengths, counts)]
+
+    def truncate(self, lengths: int | list[int]) -> None:
+        """Forget everything at or after lengths (one value for every row, or one per row)."""
+        self.lengths = list(lengths) if isinstance(lengths, list) else [lengths] * self.batch
+
+    def keep(self, row: int, start: int, idx: torch.Tensor) -> None:
+        """Keep row `row`'s written positions start + idx (idx ascending, idx[i] >= i) at start, start+1, ...; commit
+        them. idx: LongTensor [m] of offsets relative to `start`."""
         m = idx.numel()
         src = idx.to(self.k.device) + start
-        self.k[:, :, :, start : start + m] = self.k.index_select(3, src)
-        self.v[:, :, :, start : start + m] = self.v.index_select(3, src)
-        self.length = start + m
+        if not torch.equal(src, torch.arange(start, start + m, device=self.k.device)):
+            self.k[:, row, :, start : start + m] = self.k[:, row].index_select(2, src)
+            self.v[:, row, :, start : start + m] = self.v[:, row].index_select(2, src)
+        self.lengths[row] = start + m
+
+    def select_rows(self, rows: list[int]) -> None:
+        """Keep only these rows, in this order (finished requests stop costing attention and memory)."""
+        index = torch.tensor(rows, dtype=torch.long, device=self.k.device)
+        self._attach(self.k.index_select(1, index), self.v.index_select(1, index), self.max_len,
+                     [self.lengths[r] for r in rows])
+
+    def row(self, b: int) -> "KVCache":
+        """A one-row cache over row b's storage (writes land in this cache); its length starts at lengths[b] and
+        is copied back with `self.lengths[b] = view.length`."""
+        view = KVCache.__new__(KVCache)
+        view._attach(self.k[:, b : b + 1], self.v[:, b : b + 1], self.max_len, [self.lengths[b]])
+        return view

@@ -42,26 +42,48 @@ class DraftTree:
 
     def ancestor_mask(self) -> torch.Tensor:
         """Bool [N+1, N+1] over flattened indices: row j may attend column c iff c is j or an ancestor of j."""
-        n = len(self)
-        mask = torch.eye(n + 1, dtype=torch.bool)
-        mask[:, 0] = True
-        for i, p in enumerate(self.parents.tolist()):
-            if p >= 0:
-                mask[i + 1] |= mask[p + 1]
-        return mask
+        return ancestor_masks(self.parents[None].cpu())[0]
 
 
-def additive_mask(allowed: torch.Tensor, prefix: int, dtype: torch.dtype, device) -> torch.Tensor:
-    """Attention mask [1, 1, T, prefix + S] from a bool [T, S] mask over the uncommitted block; all rows see the prefix."""
-    t, s = allowed.shape
-    full = torch.ones(t, prefix + s, dtype=torch.bool, device=device)
-    full[:, prefix:] = allowed.to(device)
-    mask = torch.zeros(t, prefix + s, dtype=dtype, device=device)
-    return mask.masked_fill_(~full, torch.finfo(dtype).min)[None, None]
+def ancestor_masks(parents: torch.Tensor) -> torch.Tensor:
+    """parents: LongTensor [B, N] of breadth-first trees (-1 = child of the root) -> bool [B, N+1, N+1] ancestor
+    masks over flattened indices (0 = root, node i = i + 1), each row its own tree."""
+    b, n = parents.shape
+    mask = torch.eye(n + 1, dtype=torch.bool).repeat(b, 1, 1)
+    mask[:, :, 0] = True
+    rows = torch.arange(b)
+    for i in range(n):
+        mask[:, i + 1] |= mask[rows, parents[:, i] + 1]
+    return mask
 
 
-def causal_mask(prefix: int, t: int, dtype, device) -> torch.Tensor:
-    """Additive [1, 1, t, prefix + t]: new token i sees the prefix and new tokens <= i."""
+def additive_mask(allowed: torch.Tensor, prefix: int | list[int], dtype: torch.dtype, device) -> torch.Tensor:
+    """Attention mask [B, 1, T, max(prefix) + S] over a cache whose row b holds prefix[b] committed positions and
+    then this forward's S new ones: row b's queries see its whole prefix, its new block as `allowed` says, and
+    nothing past that (other rows' longer prefixes). allowed: bool [T, S] (shared) or [B, T, S]; an int prefix
+    means every row has it (B = 1 for a shared allowed)."""
+    allowed = allowed.to(device)
+    if allowed.dim() == 2:
+        allowed = allowed[None]
+    prefixes = [prefix] * allowed.shape[0] if isinstance(prefix, int) else list(prefix)
+    if allowed.shape[0] == 1 and len(prefixes) > 1:
+        allowed = allowed.expand(len(prefixes), -1, -1)
+    b, t, s = allowed.shape
+    width = max(prefixes) + s
+    if min(prefixes) == max(prefixes):
+        full = torch.ones(b, t, width, dtype=torch.bool, device=device)
+        full[:, :, prefixes[0] :] = allowed
+    else:
+        rel = torch.arange(width, device=device)[None] - torch.tensor(prefixes, device=device)[:, None]  # [B, W]
+        padded = torch.cat([allowed, allowed.new_zeros(b, t, 1)], dim=-1)  # column s: "past the new block"
+        block = padded.gather(-1, rel.clamp(0, s)[:, None, :].expand(b, t, width))
+        full = (rel < 0)[:, None, :] | block
+    mask = torch.zeros(b, t, width, dtype=dtype, device=device)
+    return mask.masked_fill_(~full, torch.finfo(dtype).min)[:, None]
+
+
+def causal_mask(prefix: int | list[int], t: int, dtype, device) -> torch.Tensor:
+    """Additive [B, 1, t, max(prefix) + t]: new token i sees its row's prefix and new tokens <= i."""
     return additive_mask(torch.ones(t, t, dtype=torch.bool).tril(), prefix, dtype, device)
 
 

@@ -44,15 +44,17 @@ class _Node:
 
 
 class OracleDrafter:
-    """Callable TreeFeeder -> DraftTree proposing reference[base+1 : base+1+depth] (see oracle_drafter)."""
+    """Callable TreeFeeder -> [DraftTree per row] proposing reference[base+1 : base+1+depth] (see oracle_drafter);
+    in a batch, the row serving request i uses references[i]."""
 
-    def __init__(self, reference, depth: int, branch: int = 0, wrong_rate: float = 0.0, seed: int = 0,
+    def __init__(self, references, depth: int, branch: int = 0, wrong_rate: float = 0.0, seed: int = 0,
                  vocab: int | None = None, subtrees: bool = True):
         if depth < 1:
             raise ValueError("depth must be >= 1")
-        self.reference = [int(t) for t in reference]
+        self.references = [[int(t) for t in ref] for ref in references]
         self.depth, self.branch, self.wrong_rate, self.seed = depth, branch, wrong_rate, seed
-        self.vocab = vocab if vocab is not None else max(max(self.reference) + 1, branch + 3)
+        top = max(max(ref) for ref in self.references)
+        self.vocab = vocab if vocab is not None else max(top + 1, branch + 3)
         self.subtrees = subtrees
         self.log: list[OracleDraft] = []
         self.root_mismatches: list[tuple[int, int, int]] = []  # (base, root token, reference[base])
@@ -72,13 +74,17 @@ class OracleDrafter:
         choices = [t for t in range(self.vocab) if t not in avoid]
         return rng.choice(choices) if choices else None
 
-    def __call__(self, feeder) -> DraftTree:
-        base, root = int(feeder.root.base), int(feeder.root.token)
-        ref, depth = self.reference, self.depth
+    def __call__(self, feeder) -> list[DraftTree]:
+        root, device = feeder.root, feeder.root.feature.device
+        return [self._draft(base, token, request, device)
+                for base, token, request in zip(root.bases, root.tokens, root.requests)]
+
+    def _draft(self, base: int, root: int, request: int, device) -> DraftTree:
+        ref, depth = self.references[request], self.depth
         if base < len(ref) and ref[base] != root:
             self.root_mismatches.append((base, root, ref[base]))
-        # Deterministic in (seed, base): the proposal never depends on the verifier's random draws.
-        rng = random.Random(self.seed * 1_000_003 + base)
+        # Deterministic in (seed, request, base): the proposal never depends on the verifier's random draws.
+        rng = random.Random(self.seed * 1_000_003 + base + 7919 * request)
         truth = [ref[base + d] if base + d < len(ref) else None for d in range(1, depth + 1)]
         path_tokens = [t if t is not None else rng.randrange(self.vocab) for t in truth]
         if self.wrong_rate > 0 and rng.random() < self.wrong_rate:
@@ -128,7 +134,6 @@ class OracleDrafter:
                     path.append(i)
                 nxt += [(c, i, d + 1) for c in node.children]
             queue = nxt
-        device = feeder.root.feature.device
         tree = DraftTree(
             torch.tensor(tokens, dtype=torch.long, device=device),
             torch.tensor(parents, dtype=torch.long, device=device),
@@ -140,8 +145,10 @@ class OracleDrafter:
         return tree
 
 
-def oracle_drafter(reference, depth, branch=0, wrong_rate=0.0, seed=0, vocab=None, subtrees=True) -> OracleDrafter:
-    """Propose the true continuation reference[base+1 : base+1+depth] as a path.
+def oracle_drafter(reference, depth, branch=0, wrong_rate=0.0, seed=0, vocab=None, subtrees=True,
+                   references=None) -> OracleDrafter:
+    """Propose the true continuation reference[base+1 : base+1+depth] as a path (references: one reference per
+    request of a batch, instead of `reference`).
 
     branch: distractor siblings at every depth (tokens other than the true one, each with a random chain below it),
     shuffled so the true child's position varies and the accepted path has non-contiguous flattened indices.
@@ -149,7 +156,7 @@ def oracle_drafter(reference, depth, branch=0, wrong_rate=0.0, seed=0, vocab=Non
     Past the end of the reference the path holds arbitrary tokens. vocab: token ids to draw from (default: enough
     to cover the reference).
     """
-    return OracleDrafter(reference, depth, branch, wrong_rate, seed, vocab, subtrees)
+    return OracleDrafter(references or [reference], depth, branch, wrong_rate, seed, vocab, subtrees)
 
 
 def scaled_target(vocab: int = 96, hidden: int = 64, layers: int = 2, seed: int = 0, scale: float = 8.0,

@@ -272,8 +272,8 @@ def test_kv_cache_keep_gathers_and_commits():
     pos = torch.arange(16.0)[None, None, None, :, None]
     cache.k += 1000 * layer + pos
     cache.v -= 1000 * layer + pos
-    cache.length = 5
-    cache.keep(5, torch.tensor([0, 2, 3, 7]))
+    cache.truncate(5)
+    cache.keep(0, 5, torch.tensor([0, 2, 3, 7]))
     assert cache.length == 9
     expected = [0, 1, 2, 3, 4, 5, 7, 8, 12]
     for layer_i in range(2):
@@ -282,9 +282,9 @@ def test_kv_cache_keep_gathers_and_commits():
             assert torch.all(cache.v[layer_i, :, :, p] == -(1000 * layer_i + src))
     # Keeping only the root, and keeping an already contiguous run, move nothing.
     before = cache.k.clone()
-    cache.keep(9, torch.tensor([0]))
+    cache.keep(0, 9, torch.tensor([0]))
     assert cache.length == 10 and torch.equal(cache.k, before)
-    cache.keep(10, torch.tensor([0, 1, 2]))
+    cache.keep(0, 10, torch.tensor([0, 1, 2]))
     assert cache.length == 13 and torch.equal(cache.k, before)
     cache.truncate(4)
     assert cache.length == 4

@@ -15,7 +15,9 @@ from eagle_infer.draft_head import DraftHead, DraftHeadConfig, random_head
 from eagle_infer.drafting import DraftRoot, TreeFeeder, draft_chain, draft_dynamic, draft_static
 from eagle_infer.errors import EagleError
 from eagle_infer.kv_cache import KVCache
-from eagle_infer.tree import DEFAULT_STATIC_PATHS, DraftTree, additive_mask, causal_mask, chain_paths, check_paths
+from eagle_infer.tree import (
+    DEFAULT_STATIC_PATHS, DraftTree, additive_mask, ancestor_masks, causal_mask, chain_paths, check_paths,
+)
 from tests.oracles import one_thread  # noqa: F401 (autouse fixture)
 from tests.tiny import tiny_target
 
@@ -130,7 +132,7 @@ def committed_feeder(head: DraftHead, target, room: int = 200) -> TreeFeeder:
         out = head(feats, torch.tensor([seq[shift : shift + n]]), torch.arange(n)[None], cache,
                    causal_mask(0, n, feats.dtype, feats.device))
         cache.advance(n)
-    return TreeFeeder(head, cache, DraftRoot(out[0, -1], ROOT, n))
+    return TreeFeeder(head, cache, DraftRoot(out[:, -1], [ROOT], [n], [0]))
 
 
 def clone_cache(cache: KVCache) -> KVCache:
@@ -138,7 +140,7 @@ def clone_cache(cache: KVCache) -> KVCache:
                 cache.k.dtype, cache.k.device)
     c.k.copy_(cache.k)
     c.v.copy_(cache.v)
-    c.length = cache.length
+    c.truncate(list(cache.lengths))
     return c
 
 
@@ -148,13 +150,13 @@ def sequential_logp(feeder: TreeFeeder, path_tokens: list[int]) -> torch.Tensor:
     a plain causal mask over a copy of the committed cache (no tree mask involved)."""
     head, root = feeder.head, feeder.root
     if not path_tokens:
-        return torch.log_softmax(head.logits(root.feature), -1)
+        return torch.log_softmax(head.logits(root.feature[0]), -1)
     cache = clone_cache(feeder.cache)
-    cache.length = feeder.prefix
-    feature, parent_token = root.feature, root.token
+    cache.truncate(feeder.prefix)
+    feature, parent_token = root.feature[0], root.tokens[0]
     for d, tok in enumerate(path_tokens, start=1):
         fed = tok if head.config.token_shift else parent_token
-        out = head(feature[None, None], torch.tensor([[fed]]), torch.tensor([[root.base + d - 1]]), cache,
+        out = head(feature[None, None], torch.tensor([[fed]]), torch.tensor([[root.bases[0] + d - 1]]), cache,
                    causal_mask(cache.length, 1, feature.dtype, feature.device))
         cache.advance(1)
         feature, parent_token = out[0, -1], tok
@@ -224,7 +226,7 @@ def test_draft_dynamic_properties(input_mode, depth, top_k, total, expand_by, re
     target, head = setup(input_mode)
     feeder = committed_feeder(head, target)
     prefix = feeder.cache.length
-    tree = draft_dynamic(feeder, depth, top_k, total, expand_by, rerank)
+    tree = draft_dynamic(feeder, depth, top_k, total, expand_by, rerank)[0]
     check_tree_shape(tree, depth)
     candidates = top_k + (depth - 1) * top_k * top_k
     if rerank:
@@ -237,7 +239,7 @@ def test_draft_dynamic_properties(input_mode, depth, top_k, total, expand_by, re
     feeder.reset()
     assert feeder.cache.length == prefix
     check_against_head(feeder, tree, top_k)
-    again = draft_dynamic(committed_feeder(head, target), depth, top_k, total, expand_by, rerank)
+    again = draft_dynamic(committed_feeder(head, target), depth, top_k, total, expand_by, rerank)[0]
     assert all(torch.equal(getattr(tree, f), getattr(again, f)) for f in ("tokens", "parents", "depths"))
     if rerank:
         # The root's children are the head's top tokens, in order.
@@ -250,7 +252,7 @@ def test_draft_dynamic_rerank_keeps_the_best_paths():
     target, head = setup()
     depth, top_k, total = 3, 4, 9
     feeder = committed_feeder(head, target)
-    tree = draft_dynamic(feeder, depth, top_k, total, "value", True)
+    tree = draft_dynamic(feeder, depth, top_k, total, "value", True)[0]
     feeder.reset()
     logp_sum = {}
     tokens, parents = tree.tokens.tolist(), tree.parents.tolist()
@@ -279,7 +281,7 @@ def test_draft_dynamic_with_a_draft_vocabulary():
     target, head = setup(draft_vocab=ids)
     for rerank in (True, False):
         feeder = committed_feeder(head, target)
-        tree = draft_dynamic(feeder, 3, 6, 40, "value", rerank)
+        tree = draft_dynamic(feeder, 3, 6, 40, "value", rerank)[0]
         feeder.reset()
         check_tree_shape(tree, 3)
         assert not torch.isnan(tree.probs).any()
@@ -291,7 +293,7 @@ def test_draft_dynamic_with_a_draft_vocabulary():
 def test_draft_static_follows_the_paths(paths):
     target, head = setup()
     feeder = committed_feeder(head, target)
-    tree = draft_static(feeder, paths)
+    tree = draft_static(feeder, paths)[0]
     feeder.reset()
     check_tree_shape(tree, max(len(p) for p in paths))
     norm = check_paths(paths)
@@ -301,5 +303,76 @@ def test_draft_static_follows_the_paths(paths):
     ranks = {i: p[-1] for i, p in enumerate(norm)}
     check_against_head(feeder, tree, max(ranks.values()) + 1, ranks)
     if paths == chain_paths(4):
-        chain = draft_chain(committed_feeder(head, target), 4)
+        chain = draft_chain(committed_feeder(head, target), 4)[0]
         assert torch.equal(chain.tokens, tree.tokens) and torch.equal(chain.parents, tree.parents)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Batches: rows of different lengths draft in lockstep, each row as if it were alone.
+
+def test_additive_mask_per_row_prefixes():
+    allowed = torch.rand(2, 4, 3) > 0.5
+    mask = additive_mask(allowed, [3, 5], torch.float32, "cpu")
+    assert mask.shape == (2, 1, 4, 8)
+    seen = mask[:, 0] == 0
+    assert seen[0, :, :3].all() and torch.equal(seen[0, :, 3:6], allowed[0]) and not seen[0, :, 6:].any()
+    assert seen[1, :, :5].all() and torch.equal(seen[1, :, 5:8], allowed[1])
+
+
+def test_ancestor_masks_batch_equals_each_tree():
+    trees = [hand_tree(), DraftTree(torch.arange(6), torch.tensor([-1, -1, -1, 2, 3, 3]), torch.tensor([1, 1, 1, 2, 3, 3]),
+                                    torch.ones(6))]
+    batch = ancestor_masks(torch.stack([t.parents for t in trees]))
+    for i, tree in enumerate(trees):
+        assert torch.equal(batch[i], tree.ancestor_mask())
+
+
+PROMPTS = [PROMPT, PROMPT[:4], PROMPT[2:8]]
+ROOTS = [ROOT, 12, 50]
+
+
+def batch_feeder(head: DraftHead, target, room: int = 200) -> TreeFeeder:
+    """A feeder over one head cache holding PROMPTS in three rows of different lengths (prefilled row by row)."""
+    cache = head.new_cache(len(PROMPTS), max(map(len, PROMPTS)) + room)
+    features = []
+    with torch.inference_mode():
+        for b, (prompt, root) in enumerate(zip(PROMPTS, ROOTS)):
+            n = len(prompt)
+            _, feats = target.forward(torch.tensor([prompt]), torch.arange(n)[None], target.new_cache(1, n))
+            seq = prompt + [root]
+            shift = head.config.token_shift
+            view = cache.row(b)
+            out = head(feats, torch.tensor([seq[shift : shift + n]]), torch.arange(n)[None], view,
+                       causal_mask(0, n, feats.dtype, feats.device))
+            cache.lengths[b] = n
+            features.append(out[0, -1])
+    return TreeFeeder(head, cache, DraftRoot(torch.stack(features), ROOTS, [len(p) for p in PROMPTS], [0, 1, 2]))
+
+
+def single_feeder(feeder: TreeFeeder, b: int) -> TreeFeeder:
+    """Row b of a batch feeder, alone."""
+    cache = feeder.cache.row(b)
+    root = feeder.root
+    return TreeFeeder(feeder.head, cache, DraftRoot(root.feature[b : b + 1], [root.tokens[b]], [root.bases[b]], [b]))
+
+
+@pytest.mark.parametrize("input_mode", ["feature+shifted_token", "feature+token"])
+@pytest.mark.parametrize("kind", ["dynamic", "dynamic-norerank", "static", "chain"])
+def test_batched_drafting_equals_each_row_alone(input_mode, kind):
+    target, head = setup(input_mode)
+    draft = {
+        "dynamic": lambda f: draft_dynamic(f, 4, 4, 12, "value", True),
+        "dynamic-norerank": lambda f: draft_dynamic(f, 3, 5, 9, "confidence", False),
+        "static": lambda f: draft_static(f, DEFAULT_STATIC_PATHS),
+        "chain": lambda f: draft_chain(f, 5),
+    }[kind]
+    feeder = batch_feeder(head, target)
+    trees = draft(feeder)
+    feeder.reset()
+    assert feeder.cache.lengths == [len(p) for p in PROMPTS]
+    assert len(trees) == len(PROMPTS)
+    for b, tree in enumerate(trees):
+        alone = draft(single_feeder(feeder, b))[0]
+        assert tree.tokens.tolist() == alone.tokens.tolist()
+        assert tree.parents.tolist() == alone.parents.tolist() and tree.depths.tolist() == alone.depths.tolist()
+        torch.testing.assert_close(tree.probs, alone.probs, rtol=1e-4, atol=1e-6)
