@@ -64,3 +64,19 @@ def test_shipped_head_accepts_and_stays_lossless(smol):
         assert result.tokens == vanilla.generate(ids, 96, stop_ids=stops).tokens
         taus.append(result.tau)
     assert sum(taus) / len(taus) > 1.5  # a trained head accepts well over one token per cycle
+
+
+@pytest.mark.skipif(not (HEADS_DIR / "smollm2-135m" / "config.json").exists(), reason="no shipped head yet")
+def test_batched_requests_equal_their_batch_of_one(smol):
+    """float32 greedy, mixed chat prompts in one batch (5 prompts over 3 rows: refilled, then drained): each
+    request's output equals its own batch-size-1 output, for vanilla and for EAGLE-2 with the shipped head."""
+    head = load_head(HEADS_DIR / "smollm2-135m", smol)
+    stops = stop_ids(smol)
+    texts = PROMPTS + ["List three uses of a paperclip, one short line for each of them.", "Say hello."]
+    prompts = [_ids(smol, t) for t in texts]
+    assert len({len(p) for p in prompts}) == len(prompts)
+    for config in (DecodeConfig(method="vanilla"), DecodeConfig(method="eagle2", depth=4, top_k=4, total_tokens=12)):
+        engine = Engine(smol, head, config)
+        batch = engine.generate_batch(prompts, 64, stop_ids=stops, batch_size=3)
+        singles = [engine.generate(p, 64, stop_ids=stops).tokens for p in prompts]
+        assert [r.tokens for r in batch.results] == singles, config.method
