@@ -12,7 +12,7 @@ DATA_DIR ?= $(abspath ../shared/data/benchmarks)
 CPU_ENV := $(shell $(PY) -c "import torch,sys; sys.exit(torch.cuda.is_available())" 2>/dev/null && echo DS_ACCELERATOR=cpu)
 STAMP := .venv/.installed
 
-.PHONY: setup demo test train eval sweep bench-engine chat clean
+.PHONY: setup demo test train eval sweep throughput bench-engine chat clean
 
 setup: $(STAMP)
 
@@ -70,6 +70,16 @@ sweep: $(STAMP)
 	  bench.max_turns=$(SWEEP_TURNS) \
 	  wandb.mode=disabled infer.depth=$(DEPTHS) infer.top_k=$(TOPKS) infer.total_tokens=$(TOTALS) $(ARGS)
 	$(PY) -m eval.sweep results/$(SWEEP)
+
+# Tokens/s of vanilla and EAGLE-2 at batch sizes 1, 2, 4, 8 on MT-bench first turns (one generate_batch per point).
+BATCHES ?= 1,2,4,8
+TP_METHODS ?= vanilla,eagle2
+TP_LIMIT ?= 8
+DTYPE ?=
+throughput: $(STAMP)
+	$(PY) -m eval.cli mode=throughput model.name=$(MODEL) run=$(RUN)-throughput bench.names=[$(if $(BENCH),$(BENCH),mt_bench)] \
+	  bench.limit=$(if $(LIMIT),$(LIMIT),$(TP_LIMIT)) 'batch_sizes=[$(BATCHES)]' methods=[$(if $(METHODS),$(METHODS),$(TP_METHODS))] \
+	  $(if $(DTYPE),model.dtype=$(DTYPE)) $(ARGS)
 
 bench-engine: $(STAMP)
 	$(PY) scripts/bench_engine.py $(ARGS)

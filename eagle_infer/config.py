@@ -22,7 +22,9 @@ class ModelConf:
 @dataclass
 class InferConf:
     """method: vanilla | chain | eagle1 | eagle2. head: "shipped" (the head in eagle_infer/heads/<model>),
-    "random" (untrained, for trying the engine), or a head directory."""
+    "random" (untrained, for trying the engine), or a head directory. batch_size: requests decoded together (eval
+    answers questions in batches of it); max_batch_size refuses larger batches; batch_token_budget: most tokens of
+    one verification forward over the whole batch, shrinking trees as the batch grows (0 = off)."""
 
     method: str = "eagle2"
     head: str = "shipped"
@@ -37,6 +39,9 @@ class InferConf:
     sampling_top_k: int = 0
     max_new_tokens: int = 128
     seed: int = 0
+    batch_size: int = 1
+    max_batch_size: int = 16
+    batch_token_budget: int = 0
 
 
 def shipped_head_dir(model_name: str) -> Path:
@@ -64,7 +69,10 @@ def decode_config(infer: InferConf):
     from .engine import DecodeConfig
 
     paths = None if infer.static_paths is None else [list(p) for p in infer.static_paths]
-    return DecodeConfig(infer.method, infer.depth, infer.top_k, infer.total_tokens, paths, infer.expand_by, infer.rerank)
+    return DecodeConfig(
+        infer.method, infer.depth, infer.top_k, infer.total_tokens, paths, infer.expand_by, infer.rerank,
+        infer.max_batch_size, infer.batch_token_budget,
+    )
 
 
 def sampling_params(infer: InferConf):

@@ -1,7 +1,8 @@
 """`python -m eval.cli run=NAME bench.names=[mt_bench] bench.limit=10 methods=[vanilla,eagle2]` (make eval).
 
 Writes results/<run>/records.jsonl as answers finish (a rerun resumes), then table.md / table.csv, PNG plots and a
-W&B log (offline unless wandb.mode=online). In a Hydra multirun (make sweep) each job is one run under
+W&B log (offline unless wandb.mode=online). infer.batch_size=N answers N questions per batch. mode=throughput
+(make throughput) instead measures tokens/s at each of batch_sizes into throughput.jsonl / throughput.md. In a Hydra multirun (make sweep) each job is one run under
 results/<sweep>/<job>; a failed job writes failed.txt and the sweep goes on.
 """
 from __future__ import annotations
@@ -25,6 +26,7 @@ from .benchmarks import BENCHMARKS
 
 log = logging.getLogger("eval")
 DEFAULT_METHODS = ["vanilla", "eagle2", "chain", "hf_generate", "pld"]
+MODES = ("answers", "throughput")
 
 
 @dataclass
@@ -57,6 +59,8 @@ class EvalRunConf:
     results_dir: str = "results"
     assistant_model: Optional[str] = None
     threads: Optional[int] = None
+    mode: str = "answers"  # answers: records + quality/speed table; throughput: tokens/s per batch size
+    batch_sizes: list[int] = field(default_factory=lambda: [1, 2, 4, 8])  # throughput mode
     recipe: str = "none"
     notes: str = ""
 
@@ -91,6 +95,7 @@ def evaluate(conf: EvalRunConf, out: Path) -> str:
     unknown = [b for b in conf.bench.names if b not in BENCHMARKS]
     if unknown:
         raise EagleError(f"unknown benchmark {unknown[0]!r}: expected some of {', '.join(BENCHMARKS)}")
+    _check_batches(conf)
     if conf.threads:
         torch.set_num_threads(conf.threads)
     benchmarks = {b: load_benchmark(b, data_dir(conf.bench), conf.bench.limit, conf.bench.seed) for b in conf.bench.names}
@@ -98,10 +103,17 @@ def evaluate(conf: EvalRunConf, out: Path) -> str:
     needs_head = any(m in ENGINE_METHODS and m != "vanilla" for m in conf.methods)  # unlabelled EAGLE methods
     head = build_head(replace(conf.infer, method="eagle2"), target) if needs_head else None
     methods = make_methods(conf.methods, target, conf.infer, head, conf.assistant_model, conf.model.dtype, conf.heads)
-    settings = HarnessSettings(conf.infer.max_new_tokens, sampling_params(conf.infer), conf.infer.seed, conf.bench.max_turns)
+    settings = HarnessSettings(conf.infer.max_new_tokens, sampling_params(conf.infer), conf.infer.seed, conf.bench.max_turns,
+                               conf.infer.batch_size)
     out.mkdir(parents=True, exist_ok=True)
     _check_same_settings(conf, out)
     (out / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.structured(conf)))
+    if conf.mode == "throughput":
+        from . import throughput
+
+        writer = RecordWriter(out / throughput.FILE, throughput.FIELDS, throughput.point_key)
+        throughput.run(benchmarks, methods, target, settings, conf.batch_sizes, writer, stop_ids(target))
+        return throughput.write_table(throughput.rows(writer.records), out)
     writer = RecordWriter(out / "records.jsonl")
     run(benchmarks, methods, target, settings, writer, stop_ids(target))
     records = [r for r in read_records(out / "records.jsonl") if r["method"] in conf.methods and r["benchmark"] in benchmarks]
@@ -110,6 +122,23 @@ def evaluate(conf: EvalRunConf, out: Path) -> str:
     plots = plot_all(records, rows, out)
     log_wandb(rows, plots, out.name, OmegaConf.to_container(OmegaConf.structured(conf)), conf.wandb.mode, conf.wandb.project)
     return markdown
+
+
+def _check_batches(conf: EvalRunConf) -> None:
+    """Mode, batch sizes and methods that fit them, checked before any model is loaded."""
+    from .methods import PEER_METHODS
+
+    if conf.mode not in MODES:
+        raise EagleError(f"unknown mode {conf.mode!r}: expected one of {', '.join(MODES)}")
+    sizes = conf.batch_sizes if conf.mode == "throughput" else [conf.infer.batch_size]
+    for size in sizes:
+        if not 1 <= size <= conf.infer.max_batch_size:
+            raise EagleError(f"batch size {size} is invalid: expected 1 <= batch size <= infer.max_batch_size "
+                             f"{conf.infer.max_batch_size}")
+    peers = [m for m in conf.methods if m in PEER_METHODS]
+    if peers and max(sizes) > 1:
+        raise EagleError(f"method {peers[0]!r} answers one request at a time: drop it from methods to batch "
+                         f"(engine methods batch)")
 
 
 def _check_same_settings(conf: EvalRunConf, out: Path) -> None:
@@ -133,7 +162,7 @@ def main(cfg) -> None:
     out = Path(HydraConfig.get().runtime.output_dir) if multirun else Path(conf.results_dir) / conf.run
     if not multirun:
         print(evaluate(conf, out))
-        print(f"records, table and plots in {out}")
+        print(f"results in {out}")
         return
     try:  # one failed sweep point must not stop the others
         print(evaluate(conf, out))

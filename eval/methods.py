@@ -1,4 +1,4 @@
-"""Methods to compare, each a small adapter with one `generate` signature, all timed by the same harness.
+"""Methods to compare, each a small adapter with one `generate_batch` signature, all timed by the same harness.
 
 Engine methods (vanilla, chain, eagle1, eagle2) call the one engine; peers from transformers (hf_generate, pld,
 assisted) call `generate` on the same target model object, so dtype, weights and threads are shared.
@@ -11,7 +11,7 @@ from dataclasses import replace
 import torch
 
 from eagle_infer.config import InferConf, build_engine
-from eagle_infer.engine import METHODS as ENGINE_METHODS, GenerationResult
+from eagle_infer.engine import METHODS as ENGINE_METHODS, BatchResult, GenerationResult
 from eagle_infer.errors import EagleError
 from eagle_infer.verify import SamplingParams
 
@@ -26,8 +26,8 @@ class EngineMethod:
         self.name = name
         self.engine = build_engine(replace(infer, method=name.split(":")[0]), target, head)
 
-    def generate(self, ids, max_new, sampling: SamplingParams, stops, seed) -> GenerationResult:
-        return self.engine.generate(ids, max_new, sampling, stops, seed=seed)
+    def generate_batch(self, prompts, max_new, sampling: SamplingParams, stops, seed, batch_size: int = 1) -> BatchResult:
+        return self.engine.generate_batch(prompts, max_new, sampling, stops, seed=seed, batch_size=batch_size)
 
 
 class PeerMethod:
@@ -36,7 +36,13 @@ class PeerMethod:
     def __init__(self, name: str, target, assistant=None, pld_tokens: int = 10):
         self.name, self.target, self.assistant, self.pld_tokens = name, target, assistant, pld_tokens
 
-    def generate(self, ids, max_new, sampling: SamplingParams, stops, seed) -> GenerationResult:
+    def generate_batch(self, prompts, max_new, sampling: SamplingParams, stops, seed, batch_size: int = 1) -> BatchResult:
+        if len(prompts) != 1 or batch_size != 1:
+            raise EagleError(f"method {self.name!r} answers one request at a time: use batch_size=1 or engine methods")
+        result = self._generate(prompts[0], max_new, sampling, stops, seed)
+        return BatchResult([result], result.wall_s, 1, 0)
+
+    def _generate(self, ids, max_new, sampling: SamplingParams, stops, seed) -> GenerationResult:
         target = self.target
         x = torch.tensor([ids], device=target.device)
         kwargs = dict(attention_mask=torch.ones_like(x), max_new_tokens=max_new, eos_token_id=stops, pad_token_id=stops[0])

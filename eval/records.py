@@ -22,27 +22,31 @@ def record_key(record: dict) -> tuple[str, str, str]:
 
 
 class RecordWriter:
-    """Appends records to a JSONL file; opening it drops a truncated last line left by an interrupted run."""
+    """Appends records to a JSONL file; opening it drops a truncated last line left by an interrupted run.
+    fields / key: what every record must hold and its identity (default: answer records)."""
 
-    def __init__(self, path: str | os.PathLike):
+    def __init__(self, path: str | os.PathLike, fields: tuple[str, ...] = RECORD_FIELDS, key=record_key):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._keys = {record_key(record) for record in _load_and_repair(self.path)}
+        self.fields, self.key = fields, key
+        self.records = _load_and_repair(self.path)
+        self._keys = {key(record) for record in self.records}
 
-    def done_keys(self) -> set[tuple[str, str, str]]:
+    def done_keys(self) -> set[tuple]:
         """Keys (see `record_key`) of the records already in the file."""
         return set(self._keys)
 
     def append(self, record: dict) -> None:
         """Write one record as a line, flushed and fsynced so that a crash loses at most this line."""
-        missing = [field for field in RECORD_FIELDS if field not in record]
+        missing = [field for field in self.fields if field not in record]
         if missing:
-            raise EagleError(f"record lacks fields {', '.join(missing)}; expected all of {', '.join(RECORD_FIELDS)}")
+            raise EagleError(f"record lacks fields {', '.join(missing)}; expected all of {', '.join(self.fields)}")
         with open(self.path, "a", encoding="utf-8") as out:
             out.write(json.dumps(record) + "\n")
             out.flush()
             os.fsync(out.fileno())
-        self._keys.add(record_key(record))
+        self._keys.add(self.key(record))
+        self.records.append(record)
 
 
 def read_records(path: str | os.PathLike) -> list[dict]:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from eagle_infer.chat import Message, prompt_ids
-from eagle_infer.engine import CycleStats, GenerationResult
+from eagle_infer.engine import BatchResult, CycleStats, GenerationResult
 from eval.benchmarks import BENCHMARKS, Question
 from eval.harness import HarnessSettings, run as harness_run
 from eval.records import RECORD_FIELDS, RecordWriter, read_records
@@ -276,11 +276,15 @@ class FakeMethod:
     name = "fake"
 
     def __init__(self):
-        self.calls: list[tuple[list[int], int]] = []
+        self.calls: list[tuple[list[int], int]] = []  # one per prompt
+        self.batches: list[int] = []  # batch size of each call
 
-    def generate(self, ids, max_new, sampling, stops, seed) -> GenerationResult:
-        self.calls.append((list(ids), max_new))
-        return GenerationResult([28, 29, 30], [CycleStats(8, 3, 2, 0.01, 0.02, [0.9], [True])], 0.0, 0.1, "length")
+    def generate_batch(self, prompts, max_new, sampling, stops, seed, batch_size=1) -> BatchResult:
+        self.calls += [(list(ids), max_new) for ids in prompts]
+        self.batches.append(batch_size)
+        results = [GenerationResult([28, 29, 30], [CycleStats(8, 3, 2, 0.01, 0.02, [0.9], [True])], 0.0, 0.1, "length")
+                   for _ in prompts]
+        return BatchResult(results, 0.1 * len(prompts) / batch_size, batch_size, 0)
 
 
 def test_eval_resume(tiny_smol, tmp_path):
@@ -311,3 +315,17 @@ def test_eval_resume(tiny_smol, tmp_path):
     assert harness_run({"mt_bench": questions}, [method], tiny_smol, settings, RecordWriter(path), [2]) == 1
     assert [c[1] for c in method.calls] == [8, 5, 5]  # warm-up, then q2's two turns
     assert read_records(path) == records
+
+
+def test_eval_answers_in_batches(tiny_smol, tmp_path):
+    """batch_size 2: the questions' first turns are one batch, q2's second turn follows its own answer; each
+    record's wall_s is its token share of its batches' time."""
+    questions = [Question("q1", "writing", ["Hello"], None), Question("q2", "math", ["What is 2+2?", "And 3+3?"], None),
+                 Question("q3", "math", ["Hi"], None)]
+    method = FakeMethod()
+    settings = HarnessSettings(max_new_tokens=5, batch_size=2)
+    assert harness_run({"mt_bench": questions}, [method], tiny_smol, settings, RecordWriter(tmp_path / "r.jsonl"), [2]) == 3
+    assert method.batches == [1, 2, 1, 1]  # warm-up, (q1, q2) turn 1, q2 turn 2, q3
+    records = read_records(tmp_path / "r.jsonl")
+    assert [r["question_id"] for r in records] == ["q1", "q2", "q3"]
+    assert [r["wall_s"] for r in records] == pytest.approx([0.05, 0.15, 0.1])
