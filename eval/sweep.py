@@ -3,7 +3,8 @@
 Each job directory under the sweep holds records.jsonl (or failed.txt); its name is Hydra's override_dirname
 (`infer.depth=4,infer.top_k=8,...`). The `baseline` directory holds the vanilla records that speedups divide by.
 Writes sweep.md, sweep.csv and heat-maps of speedup and τ, marking the best setting; a failed or empty job is a
-row with its error, never a reason to drop the others.
+row with its error, never a reason to drop the others. Jobs run in throughput mode (throughput.jsonl, e.g. over
+infer.batch_token_budget) give one point per batch size, with speedup against vanilla at that batch size.
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from pathlib import Path
 
 from eagle_infer.errors import EagleError
 
+from . import throughput
 from .metrics import summarize
 from .records import read_records
 
@@ -52,6 +54,13 @@ def collect(sweep_dir: Path, method: str = "eagle2") -> list[SweepPoint]:
         records_path = job / "records.jsonl"
         if (job / "failed.txt").exists():
             point.error = (job / "failed.txt").read_text().splitlines()[0]
+        elif (job / throughput.FILE).exists():
+            rows = [r for r in throughput.rows(read_records(job / throughput.FILE)) if r.method == method]
+            points += [SweepPoint(job.name, {**point.settings, "batch": str(r.batch_size)}, r.tok_s, r.speedup, r.tau,
+                                  r.questions) for r in rows]
+            if rows:
+                continue
+            point.error = f"no {method} points in {throughput.FILE}"
         elif not records_path.exists():
             point.error = "no records (interrupted before the first answer?)"
         else:

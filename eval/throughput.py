@@ -98,6 +98,7 @@ class ThroughputRow:
     benchmark: str
     batch_size: int
     method: str
+    questions: int
     tok_s: float
     speedup: float | None
     scaling: float | None
@@ -120,7 +121,7 @@ def rows(records: list[dict], baseline: str = "vanilla") -> list[ThroughputRow]:
         first, reference = by_key.get((bench, r["method"], 1)), by_key.get((bench, baseline, 1))
         same = [a == b for a, b in zip(r["tokens"], reference["tokens"])] if reference else []
         out.append(ThroughputRow(
-            bench, size, r["method"], speed,
+            bench, size, r["method"], r["questions"], speed,
             speed / tok_s(base) if base and r["method"] != baseline else None,
             speed / tok_s(first) if first else None,
             r["tau"], r["peak_memory_bytes"] / 2**20 if r["peak_memory_bytes"] else None, r["cache_bytes"] / 2**20,

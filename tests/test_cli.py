@@ -192,6 +192,22 @@ def test_eval_unknown_benchmark(cli, model_dir, tmp_path):
     assert not any(tmp_path.iterdir())  # refused before writing anything
 
 
+@pytest.mark.parametrize(
+    "args,needles",
+    [
+        (["mode=fast"], ["'fast'", "answers", "throughput"]),
+        (["mode=throughput", "batch_sizes=[1,32]", "methods=[vanilla]"], ["batch size 32", "max_batch_size 16"]),
+        (["infer.batch_size=0"], ["batch size 0"]),
+        (["infer.batch_size=4", "methods=[vanilla,pld]"], ["'pld'", "one request at a time"]),
+    ],
+)
+def test_eval_bad_batches(cli, model_dir, tmp_path, args, needles):
+    proc = cli("eval.cli", f"model.name={model_dir}", "model.dtype=float32", f"results_dir={tmp_path}",
+               "wandb.mode=disabled", *args)
+    assert_one_line_error(proc, *needles)
+    assert not any(tmp_path.iterdir())
+
+
 # --- eval.sweep ----------------------------------------------------------------------------------------------------
 
 
