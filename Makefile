@@ -12,7 +12,7 @@ DATA_DIR ?= $(abspath ../shared/data/benchmarks)
 CPU_ENV := $(shell $(PY) -c "import torch,sys; sys.exit(torch.cuda.is_available())" 2>/dev/null && echo DS_ACCELERATOR=cpu)
 STAMP := .venv/.installed
 
-.PHONY: setup demo test train eval sweep throughput bench-engine chat clean
+.PHONY: setup demo test train eval sweep sweep-batch throughput bench-engine chat clean
 
 setup: $(STAMP)
 
@@ -80,6 +80,14 @@ throughput: $(STAMP)
 	$(PY) -m eval.cli mode=throughput model.name=$(MODEL) run=$(RUN)-throughput bench.names=[$(if $(BENCH),$(BENCH),mt_bench)] \
 	  bench.limit=$(if $(LIMIT),$(LIMIT),$(TP_LIMIT)) 'batch_sizes=[$(BATCHES)]' methods=[$(if $(METHODS),$(METHODS),$(TP_METHODS))] \
 	  $(if $(DTYPE),model.dtype=$(DTYPE)) $(ARGS)
+
+# Hydra multirun of the throughput mode over the per-batch tree budget (infer.batch_token_budget; 0 = off).
+BUDGETS ?= 0,16,32
+sweep-batch: $(STAMP)
+	$(PY) -m eval.cli -m mode=throughput model.name=$(MODEL) run=$(SWEEP)-batch methods=[$(TP_METHODS)] \
+	  bench.names=[$(SWEEP_BENCH)] bench.limit=$(TP_LIMIT) 'batch_sizes=[$(BATCHES)]' infer.batch_token_budget=$(BUDGETS) \
+	  $(if $(DTYPE),model.dtype=$(DTYPE)) wandb.mode=disabled $(ARGS)
+	$(PY) -m eval.sweep results/$(SWEEP)-batch
 
 bench-engine: $(STAMP)
 	$(PY) scripts/bench_engine.py $(ARGS)

@@ -71,12 +71,15 @@ class DecodeConfig:
     def paths(self):
         return DEFAULT_STATIC_PATHS if self.static_paths is None else self.static_paths
 
+    def tree_size(self) -> int:
+        """Draft nodes of this config's tree, before any batch budget."""
+        return {"vanilla": 0, "chain": self.depth, "eagle1": len(self.paths()), "eagle2": self.total_tokens}[self.method]
+
     def tree_budget(self, batch: int = 1) -> int:
         """Most draft nodes one cycle verifies per row when `batch` rows decode together."""
-        full = {"vanilla": 0, "chain": self.depth, "eagle1": len(self.paths()), "eagle2": self.total_tokens}[self.method]
         if self.method == "vanilla" or not self.batch_token_budget:
-            return full
-        return min(full, max(1, self.batch_token_budget // batch - 1))
+            return self.tree_size()
+        return min(self.tree_size(), max(1, self.batch_token_budget // batch - 1))
 
     def feed_budget(self) -> int:
         """Most tree nodes one cycle feeds to the draft head (its cache needs that much room past the context)."""
@@ -88,7 +91,7 @@ class DecodeConfig:
         """This config with the tree cut to tree_budget(batch): EAGLE-2 keeps fewer nodes (and drafts no deeper
         than it can keep), EAGLE-1 keeps its first paths in breadth-first order, a chain gets shorter."""
         n = self.tree_budget(batch)
-        if n == self.tree_budget(1):
+        if n == self.tree_size():
             return self
         if self.method == "eagle2":
             return replace(self, total_tokens=n, depth=min(self.depth, n))

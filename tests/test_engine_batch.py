@@ -112,6 +112,8 @@ def test_tree_budget_shrinks_as_the_batch_grows():
     assert len(static.static_paths) == 11 and check_paths(static.static_paths)  # a closed breadth-first prefix
     assert DecodeConfig(method="chain", depth=5, batch_token_budget=8).at_batch(2).depth == 3
     assert DecodeConfig(method="eagle2").at_batch(8).total_tokens == 32  # budget 0: no shrinking
+    tight = DecodeConfig(method="eagle2", depth=2, top_k=4, total_tokens=8, batch_token_budget=8)
+    assert tight.at_batch(1).total_tokens == 7 == tight.tree_budget(1)  # a budget below the tree cuts batch 1 too
     # In a run, each cycle's tree fits the budget at that cycle's batch size.
     target, head = target_and_head()
     config = DecodeConfig(method="eagle2", depth=4, top_k=4, total_tokens=16, batch_token_budget=24)
