@@ -2,8 +2,9 @@
 
 Per (benchmark, question, method) one record (eval.records) is appended when the answer is complete, so an
 interrupted run resumes where it stopped and a rerun skips what is done. Multi-turn questions (MT-bench) are
-answered turn by turn, each later turn following the method's own earlier answers. A short warm-up generation per
-method runs first and is not timed.
+answered turn by turn, each later turn following the method's own earlier answers. With batch_size > 1 the
+questions are answered in groups of that size, each turn of a group one engine batch (records are written per
+group). A short warm-up generation per method runs first and is not timed.
 """
 from __future__ import annotations
 
