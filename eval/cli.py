@@ -113,7 +113,12 @@ def evaluate(conf: EvalRunConf, out: Path) -> str:
 
         writer = RecordWriter(out / throughput.FILE, throughput.FIELDS, throughput.point_key)
         throughput.run(benchmarks, methods, target, settings, conf.batch_sizes, writer, stop_ids(target))
-        return throughput.write_table(throughput.rows(writer.records), out)
+        table = throughput.rows(writer.records)
+        markdown = throughput.write_table(table, out)
+        plots = throughput.plot(table, out)
+        log_wandb(table, plots, out.name, OmegaConf.to_container(OmegaConf.structured(conf)), conf.wandb.mode,
+                  conf.wandb.project)
+        return markdown
     writer = RecordWriter(out / "records.jsonl")
     run(benchmarks, methods, target, settings, writer, stop_ids(target))
     records = [r for r in read_records(out / "records.jsonl") if r["method"] in conf.methods and r["benchmark"] in benchmarks]

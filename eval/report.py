@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import csv
 import os
-from dataclasses import astuple
+from dataclasses import astuple, fields
 from pathlib import Path
 
 from eagle_infer.errors import EagleError
@@ -78,9 +78,10 @@ def plot_all(records: list[dict], rows: list[Row], out_dir: str | os.PathLike) -
 
 
 def log_wandb(
-    rows: list[Row], plot_paths: list[str], run_name: str, config: dict, mode: str = "offline", project: str = "eagle"
+    rows: list, plot_paths: list[str], run_name: str, config: dict, mode: str = "offline", project: str = "eagle"
 ) -> None:
-    """Log the table and plots as one wandb run; `mode` is one of `WANDB_MODES` (offline writes under WANDB_DIR)."""
+    """Log the table (rows: dataclasses of one type, e.g. `Row`) and plots as one wandb run; `mode` is one of
+    `WANDB_MODES` (offline writes under WANDB_DIR)."""
     if mode not in WANDB_MODES:
         raise EagleError(f"wandb mode {mode!r} is not one of {', '.join(WANDB_MODES)}")
     os.environ.setdefault("WANDB_SILENT", "true")
@@ -88,7 +89,8 @@ def log_wandb(
 
     run = wandb.init(project=project, name=run_name, config=config, mode=mode)
     try:
-        table = wandb.Table(columns=list(ROW_COLUMNS), data=[list(astuple(row)) for row in rows])
+        columns = [f.name for f in fields(rows[0])] if rows else list(ROW_COLUMNS)
+        table = wandb.Table(columns=columns, data=[list(astuple(row)) for row in rows])
         run.log({"results": table, **{Path(path).stem: wandb.Image(path) for path in plot_paths}})
     finally:
         run.finish()
@@ -114,6 +116,17 @@ def _bars(path: Path, xlabel: str, ylabel: str, groups: list[str], series: dict[
         xs = [g + (i - (len(series) - 1) / 2) * width for g in range(len(groups))]
         ax.bar(xs, [float("nan") if v is None else v for v in values], width, label=name)
     ax.set_xticks(range(len(groups)), groups)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    return _save(fig, ax, path)
+
+
+def line_plot(path: Path, xlabel: str, ylabel: str, xs: list[float], series: dict[str, list[float | None]]) -> Path:
+    """One line per series over shared x values (None drawn as a gap)."""
+    fig, ax = _figure()
+    for name, values in series.items():
+        ax.plot(xs, [float("nan") if v is None else v for v in values], marker="o", label=name)
+    ax.set_xticks(xs, [str(x) for x in xs])
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     return _save(fig, ax, path)

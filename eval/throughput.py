@@ -21,6 +21,7 @@ from eagle_infer.chat import Message
 from .benchmarks import Question
 from .harness import HarnessSettings, prompt_for
 from .records import RecordWriter
+from .report import line_plot
 
 FILE = "throughput.jsonl"
 FIELDS = ("benchmark", "method", "batch_size", "questions", "new_tokens", "wall_s", "tau", "peak_memory_bytes",
@@ -151,3 +152,12 @@ def write_table(table: list[ThroughputRow], out_dir: Path) -> str:
     markdown = "\n".join(lines) + "\n"
     (out_dir / "throughput.md").write_text(markdown, encoding="utf-8")
     return markdown
+
+
+def plot(table: list[ThroughputRow], out_dir: Path) -> list[str]:
+    """throughput.png: tokens/s against batch size, one line per (benchmark, method)."""
+    sizes = sorted({r.batch_size for r in table})
+    by_key = {(r.benchmark, r.method, r.batch_size): r.tok_s for r in table}
+    lines = dict.fromkeys((r.benchmark, r.method) for r in table)
+    series = {f"{b}/{m}": [by_key.get((b, m, s)) for s in sizes] for b, m in lines}
+    return [str(line_plot(out_dir / "throughput.png", "batch size", "output tokens/s", sizes, series))] if table else []

@@ -1,6 +1,9 @@
 """Throughput mode: one point per (method, batch size) from one generate_batch call, resumable, and its table."""
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 
 from eagle_infer.engine import BatchResult, CycleStats, GenerationResult
@@ -8,6 +11,7 @@ from eval import throughput
 from eval.benchmarks import Question
 from eval.harness import HarnessSettings
 from eval.records import RecordWriter
+from eval.report import log_wandb
 
 
 class FakeBatcher:
@@ -24,7 +28,7 @@ class FakeBatcher:
         return BatchResult(results, len(prompts) * 4 / (8.0 * batch_size ** 0.5), batch_size, 1024 * batch_size)
 
 
-def test_points_are_measured_once_and_tabled(tiny_smol, tmp_path):
+def test_points_are_measured_once_and_tabled(tiny_smol, tmp_path, monkeypatch):
     questions = [Question(f"q{i}", "writing", [f"Question {i}?", "a second turn, ignored"], None) for i in range(3)]
     methods = [FakeBatcher("vanilla"), FakeBatcher("eagle2", accepted=1)]
     path = tmp_path / throughput.FILE
@@ -45,6 +49,26 @@ def test_points_are_measured_once_and_tabled(tiny_smol, tmp_path):
     markdown = throughput.write_table(throughput.rows(again.records), tmp_path)
     assert markdown.count("\n") == 6 and "| mt_bench | 4 | eagle2 | 16.0 | 1.00x | 2.00x | 2.00 |" in markdown
     assert (tmp_path / "throughput.csv").read_text().startswith("benchmark,batch_size,method,questions,tok_s")
+    paths = throughput.plot(throughput.rows(again.records), tmp_path)
+    assert [Path(p).name for p in paths] == ["throughput.png"] and Path(paths[0]).read_bytes()[:4] == b"\x89PNG"
+    logged = {}
+
+    class FakeRun:  # a stand-in for wandb (a real offline run is tested in test_report; wandb keeps global state)
+        def log(self, data):
+            logged.update(data)
+
+        def finish(self):
+            pass
+
+    fake = type(sys)("wandb")
+    fake.init = lambda **kw: FakeRun()
+    fake.Table = lambda columns, data: (columns, data)
+    fake.Image = lambda path: path
+    monkeypatch.setitem(sys.modules, "wandb", fake)
+    log_wandb(throughput.rows(again.records), paths, "throughput-test", {}, mode="offline")
+    columns, data = logged["results"]
+    assert columns[:4] == ["benchmark", "batch_size", "method", "questions"] and len(data) == 4
+    assert logged["throughput"] == paths[0]
 
 
 def test_sweep_over_the_batch_budget_reads_throughput_jobs(tmp_path):
