@@ -96,9 +96,7 @@ class DraftHead(nn.Module):
         return self._target[0]
 
     def new_cache(self, batch: int, max_len: int) -> KVCache:
-        attn = self.layer.self_attn
-        cfg = self.target.config
-        return KVCache(1, batch, cfg.num_key_value_heads, attn.head_dim, max_len, self.fc.weight.dtype, self.fc.weight.device)
+        return KVCache(1, *self.target.kv_shape(batch)[1:], max_len, self.fc.weight.dtype, self.fc.weight.device)
 
     def forward(
         self,

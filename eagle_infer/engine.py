@@ -265,12 +265,10 @@ class Engine:
 
     def cache_bytes(self, batch: int, max_len: int) -> int:
         """Memory of the target's and the head's KV caches for `batch` rows of `max_len` positions."""
-        cfg = self.target.config
-        head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-        rows = (cfg.num_hidden_layers, batch, cfg.num_key_value_heads, head_dim)
-        total = KVCache.bytes_needed(*rows, max_len, self.target.dtype)
+        shape = self.target.kv_shape(batch)
+        total = KVCache.bytes_needed(*shape, max_len, self.target.dtype)
         if self.config.method != "vanilla":
-            total += KVCache.bytes_needed(1, *rows[1:], max_len + self.config.feed_budget(), self.target.dtype)
+            total += KVCache.bytes_needed(1, *shape[1:], max_len + self.config.feed_budget(), self.target.dtype)
         return total
 
     def generate(
@@ -332,11 +330,11 @@ class Engine:
             trees = draft_static(feeder, config.paths())
         else:
             trees = draft_dynamic(feeder, config.depth, config.top_k, config.total_tokens, config.expand_by, config.rerank)
-        budget = self.config.tree_budget()
-        if len(trees) != feeder.root.batch or max(len(t) for t in trees) > budget:
+        budget, largest = self.config.tree_budget(), max((len(t) for t in trees), default=0)
+        if len(trees) != feeder.root.batch or largest > budget:
             raise EagleError(
-                f"drafter returned {len(trees)} trees of up to {max(len(t) for t in trees)} nodes: expected one per "
-                f"batch row ({feeder.root.batch}) of at most the tree budget {budget}"
+                f"drafter returned {len(trees)} trees of up to {largest} nodes: expected one per batch row "
+                f"({feeder.root.batch}) of at most the tree budget {budget}"
             )
         return trees
 
@@ -419,13 +417,11 @@ class _BatchRun:
         else:
             self.rows[b] = request
 
-    def _emit(self, b: int, request: _Request, tokens: list[int]) -> bool:
+    def _emit(self, b: int, request: _Request, tokens: list[int]) -> None:
         """Emit a row's tokens; a finished request gets its result and frees the row."""
         if request.out.emit(tokens):
             self._finish(request)
             self.rows[b] = None
-            return True
-        return False
 
     def _vanilla_cycle(self) -> None:
         target, device, rows = self.target, self.target.device, list(self.rows)

@@ -125,7 +125,7 @@ class KVCache:
 
     def row(self, b: int) -> "KVCache":
         """A one-row cache over row b's storage (writes land in this cache); its length starts at lengths[b] and
-        is copied back with `self.lengths[b] = view.length`."""
+        is not shared: after writing through the view, set `self.lengths[b]`."""
         view = KVCache.__new__(KVCache)
         view._attach(self.k[:, b : b + 1], self.v[:, b : b + 1], self.max_len, [self.lengths[b]])
         return view

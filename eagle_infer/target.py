@@ -147,10 +147,14 @@ class Target:
     def lm_head(self) -> torch.nn.Module:
         return self.model.get_output_embeddings()
 
-    def new_cache(self, batch: int, max_len: int) -> KVCache:
+    def kv_shape(self, batch: int) -> tuple[int, int, int, int]:
+        """(layers, batch, kv_heads, head_dim) of this target's KV cache; a draft head's has one layer."""
         cfg = self.config
         head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-        return KVCache(cfg.num_hidden_layers, batch, cfg.num_key_value_heads, head_dim, max_len, self.dtype, self.device)
+        return cfg.num_hidden_layers, batch, cfg.num_key_value_heads, head_dim
+
+    def new_cache(self, batch: int, max_len: int) -> KVCache:
+        return KVCache(*self.kv_shape(batch), max_len, self.dtype, self.device)
 
     @torch.inference_mode()
     def forward(

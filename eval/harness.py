@@ -47,7 +47,8 @@ def answer_group(method, target, questions: list[Question], settings: HarnessSet
     """Answer every turn of each question with one method, the questions' turn t decoded as one batch (turn t + 1
     follows each question's own answer); returns the record bodies (without benchmark/method).
 
-    A record's wall_s is its share of its batches' wall time in proportion to its tokens, so summed over records
+    Question j of a group samples turn t with seed + t + j (the engine's per-request seeds); a batch of one
+    reproduces the unbatched seeds. A record's wall_s is its share of its batches' wall time in proportion to its tokens, so summed over records
     it is the time the batches took and tokens / wall_s is the throughput (for a batch of one: its own time).
     """
     chats: list[list[Message]] = [[] for _ in questions]

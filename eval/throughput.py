@@ -10,7 +10,7 @@ before each point through /proc/self/clear_refs.
 from __future__ import annotations
 
 import csv
-from dataclasses import dataclass, fields
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 import torch
@@ -20,6 +20,7 @@ from eagle_infer.chat import Message
 
 from .benchmarks import Question
 from .harness import HarnessSettings, prompt_for
+from .metrics import tau
 from .records import RecordWriter
 from .report import line_plot
 
@@ -59,10 +60,10 @@ def measure(method, prompts: list[list[int]], settings: HarnessSettings, stops: 
     """One point: every prompt through one generate_batch call with `batch_size` rows."""
     reset_peak_memory(device)
     batch = method.generate_batch(prompts, settings.max_new_tokens, settings.sampling, stops, settings.seed, batch_size)
-    cycles = [c for r in batch.results for c in r.cycles]
+    cycles = [asdict(c) for r in batch.results for c in r.cycles]
     return {
         "method": method.name, "batch_size": batch_size, "questions": len(prompts), "new_tokens": batch.new_tokens,
-        "wall_s": batch.wall_s, "tau": sum(c.accepted + 1 for c in cycles) / len(cycles) if cycles else None,
+        "wall_s": batch.wall_s, "tau": tau(cycles),
         "peak_memory_bytes": peak_memory(device), "cache_bytes": batch.cache_bytes,
         "tokens": [r.tokens for r in batch.results],
     }
