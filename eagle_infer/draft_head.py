@@ -1,8 +1,14 @@
-"""The EAGLE draft head: [embedding of a token ; target feature] -> fc (2h->h) -> one decoder layer -> feature.
+"""The EAGLE draft head: [embedding of a token ; target feature] -> fc (2h->h) -> decoder layer(s) -> feature.
 
 The predicted feature goes through the target's frozen LM head. The head shares the target's embedding and LM head
 (neither is saved with it) and reuses the target's own decoder-layer class, so Llama, Mistral and Qwen2 targets get
-a head of their own architecture. As in EAGLE, the layer has no input norm (the fc output feeds attention directly).
+a head of their own architecture. As in EAGLE, the first layer has no input norm (the fc output feeds attention
+directly); `layers` > 1 stacks more decoder layers (with their input norms) for a head of more capacity.
+
+Features: "last" heads read the target's post-norm last hidden state [.., H]. Fused (EAGLE-3) heads read the
+outputs of `feature_layers` side by side [.., k*H] and first project them to H (`fuse`, k*H -> H, no bias).
+Either way a head fed its own predicted feature [.., H] (drafting, training-time test) takes it as it is: the
+input width tells the two apart.
 
 Pairing convention (training and inference alike): the pair at head position i is (feature f_i, token x_{i+1}) and
 its output approximates f_{i+1}, whose LM-head logits predict x_{i+2}. `input_mode` selects the EAGLE paper's
@@ -16,7 +22,7 @@ the drafting time; tokens outside the subset are never drafted, and verification
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
@@ -41,6 +47,17 @@ class DraftHeadConfig:
     input_mode: str = "feature+shifted_token"
     fc_bias: bool = True
     draft_vocab_size: int = 0  # 0 = the full vocabulary
+    layers: int = 1  # decoder layers (EAGLE: 1)
+    feature_layers: list = field(default_factory=list)  # target decoder layers fused as input ([] = last hidden)
+    target_layers: int = 0  # the target's decoder layers (0 = not recorded, heads saved before it was)
+
+    @property
+    def fused(self) -> bool:
+        return bool(self.feature_layers)
+
+    def check(self) -> None:
+        if self.layers < 1:
+            raise EagleError(f"head.layers {self.layers} is invalid: expected >= 1")
 
     @property
     def token_shift(self) -> int:
@@ -51,10 +68,17 @@ class DraftHeadConfig:
     def for_target(cls, target, input_mode: str = "feature+shifted_token") -> "DraftHeadConfig":
         if input_mode not in INPUT_MODES:
             raise EagleError(f"unknown draft input mode {input_mode!r}: expected one of {', '.join(INPUT_MODES)}")
-        return cls(target.name, target.config.model_type, target.hidden_size, target.vocab_size, input_mode)
+        return cls(target.name, target.config.model_type, target.hidden_size, target.vocab_size, input_mode,
+                   target_layers=target.config.num_hidden_layers)
 
     def check_matches(self, target, where: str) -> None:
         """Refuse a head built for another target, naming both values."""
+        n = target.config.num_hidden_layers
+        if self.fused and (self.target_layers not in (0, n) or any(not 0 <= i < n for i in self.feature_layers)):
+            raise EagleError(
+                f"draft head {where} fuses layers {list(self.feature_layers)} of a {self.target_layers}-layer target, "
+                f"but the target has {n} layers"
+            )
         for field, mine, theirs in (
             ("hidden size", self.hidden_size, target.hidden_size),
             ("vocabulary size", self.vocab_size, target.vocab_size),
@@ -66,17 +90,21 @@ class DraftHeadConfig:
 
 
 class DraftHead(nn.Module):
-    """fc + one decoder layer of the target's class; embedding and LM head are borrowed from the target."""
+    """[fuse +] fc + decoder layer(s) of the target's class; embedding and LM head are borrowed from the target."""
 
     def __init__(self, config: DraftHeadConfig, target):
         super().__init__()
+        config.check()
         self.config = config
         layer_config = target.config.__class__.from_dict(target.config.to_dict())
-        layer_config.num_hidden_layers = 1
+        layer_config.num_hidden_layers = config.layers
         layer_config._attn_implementation = target.config._attn_implementation
-        self.fc = nn.Linear(2 * config.hidden_size, config.hidden_size, bias=config.fc_bias)
-        self.layer = type(target.model.model.layers[0])(layer_config, layer_idx=0)
-        self.layer.input_layernorm = nn.Identity()
+        h = config.hidden_size
+        self.fuse = nn.Linear(len(config.feature_layers) * h, h, bias=False) if config.fused else None
+        self.fc = nn.Linear(2 * h, h, bias=config.fc_bias)
+        layer_class = type(target.model.model.layers[0])
+        self.layers = nn.ModuleList(layer_class(layer_config, layer_idx=i) for i in range(config.layers))
+        self.layers[0].input_layernorm = nn.Identity()
         self.rotary = type(target.model.model.rotary_emb)(config=layer_config)
         self._target = (target,)  # a tuple keeps the target's modules out of this module's parameters
         vd = config.draft_vocab_size
@@ -96,7 +124,8 @@ class DraftHead(nn.Module):
         return self._target[0]
 
     def new_cache(self, batch: int, max_len: int) -> KVCache:
-        return KVCache(1, *self.target.kv_shape(batch)[1:], max_len, self.fc.weight.dtype, self.fc.weight.device)
+        return KVCache(self.config.layers, *self.target.kv_shape(batch)[1:], max_len, self.fc.weight.dtype,
+                       self.fc.weight.device)
 
     def forward(
         self,
@@ -106,11 +135,20 @@ class DraftHead(nn.Module):
         cache: KVCache | None = None,
         mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """features [B, T, H], tokens [B, T], positions [B, T] -> predicted features [B, T, H].
+        """features [B, T, H] (or [B, T, k*H] target features of a fused head), tokens [B, T], positions [B, T]
+        -> predicted features [B, T, H].
 
-        With a cache, the T new keys/values are written at [cache.length, +T) (not committed); mask is additive
-        [B or 1, 1, T, cache.length + T]. Without a cache (training), mask is [B or 1, 1, T, T] or None for causal.
+        With a cache (a KVCache, or any transformers Cache such as the training-time test's DynamicCache), the T
+        new keys/values are written after what it holds; mask is additive [B or 1, 1, T, held + T]. Without a cache
+        (training), mask is [B or 1, 1, T, T] or None for causal.
         """
+        if features.shape[-1] != self.config.hidden_size:
+            if self.fuse is None:
+                raise EagleError(
+                    f"draft head takes features of width {self.config.hidden_size}, got {features.shape[-1]}: "
+                    "a fused head needs fused target features"
+                )
+            features = self.fuse(features)
         embeds = self.target.embed_tokens(tokens).to(features.dtype)
         mode = self.config.input_mode
         if mode == "token":
@@ -121,13 +159,11 @@ class DraftHead(nn.Module):
         if mask is None and cache is None:
             mask = causal_mask(0, hidden.shape[1], hidden.dtype, hidden.device)
         cos_sin = self.rotary(hidden, positions)
-        return self.layer(
-            hidden,
-            attention_mask=mask,
-            position_ids=positions,
-            past_key_values=None if cache is None else cache.hf,
-            position_embeddings=cos_sin,
-        )
+        past = getattr(cache, "hf", cache)
+        for layer in self.layers:
+            hidden = layer(hidden, attention_mask=mask, position_ids=positions, past_key_values=past,
+                           position_embeddings=cos_sin)
+        return hidden
 
     def draft_logits(self, predicted: torch.Tensor) -> torch.Tensor:
         """Predicted features [..., H] -> float32 logits [..., Vd] over the draft vocabulary (the target's frozen LM
@@ -164,26 +200,30 @@ class DraftHead(nn.Module):
         (directory / CONFIG_FILE).write_text(json.dumps(asdict(self.config), indent=2) + "\n")
 
 
-def random_head(target, seed: int = 0, input_mode: str = "feature+shifted_token") -> DraftHead:
+def random_head(target, seed: int = 0, input_mode: str = "feature+shifted_token", layers: int = 1,
+                feature_layers: list[int] | None = None) -> DraftHead:
     """An untrained head (deterministic for a seed): low acceptance, same output; lets the engine run before training."""
+    config = DraftHeadConfig.for_target(target, input_mode)
+    config.layers, config.feature_layers = layers, list(feature_layers or [])
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        return DraftHead(DraftHeadConfig.for_target(target, input_mode), target).eval()
+        return DraftHead(config, target).eval()
 
 
 # Key names of the published EAGLE-1/EAGLE-2 heads (pytorch_model.bin or model.safetensors + a LlamaConfig-style
-# config.json): fc.weight, fc.bias, layers.0.self_attn.*, layers.0.mlp.*, layers.0.post_attention_layernorm.weight,
+# config.json): fc.weight, fc.bias, layers.N.self_attn.*, layers.N.mlp.*, layers.N.post_attention_layernorm.weight,
 # and often embed_tokens.weight (ignored: the target's embedding is used).
 def _from_eagle_keys(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    out = {}
-    for key, value in state.items():
-        if key.startswith("fc."):
-            out[key] = value
-        elif key.startswith("layers.0."):
-            out["layer." + key[len("layers.0.") :]] = value
-        elif key.startswith("layers."):
-            raise EagleError(f"published head has more than one layer ({key!r}): only one-layer EAGLE heads are supported")
-    return out
+    return {k: v for k, v in state.items() if k.startswith(("fc.", "layers."))}
+
+
+def _upgrade_keys(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Heads saved before `layers` existed named their one layer `layer.*`."""
+    return {("layers.0." + k[len("layer."):] if k.startswith("layer.") else k): v for k, v in state.items()}
+
+
+def _layer_count(state: dict[str, torch.Tensor]) -> int:
+    return 1 + max((int(k.split(".")[1]) for k in state if k.startswith("layers.")), default=0)
 
 
 def _read_weights(directory: Path) -> dict[str, torch.Tensor]:
@@ -204,10 +244,11 @@ def load_head(directory: str | Path, target) -> DraftHead:
     if not (directory / CONFIG_FILE).exists():
         raise EagleError(f"draft head directory {str(directory)!r} has no {CONFIG_FILE}")
     raw = json.loads((directory / CONFIG_FILE).read_text())
-    state = _read_weights(directory)
+    state = _upgrade_keys(_read_weights(directory))
     if "target" in raw:  # this toolkit's format
         known = set(DraftHeadConfig.__dataclass_fields__)
         config = DraftHeadConfig(**{k: v for k, v in raw.items() if k in known})
+        config.check()
         config.check_matches(target, str(directory))
     else:  # published EAGLE head: its config is the target's LlamaConfig
         state = _from_eagle_keys(state)
@@ -217,6 +258,7 @@ def load_head(directory: str | Path, target) -> DraftHead:
             int(raw.get("hidden_size", -1)),
             int(raw.get("vocab_size", -1)),
             fc_bias="fc.bias" in state,
+            layers=_layer_count(state),
         )
         for field, value in (("hidden size", config.hidden_size), ("vocabulary size", config.vocab_size)):
             expected = target.hidden_size if field == "hidden size" else target.vocab_size

@@ -348,6 +348,7 @@ class _BatchRun:
             prompts, max_new, sampling, stops, stream, seed
         )
         self.eagle = engine.config.method != "vanilla"
+        self.feature_layers = tuple(self.head.config.feature_layers) if self.eagle else ()  # a fused head's inputs
         self.cache = self.target.new_cache(size, max_len)
         self.head_cache = self.head.new_cache(size, max_len + engine.config.feed_budget()) if self.eagle else None
         self.rows: list[_Request | None] = [None] * size
@@ -397,7 +398,8 @@ class _BatchRun:
         self.cache.lengths[b] = 0
         view = self.cache.row(b)
         positions = torch.arange(n, device=device)[None]
-        logits, feats = target.forward(torch.tensor([prompt], device=device), positions, view, last_only=True)
+        logits, feats = target.forward(torch.tensor([prompt], device=device), positions, view, last_only=True,
+                                       feature_layers=self.feature_layers)
         self.cache.lengths[b] = n
         request.root = sample_token(logits[0, -1], self.sampling, generator)
         done = request.out.emit([request.root])
@@ -458,7 +460,7 @@ class _BatchRun:
 
         ids, positions, allowed = _verification_input(trees, root, device)
         mask = additive_mask(allowed, lengths, target.dtype, device)
-        logits, tree_feats = target.forward(ids, positions, self.cache, mask)
+        logits, tree_feats = target.forward(ids, positions, self.cache, mask, feature_layers=self.feature_layers)
         shift, outcomes = self.head.config.token_shift, []
         for b, (request, tree) in enumerate(zip(rows, trees)):
             rows_b = logits[b, : len(tree) + 1]
@@ -495,7 +497,8 @@ class _BatchRun:
         if width == 0:
             return
         t0 = time.perf_counter()
-        feats = torch.zeros(len(rows), width, self.target.hidden_size, dtype=self.target.dtype, device=device)
+        example = rows[counts.index(width)].pending[0]  # [m, H], or [m, k*H] for a fused head
+        feats = example.new_zeros(len(rows), width, example.shape[-1])
         tokens = torch.zeros(len(rows), width, dtype=torch.long, device=device)
         for b, (r, m) in enumerate(zip(rows, counts)):
             if m:

@@ -2,7 +2,7 @@
 
 The adapter runs a Llama-family causal LM over a `KVCache` with explicit position ids and an optional additive
 tree mask, and returns logits plus the features the draft head needs: the last hidden state after the final norm,
-i.e. exactly what the LM head sees.
+i.e. exactly what the LM head sees, or, for a fused (EAGLE-3) head, the outputs of a few decoder layers side by side.
 """
 from __future__ import annotations
 
@@ -18,6 +18,42 @@ from .kv_cache import KVCache
 from .registry import MODELS, lookup
 
 SUPPORTED_ARCHITECTURES = ("llama", "mistral", "qwen2")
+def eagle3_layers(num_layers: int) -> tuple[int, int, int]:
+    """EAGLE-3's low, middle and high feature layers (0-based decoder layers whose outputs are fused): 1, L/2 - 1 and
+    L - 4, the choice of SpecForge and vLLM (their 'inputs of layers 2, L/2 and L - 3')."""
+    if num_layers < 5:
+        raise EagleError(f"a fused head needs a target of at least 5 layers, not {num_layers}")
+    return 1, num_layers // 2 - 1, num_layers - 4
+
+
+class _LayerOutputs:
+    """Collects the outputs of chosen decoder layers during one forward (forward hooks, removed on exit)."""
+
+    def __init__(self, model, layers: tuple[int, ...]):
+        self.layers, self.outputs, self._hooks = layers, {}, []
+        decoder = model.model.layers
+        for index in layers:
+            if not 0 <= index < len(decoder):
+                raise EagleError(f"feature layer {index} is invalid: the target has decoder layers 0..{len(decoder) - 1}")
+            self._hooks.append(decoder[index].register_forward_hook(self._hook(index)))
+
+    def _hook(self, index):
+        def store(_module, _args, output):
+            self.outputs[index] = output[0] if isinstance(output, tuple) else output
+        return store
+
+    def fused(self) -> torch.Tensor:
+        """[B, T, len(layers) * H]: the chosen layers' outputs, concatenated in the given order."""
+        return torch.cat([self.outputs[i] for i in self.layers], dim=-1)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        for hook in self._hooks:
+            hook.remove()
+
+
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -164,18 +200,31 @@ class Target:
         cache: KVCache,
         mask: torch.Tensor | None = None,
         last_only: bool = False,
+        feature_layers: tuple[int, ...] = (),
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Run T new tokens over the cache (written at [cache.length, +T), not committed).
 
         input_ids, positions: [B, T]. mask: additive [B or 1, 1, T, cache.length + T], or None for causal.
-        Returns logits [B, T or 1, V] (float32) and features [B, T, H].
+        Returns logits [B, T or 1, V] (float32) and features: [B, T, H] post-norm last hidden states, or with
+        feature_layers the outputs of those decoder layers concatenated, [B, T, len(feature_layers) * H].
         """
-        out = self.model.model(
-            input_ids=input_ids, position_ids=positions, attention_mask=mask, past_key_values=cache.hf, use_cache=True
-        )
-        features = out.last_hidden_state
-        logits = self.lm_head(features[:, -1:] if last_only else features).float()
-        return logits, features
+        with _LayerOutputs(self.model, feature_layers) as taps:
+            out = self.model.model(
+                input_ids=input_ids, position_ids=positions, attention_mask=mask, past_key_values=cache.hf, use_cache=True
+            )
+        last = out.last_hidden_state
+        logits = self.lm_head(last[:, -1:] if last_only else last).float()
+        return logits, taps.fused() if feature_layers else last
+
+    @torch.inference_mode()
+    def features(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, feature_layers: tuple[int, ...] = ()
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """A plain causal forward without a cache (featurize): input_ids, attention_mask [B, T] (right padding) ->
+        post-norm last hidden states [B, T, H] and, with feature_layers, the fused layer outputs [B, T, k * H]."""
+        with _LayerOutputs(self.model, feature_layers) as taps:
+            out = self.model.model(input_ids=input_ids, attention_mask=attention_mask)
+        return out.last_hidden_state, taps.fused() if feature_layers else None
 
 
 def load_target(model: str, dtype: str = "auto", device: str = "auto") -> Target:

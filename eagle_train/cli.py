@@ -1,5 +1,7 @@
-"""`python -m eagle_train.cli recipes=NAME stage=featurize|train|plan` (make train runs featurize, then train under
-the deepspeed launcher). `stage=plan` (make train DRY_RUN=1) prints the resolved plan and does nothing else."""
+"""`python -m eagle_train.cli recipes=NAME stage=featurize|train|plan|regenerate|export` (make train runs featurize,
+then train under the deepspeed launcher). `stage=plan` (make train DRY_RUN=1) prints the resolved plan and does
+nothing else. `stage=regenerate` only answers the prompts (e.g. on a GPU machine); `stage=export` writes the recipe's
+conversations to <features_dir>/conversations.jsonl, so another machine can use them as data.source."""
 from __future__ import annotations
 
 import logging
@@ -15,10 +17,10 @@ from eagle_infer.config import ModelConf
 from eagle_infer.errors import EagleError
 
 from .featurize import FeaturizeConfig
-from .train import TrainConfig
+from .train import HeadConf, TrainConfig
 
 log = logging.getLogger("eagle_train")
-STAGES = ("featurize", "train", "plan")
+STAGES = ("featurize", "train", "plan", "regenerate", "export")
 
 
 @dataclass
@@ -38,6 +40,7 @@ class TrainRunConf:
     data: DataConf = field(default_factory=DataConf)
     featurize: FeaturizeConfig = field(default_factory=FeaturizeConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    head: HeadConf = field(default_factory=HeadConf)
     stage: str = "plan"
     recipe: str = "none"
     notes: str = ""
@@ -46,18 +49,46 @@ class TrainRunConf:
 ConfigStore.instance().store(name="train_schema", node=TrainRunConf)
 
 
-def run_featurize(cfg: TrainRunConf, target) -> None:
-    from .conversations import load_conversations, split
-    from .featurize import featurize
+def _conversations(cfg: TrainRunConf):
+    from .conversations import load_conversations
 
     conversations, stats = load_conversations(cfg.data.source, None if cfg.data.conversations is None else cfg.data.conversations + cfg.data.heldout)
     if not conversations:
         raise EagleError(f"dataset {cfg.data.source!r} has no usable conversation ({stats.summary()})")
+    return conversations
+
+
+def _splits(cfg: TrainRunConf):
+    from .conversations import split
+
+    conversations = _conversations(cfg)
     train_set, heldout = split(conversations, min(cfg.data.heldout, len(conversations) - 1), cfg.data.seed)
-    for name, convs in (("heldout", heldout), ("train", train_set)):
+    return (("heldout", heldout), ("train", train_set))
+
+
+def run_featurize(cfg: TrainRunConf, target) -> None:
+    from .featurize import featurize
+
+    for name, convs in _splits(cfg):
         manifest = featurize(convs, target, f"{cfg.data.features_dir}/{name}", cfg.featurize)
         log.info("%s features: %d conversations, %d tokens (%d in the loss), skipped %s", name,
                  manifest.conversations, manifest.tokens, manifest.loss_tokens, manifest.skipped or "none")
+
+
+def run_regenerate(cfg: TrainRunConf, target) -> None:
+    from .featurize import regenerate_only
+
+    for name, convs in _splits(cfg):
+        done = regenerate_only(convs, target, f"{cfg.data.features_dir}/{name}", cfg.featurize)
+        log.info("%s: %d shards answered", name, done)
+
+
+def train_dtype(cfg: TrainConfig) -> str:
+    """The dtype the target is loaded in for training: the DeepSpeed config's precision."""
+    from .train import read_ds_config
+
+    ds = read_ds_config(cfg.deepspeed_config, cfg, 1, 1)
+    return "bfloat16" if ds.get("bf16", {}).get("enabled") else "float16" if ds.get("fp16", {}).get("enabled") else "float32"
 
 
 def plan(cfg: TrainRunConf) -> str:
@@ -71,7 +102,9 @@ def plan(cfg: TrainRunConf) -> str:
              f"max_length {cfg.featurize.max_length}, regenerate {cfg.featurize.regenerate} -> {cfg.data.features_dir}",
              f"train: epochs {cfg.train.epochs}, max_steps {cfg.train.max_steps}, micro batch {cfg.train.batch_size}, "
              f"lr {cfg.train.lr}, betas {list(cfg.train.betas)}, warmup {cfg.train.warmup_steps}, clip {cfg.train.grad_clip}, "
-             f"noise {cfg.train.noise}, w_cls {cfg.train.w_cls}, input {cfg.train.input_mode} -> {cfg.train.out_dir}",
+             f"noise {cfg.train.noise}, w_cls {cfg.train.w_cls}, w_reg {cfg.train.w_reg}, ttt_steps {cfg.train.ttt_steps}, "
+             f"input {cfg.train.input_mode} -> {cfg.train.out_dir}",
+             f"head: layers {cfg.head.layers}, features {cfg.head.features}",
              f"deepspeed ({cfg.train.deepspeed_config}): {ds}"]
     if cfg.notes:
         lines.append(f"notes: {cfg.notes}")
@@ -90,15 +123,25 @@ def main(cfg) -> None:
     if conf.stage == "plan":
         print(plan(conf))
         return
+    if conf.stage == "export":
+        from .conversations import write_jsonl
+
+        path = f"{conf.data.features_dir}/conversations.jsonl"
+        write_jsonl(_conversations(conf), path)
+        log.info("wrote %s (use it as data.source= elsewhere)", path)
+        return
     from eagle_infer.target import load_target
 
-    target = load_target(conf.model.name, conf.model.dtype, conf.model.device)
+    dtype = train_dtype(conf.train) if conf.stage == "train" else conf.model.dtype
+    target = load_target(conf.model.name, dtype, conf.model.device)
     if conf.stage == "featurize":
         run_featurize(conf, target)
+    elif conf.stage == "regenerate":
+        run_regenerate(conf, target)
     else:
         from .train import train
 
-        metrics = train(conf.train, target)
+        metrics = train(conf.train, target, conf.head)
         log.info("done: %s", " ".join(f"{k}={v:.4g}" for k, v in metrics.items() if isinstance(v, float)))
 
 

@@ -196,3 +196,12 @@ def split(conversations: list[T], heldout: int | float, seed: int) -> tuple[list
     random.Random(seed).shuffle(shuffled)
     n = _heldout_count(heldout, len(shuffled))
     return shuffled[n:], shuffled[:n]
+
+
+def write_jsonl(conversations: list[list[Message]], path: str | Path) -> None:
+    """Write conversations as ShareGPT JSONL records; load_conversations reads them back unchanged, in order."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", encoding="utf-8") as f:
+        for conv in conversations:
+            f.write(json.dumps({"conversations": [{"from": m.role, "value": m.content} for m in conv]}) + "\n")

@@ -2,13 +2,17 @@
 
 A feature directory holds `manifest.json` and shards `shard-NNNNN.safetensors`, each with
   input_ids int32 [T], loss_mask uint8 [T], hidden <dtype> [T, H], offsets int64 [n + 1]
-for n conversations concatenated (conversation j is rows offsets[j]:offsets[j+1]). `hidden` is the target's last
-hidden state after the final norm (what its LM head sees). A shard is written to a temporary name and renamed, so
-a shard that exists is complete.
+and, when featurized for fused (EAGLE-3) heads, aux <dtype> [T, k * H]: the outputs of the manifest's
+`feature_layers` side by side. n conversations are concatenated (conversation j is rows offsets[j]:offsets[j+1]).
+`hidden` is the target's last hidden state after the final norm (what its LM head sees: every head's regression and
+distillation target). A shard is written to a temporary name and renamed, so a shard that exists is complete; its
+counts go to `shard-NNNNN.json` beside it, and the manifest's shard list is rebuilt from those, so ranks that
+featurize disjoint shards of one directory merge without coordination.
 """
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -32,14 +36,31 @@ class Manifest:
     overlong: str
     regenerate: bool
     fingerprint: str = ""  # hash of the input conversations, in order: a rerun must be given the same ones
+    regenerate_fraction: float = 1.0  # share of conversations answered by the target (when regenerate)
+    feature_layers: list = field(default_factory=list)  # decoder layers stored as `aux` ([] = last hidden only)
     conversations: int = 0
     tokens: int = 0
     loss_tokens: int = 0
     skipped: dict = field(default_factory=dict)
-    shards: list = field(default_factory=list)  # [{"file": ..., "conversations": n, "tokens": t}]
+    shards: list = field(default_factory=list)  # [{"file": ..., "conversations": n, "tokens": t, ...}]
+
+    def refresh(self, directory: Path) -> None:
+        """Rebuild the shard list and totals from the shards' count files (every rank's shards)."""
+        stats = [json.loads(p.read_text()) for p in sorted(Path(directory).glob("shard-*.json"))]
+        if not stats:
+            return
+        self.shards = stats
+        self.conversations = sum(s["conversations"] for s in stats)
+        self.tokens = sum(s["tokens"] for s in stats)
+        self.loss_tokens = sum(s["loss_tokens"] for s in stats)
+        self.skipped = {}
+        for s in stats:
+            for k, v in s["skipped"].items():
+                self.skipped[k] = self.skipped.get(k, 0) + v
 
     def save(self, directory: Path) -> None:
-        tmp = directory / (MANIFEST + ".tmp")
+        self.refresh(directory)
+        tmp = directory / (MANIFEST + f".{os.getpid()}.tmp")
         tmp.write_text(json.dumps(asdict(self), indent=2) + "\n")
         tmp.rename(directory / MANIFEST)
 
@@ -49,7 +70,9 @@ class Manifest:
         if not path.exists():
             raise EagleError(f"feature directory {str(directory)!r} has no {MANIFEST}: run featurize first")
         raw = json.loads(path.read_text())
-        return cls(**{k: v for k, v in raw.items() if k in cls.__dataclass_fields__})
+        manifest = cls(**{k: v for k, v in raw.items() if k in cls.__dataclass_fields__})
+        manifest.refresh(Path(directory))
+        return manifest
 
     def check_target(self, target, directory) -> None:
         """Refuse features made with another target, naming both."""
@@ -66,18 +89,26 @@ def shard_name(index: int) -> str:
     return f"shard-{index:05d}.safetensors"
 
 
-def write_shard(path: Path, samples: list[tuple[list[int], list[int], torch.Tensor]], dtype: torch.dtype) -> int:
-    """samples: (input_ids, loss_mask, hidden [T, H]) per conversation. Returns the token count."""
+def stats_name(index: int) -> str:
+    """The count file written once shard `index` is complete (also for a shard with no usable conversation)."""
+    return f"shard-{index:05d}.json"
+
+
+def write_shard(path: Path, samples: list[tuple], dtype: torch.dtype) -> int:
+    """samples: (input_ids, loss_mask, hidden [T, H], aux [T, k * H] or None) per conversation. Returns the token
+    count."""
     from safetensors.torch import save_file
 
-    lengths = [len(ids) for ids, _, _ in samples]
+    lengths = [len(s[0]) for s in samples]
     offsets = torch.tensor([0] + lengths).cumsum(0)
     tensors = {
-        "input_ids": torch.tensor([t for ids, _, _ in samples for t in ids], dtype=torch.int32),
-        "loss_mask": torch.tensor([m for _, mask, _ in samples for m in mask], dtype=torch.uint8),
-        "hidden": torch.cat([h.to(dtype) for _, _, h in samples]).contiguous(),
+        "input_ids": torch.tensor([t for s in samples for t in s[0]], dtype=torch.int32),
+        "loss_mask": torch.tensor([m for s in samples for m in s[1]], dtype=torch.uint8),
+        "hidden": torch.cat([s[2].to(dtype) for s in samples]).contiguous(),
         "offsets": offsets,
     }
+    if samples[0][3] is not None:
+        tensors["aux"] = torch.cat([s[3].to(dtype) for s in samples]).contiguous()
     tmp = path.with_suffix(".tmp")
     save_file(tensors, str(tmp))
     tmp.rename(path)
@@ -86,11 +117,13 @@ def write_shard(path: Path, samples: list[tuple[list[int], list[int], torch.Tens
 
 @dataclass
 class Sample:
-    """One conversation's features: input_ids [T] long, loss_mask [T] float, hidden [T, H]."""
+    """One conversation's features: input_ids [T] long, loss_mask [T] float, hidden [T, H] (post-norm last layer),
+    aux [T, k * H] (fused layer outputs) or None."""
 
     input_ids: torch.Tensor
     loss_mask: torch.Tensor
     hidden: torch.Tensor
+    aux: torch.Tensor | None = None
 
 
 def read_samples(directory: str | Path) -> list[Sample]:
@@ -103,8 +136,10 @@ def read_samples(directory: str | Path) -> list[Sample]:
     for shard in (s for s in manifest.shards if s["conversations"] > 0):
         t = load_file(str(directory / shard["file"]))
         off = t["offsets"].tolist()
+        aux = t.get("aux")
         for a, b in zip(off[:-1], off[1:]):
-            out.append(Sample(t["input_ids"][a:b].long(), t["loss_mask"][a:b].float(), t["hidden"][a:b]))
+            out.append(Sample(t["input_ids"][a:b].long(), t["loss_mask"][a:b].float(), t["hidden"][a:b],
+                              None if aux is None else aux[a:b]))
     if not out:
         raise EagleError(f"feature directory {str(directory)!r} holds no conversations")
     return out

@@ -11,25 +11,49 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from eagle_infer.chat import Message, loss_mask, prompt_ids, render
+from eagle_infer.chat import Message, loss_mask, render
 from eagle_infer.errors import EagleError
 
-from .features import Manifest, shard_name, write_shard
+from eagle_infer.target import eagle3_layers
+
+from .features import Manifest, shard_name, stats_name, write_shard
+from .regenerate import RegenerateSettings, regenerated_shard
 
 log = logging.getLogger(__name__)
 OVERLONG = ("truncate", "skip")
 
 
+FEATURES = ("last", "fused")
+
+
 @dataclass
 class FeaturizeConfig:
+    """features: "last" stores the post-norm last hidden state (EAGLE-1/2 heads); "fused" also stores the outputs of
+    EAGLE-3's low/middle/high layers (`aux`), so one feature directory trains both kinds of head. rank/world: this
+    process featurizes shards rank, rank + world, ... of the directory (the manifest merges every rank's shards)."""
+
     max_length: int = 1024
     overlong: str = "truncate"  # or "skip"
     batch_tokens: int = 4096  # padded tokens per target forward
     shard_size: int = 256  # conversations per shard
     store_dtype: str = "bfloat16"
+    features: str = "last"
     regenerate: bool = False  # replace assistant turns with the target's own greedy answers
+    regenerate_fraction: float = 1.0  # mix ratio: share of conversations regenerated (the rest keep the dataset's)
     regenerate_max_new_tokens: int = 256
     regenerate_turns: int = 2  # user turns kept when regenerating
+    regenerate_batch_size: int = 32  # requests the engine decodes together
+    rank: int = 0
+    world: int = 1
+
+    def feature_layers(self, target) -> list[int]:
+        if self.features not in FEATURES:
+            raise EagleError(f"unknown featurize.features {self.features!r}: expected one of {', '.join(FEATURES)}")
+        return list(eagle3_layers(target.config.num_hidden_layers)) if self.features == "fused" else []
+
+    def regenerate_settings(self) -> RegenerateSettings:
+        return RegenerateSettings(self.regenerate_fraction, self.regenerate_turns, self.regenerate_max_new_tokens,
+                                  self.max_length)
 
 
 def _encode(conv: list[Message], target, cfg: FeaturizeConfig) -> tuple[list[int], list[int]] | str:
@@ -56,64 +80,76 @@ def _batches(lengths: list[int], batch_tokens: int) -> list[list[int]]:
     return batches + ([cur] if cur else [])
 
 
-@torch.inference_mode()
-def target_features(target, sequences: list[list[int]]) -> list[torch.Tensor]:
-    """Right-padded batched forward; returns each sequence's features [T_i, H]."""
+def target_features(target, sequences: list[list[int]], layers: list[int]) -> list[tuple[torch.Tensor, torch.Tensor | None]]:
+    """Right-padded batched forward; each sequence's (hidden [T_i, H], aux [T_i, k * H] or None)."""
     longest = max(len(s) for s in sequences)
     ids = torch.zeros(len(sequences), longest, dtype=torch.long)
     attn = torch.zeros(len(sequences), longest, dtype=torch.long)
     for row, seq in enumerate(sequences):
         ids[row, : len(seq)] = torch.tensor(seq)
         attn[row, : len(seq)] = 1
-    out = target.model.model(input_ids=ids.to(target.device), attention_mask=attn.to(target.device))
-    hidden = out.last_hidden_state.cpu()
-    return [hidden[row, : len(seq)] for row, seq in enumerate(sequences)]
+    hidden, aux = target.features(ids.to(target.device), attn.to(target.device), tuple(layers))
+    hidden, aux = hidden.cpu(), None if aux is None else aux.cpu()
+    return [(hidden[row, : len(seq)], None if aux is None else aux[row, : len(seq)]) for row, seq in enumerate(sequences)]
 
 
-@torch.inference_mode()
-def regenerate(conversations: list[list[Message]], target, cfg: FeaturizeConfig, batch_size: int = 8) -> list[list[Message] | None]:
-    """Replace assistant turns with the target's greedy answers, turn by turn (the EAGLE 'data by the target' option).
+def regeneration_engine(target, cfg: FeaturizeConfig):
+    """The engine that answers prompts for regeneration: vanilla greedy decoding, cfg.regenerate_batch_size rows."""
+    from eagle_infer.engine import DecodeConfig, Engine
 
-    A conversation whose prompt would leave less than regenerate_max_new_tokens of max_length becomes None.
-    Batched (left-padded) with transformers' generate: this is data preparation; decoding for evaluation goes
-    through the engine.
-    """
-    users = [[m for m in conv if m.role == "user"][: cfg.regenerate_turns] for conv in conversations]
-    chats: list[list[Message] | None] = [[m for m in conv[:1] if m.role == "system"] for conv in conversations]
-    pad = target.tokenizer.pad_token_id if target.tokenizer.pad_token_id is not None else 0
-    eos = target.tokenizer.eos_token_id
-    room = cfg.max_length - cfg.regenerate_max_new_tokens
-    for turn in range(max(len(u) for u in users)):
-        prompts = {}
-        for i, u in enumerate(users):
-            if chats[i] is not None and turn < len(u):
-                ids = prompt_ids(target.tokenizer, chats[i] + [u[turn]], target.template)
-                if len(ids) <= room:
-                    prompts[i] = ids
-                elif turn == 0:
-                    chats[i] = None
-        order = sorted(prompts, key=lambda i: len(prompts[i]))  # similar lengths share a batch: less padding
-        for start in tqdm(range(0, len(order), batch_size), desc=f"regenerate turn {turn + 1}", leave=False):
-            rows = order[start : start + batch_size]
-            longest = max(len(prompts[i]) for i in rows)
-            ids = torch.tensor([[pad] * (longest - len(prompts[i])) + prompts[i] for i in rows], device=target.device)
-            attn = torch.tensor([[0] * (longest - len(prompts[i])) + [1] * len(prompts[i]) for i in rows], device=target.device)
-            out = target.model.generate(
-                input_ids=ids, attention_mask=attn, max_new_tokens=cfg.regenerate_max_new_tokens, do_sample=False,
-                pad_token_id=pad, eos_token_id=eos,
+    return Engine(target, None, DecodeConfig(method="vanilla", max_batch_size=max(1, cfg.regenerate_batch_size)))
+
+
+def _shard_done(out: Path, index: int) -> bool:
+    """A shard is done when its count file exists and so does its data (a shard with no usable conversation has none)."""
+    stats = out / stats_name(index)
+    return stats.exists() and (json.loads(stats.read_text())["conversations"] == 0 or (out / shard_name(index)).exists())
+
+
+def _check_resume(manifest: Manifest, fresh: Manifest, out: Path) -> None:
+    """Refuse to add shards to a directory featurized from other data or with other settings, naming the value."""
+    keys = ("target", "template", "dtype", "max_length", "overlong", "regenerate", "regenerate_fraction",
+            "feature_layers", "fingerprint")
+    for key in keys:
+        if getattr(manifest, key) != getattr(fresh, key):
+            raise EagleError(
+                f"{str(out)!r} already holds features with {key}={getattr(manifest, key)!r}, not {getattr(fresh, key)!r}: "
+                "use another output directory (nothing there was changed)"
             )
-            for row, i in enumerate(rows):
-                answer = target.tokenizer.decode(out[row, longest:], skip_special_tokens=True).strip()
-                chats[i] += [users[i][turn], Message("assistant", answer)]
-    return chats
+
+
+def _flash_attention(target):
+    """Context: the target runs flash-attention 2 inside (plain causal attention only) when on CUDA with flash-attn
+    installed; elsewhere, or for tree-masked verification, it keeps SDPA."""
+    import contextlib
+    import importlib.util
+
+    @contextlib.contextmanager
+    def switch():
+        use = target.device.type == "cuda" and importlib.util.find_spec("flash_attn") is not None
+        if use:
+            target.model.set_attn_implementation("flash_attention_2")
+        try:
+            yield
+        finally:
+            if use:
+                target.model.set_attn_implementation("sdpa")
+    return switch()
 
 
 def featurize(conversations: list[list[Message]], target, out_dir: str | Path, cfg: FeaturizeConfig) -> Manifest:
-    """Write feature shards for `conversations` (in this order) to out_dir; finished shards are kept on a rerun."""
+    """Write feature shards for `conversations` (in this order) to out_dir; finished shards are kept on a rerun.
+    This process does shards cfg.rank, cfg.rank + cfg.world, ...; with regenerate, a shard's answers are taken from
+    out_dir/regenerated when present (see regenerate.py), else generated first."""
     if cfg.overlong not in OVERLONG:
         raise EagleError(f"unknown overlong policy {cfg.overlong!r}: expected one of {', '.join(OVERLONG)}")
+    if not 0 <= cfg.rank < cfg.world:
+        raise EagleError(f"featurize rank {cfg.rank} of world {cfg.world} is invalid: expected 0 <= rank < world")
     if not conversations:
         raise EagleError("no usable conversation to featurize: check the dataset source and its filters")
+    layers = cfg.feature_layers(target)
+    if cfg.regenerate:
+        cfg.regenerate_settings().check()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     fingerprint = hashlib.sha1(
@@ -121,27 +157,24 @@ def featurize(conversations: list[list[Message]], target, out_dir: str | Path, c
     ).hexdigest()
     fresh = Manifest(
         target.name, target.hidden_size, target.vocab_size, target.template, cfg.store_dtype, cfg.max_length,
-        cfg.overlong, cfg.regenerate, fingerprint,
+        cfg.overlong, cfg.regenerate, fingerprint, cfg.regenerate_fraction if cfg.regenerate else 0.0, layers,
     )
     manifest = Manifest.load(out) if (out / "manifest.json").exists() else fresh
-    for key in ("target", "template", "dtype", "max_length", "overlong", "regenerate", "fingerprint"):
-        if getattr(manifest, key) != getattr(fresh, key):
-            raise EagleError(
-                f"{str(out)!r} already holds features with {key}={getattr(manifest, key)!r}, not {getattr(fresh, key)!r}: "
-                "use another output directory"
-            )
+    _check_resume(manifest, fresh, out)
     store = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}[cfg.store_dtype]
-    done = {s["file"] for s in manifest.shards if s["conversations"] == 0 or (out / s["file"]).exists()}
     n_shards = (len(conversations) + cfg.shard_size - 1) // cfg.shard_size
-    todo = [i for i in range(n_shards) if shard_name(i) not in done]
-    if len(todo) < n_shards:
-        log.info("resuming: %d of %d shards already done", n_shards - len(todo), n_shards)
+    mine = range(cfg.rank, n_shards, cfg.world)
+    todo = [i for i in mine if not _shard_done(out, i)]
+    if len(todo) < len(mine):
+        log.info("resuming: %d of this rank's %d shards already done", len(mine) - len(todo), len(mine))
+    engine = regeneration_engine(target, cfg) if cfg.regenerate else None
     bar = tqdm(total=sum(min(cfg.shard_size, len(conversations) - i * cfg.shard_size) for i in todo), unit="conv")
-    forward_s, tokens_done = 0.0, 0
+    forward_s, tokens_done, regen_s, regen_tokens = 0.0, 0, 0.0, 0
     for index in todo:
         chunk = conversations[index * cfg.shard_size : (index + 1) * cfg.shard_size]
         if cfg.regenerate:
-            chunk = regenerate(chunk, target, cfg)
+            chunk, info = regenerated_shard(chunk, index, out, engine, cfg.regenerate_settings(), cfg.regenerate_batch_size)
+            regen_s, regen_tokens = regen_s + info["regenerate_s"], regen_tokens + (info["answer_tokens"] if info["regenerate_s"] else 0)
         encoded, skipped = [], {}
         for conv in chunk:
             result = "overlong_prompt" if conv is None else _encode(conv, target, cfg)
@@ -150,33 +183,51 @@ def featurize(conversations: list[list[Message]], target, out_dir: str | Path, c
             else:
                 encoded.append(result)
         hidden: list = [None] * len(encoded)
-        for batch in _batches([len(ids) for ids, _ in encoded], cfg.batch_tokens):
-            start = time.perf_counter()
-            for i, h in zip(batch, target_features(target, [encoded[i][0] for i in batch])):
-                hidden[i] = h
-            forward_s += time.perf_counter() - start
-            tokens_done += sum(len(encoded[i][0]) for i in batch)
-            bar.update(len(batch))
-            bar.set_postfix(featurize_tok_s=f"{tokens_done / forward_s:.0f}")
+        with _flash_attention(target):
+            for batch in _batches([len(ids) for ids, _ in encoded], cfg.batch_tokens):
+                start = time.perf_counter()
+                for i, h in zip(batch, target_features(target, [encoded[i][0] for i in batch], layers)):
+                    hidden[i] = h
+                forward_s += time.perf_counter() - start
+                tokens_done += sum(len(encoded[i][0]) for i in batch)
+                bar.update(len(batch))
+                bar.set_postfix(featurize_tok_s=f"{tokens_done / forward_s:.0f}")
         bar.update(len(chunk) - len(encoded))
-        samples = [(ids, mask, h) for (ids, mask), h in zip(encoded, hidden)]
+        samples = [(ids, mask, h, a) for (ids, mask), (h, a) in zip(encoded, hidden)]
         tokens = write_shard(out / shard_name(index), samples, store) if samples else 0
-        manifest.shards = [s for s in manifest.shards if s["file"] != shard_name(index)] + [
-            {"file": shard_name(index), "conversations": len(samples), "tokens": tokens,
-             "loss_tokens": sum(sum(m) for _, m, _ in samples), "skipped": skipped}
-        ]
-        manifest.shards.sort(key=lambda s: s["file"])
-        manifest.conversations = sum(s["conversations"] for s in manifest.shards)
-        manifest.tokens = sum(s["tokens"] for s in manifest.shards)
-        manifest.loss_tokens = sum(s["loss_tokens"] for s in manifest.shards)
-        manifest.skipped = {}
-        for s in manifest.shards:
-            for k, v in s["skipped"].items():
-                manifest.skipped[k] = manifest.skipped.get(k, 0) + v
+        stats = {"file": shard_name(index), "conversations": len(samples), "tokens": tokens,
+                 "loss_tokens": sum(sum(m) for _, m, _, _ in samples), "skipped": skipped}
+        tmp = out / (stats_name(index) + ".tmp")
+        tmp.write_text(json.dumps(stats) + "\n")
+        tmp.rename(out / stats_name(index))
         manifest.save(out)
     bar.close()
+    if regen_s:
+        log.info("regenerate: %d answer tokens in %.1f s (%.0f tokens/s)", regen_tokens, regen_s, regen_tokens / regen_s)
     if forward_s:
         log.info("target forwards: %d tokens in %.1f s (%.0f tokens/s)", tokens_done, forward_s, tokens_done / forward_s)
-    if manifest.conversations == 0:
+    manifest = Manifest.load(out)
+    disk = sum(p.stat().st_size for p in out.glob("shard-*.safetensors"))
+    if manifest.tokens:
+        log.info("disk: %.0f MB for %d tokens (%.0f MB per million tokens)", disk / 1e6, manifest.tokens,
+                 disk / manifest.tokens)
+    if manifest.conversations == 0 and len(todo) == len(mine) and cfg.world == 1:
         raise EagleError(f"no usable conversation in {str(out)!r}: all were skipped ({manifest.skipped})")
     return manifest
+
+
+def regenerate_only(conversations: list[list[Message]], target, out_dir: str | Path, cfg: FeaturizeConfig) -> int:
+    """Answer this rank's shards into out_dir/regenerated without featurizing (e.g. on a GPU machine, for a
+    featurize run elsewhere). Returns the shards answered now."""
+    if not cfg.regenerate:
+        raise EagleError("stage=regenerate needs featurize.regenerate=true")
+    cfg.regenerate_settings().check()
+    out = Path(out_dir)
+    engine = regeneration_engine(target, cfg)
+    n_shards = (len(conversations) + cfg.shard_size - 1) // cfg.shard_size
+    done = 0
+    for index in tqdm(range(cfg.rank, n_shards, cfg.world), desc="regenerate shards"):
+        chunk = conversations[index * cfg.shard_size : (index + 1) * cfg.shard_size]
+        _, info = regenerated_shard(chunk, index, out, engine, cfg.regenerate_settings(), cfg.regenerate_batch_size)
+        done += bool(info["regenerate_s"])
+    return done

@@ -1,8 +1,16 @@
 """The EAGLE training objective and held-out measures, shared by training, validation and tests.
 
-A batch is B conversations right-padded to T tokens: input_ids [B, T], loss_mask [B, T], hidden [B, T, H].
-Head pair i = (f_i, x_{i+shift}) at position i predicts f_{i+1}, whose LM head predicts x_{i+2}; pair i counts in
-the loss when x_{i+2} is an assistant token (loss_mask[i + 2] = 1), so i runs over 0..T-3.
+A batch is B conversations right-padded to T tokens: input_ids [B, T], loss_mask [B, T], hidden [B, T, H] (the
+target's post-norm last hidden states: every head's regression and distillation target) and inputs [B, T, F] (what
+the head reads: hidden itself, or a fused head's k*H layer outputs). Head pair i = (f_i, x_{i+shift}) at position i
+predicts f_{i+1}, whose LM head predicts x_{i+2}; pair i counts in the loss when x_{i+2} is an assistant token
+(loss_mask[i + 2] = 1), so i runs over 0..T-3.
+
+Training-time test (EAGLE-3, `ttt_steps` = K): after step 0 on the real pairs, step k feeds pair i the head's own
+step-(k-1) output at i - 1 with the data's token x_{i+shift}: it is depth k+1 of a draft chain started from the
+real pair s = i - k, so it attends the real pairs <= s and the chain's earlier steps (step j at position s + j)
+only — the pattern drafting uses. Keys and values of earlier steps stay in a cache that gradients flow through.
+Step k's loss is weighted decay^k and counts positions i >= k.
 """
 from __future__ import annotations
 
@@ -11,6 +19,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from eagle_infer.errors import EagleError
 from eagle_infer.tree import additive_mask
 
 from .features import Sample
@@ -20,54 +29,107 @@ from .features import Sample
 class Batch:
     input_ids: torch.Tensor  # [B, T] long
     loss_mask: torch.Tensor  # [B, T] float, 0 on padding
-    hidden: torch.Tensor  # [B, T, H]
+    hidden: torch.Tensor  # [B, T, H] post-norm last hidden states
+    inputs: torch.Tensor  # [B, T, F] the head's input features (hidden, or fused layer outputs)
 
 
-def collate(samples: list[Sample], dtype: torch.dtype, device) -> Batch:
+@dataclass
+class Objective:
+    """The loss: step weights decay^k over steps 0..ttt_steps, each w_reg * SmoothL1(feature) + w_cls * CE."""
+
+    w_cls: float = 0.1
+    w_reg: float = 1.0  # EAGLE-1/2 keep the feature regression; EAGLE-3 drops it (0)
+    ttt_steps: int = 0  # extra unrolled draft steps (training-time test); 0 = the EAGLE-1/2 objective
+    decay: float = 0.8
+
+
+def collate(samples: list[Sample], dtype: torch.dtype, device, fused: bool = False) -> Batch:
+    """Right-pad samples into a Batch; fused=True takes each sample's aux features as the head's inputs."""
     longest = max(s.input_ids.numel() for s in samples)
     b, h = len(samples), samples[0].hidden.shape[-1]
+    if fused and any(s.aux is None for s in samples):
+        raise EagleError("a fused head needs features made with featurize.features=fused (these hold no aux layers)")
+    width = samples[0].aux.shape[-1] if fused else h
     ids = torch.zeros(b, longest, dtype=torch.long)
     mask = torch.zeros(b, longest)
     hidden = torch.zeros(b, longest, h, dtype=dtype)
+    inputs = torch.zeros(b, longest, width, dtype=dtype) if fused else hidden
     for row, s in enumerate(samples):
         n = s.input_ids.numel()
         ids[row, :n], mask[row, :n], hidden[row, :n] = s.input_ids, s.loss_mask, s.hidden.to(dtype)
-    return Batch(ids.to(device), mask.to(device), hidden.to(device))
+        if fused:
+            inputs[row, :n] = s.aux.to(dtype)
+    hidden = hidden.to(device)
+    return Batch(ids.to(device), mask.to(device), hidden, inputs.to(device) if fused else hidden)
 
 
 def head_inputs(batch: Batch, shift: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(features [B, T-2, H], tokens [B, T-2], positions [B, T-2], weight [B, T-2]) for pairs i = 0..T-3."""
+    """(features [B, T-2, F], tokens [B, T-2], positions [B, T-2], weight [B, T-2]) for pairs i = 0..T-3."""
     t = batch.input_ids.shape[1]
-    feats = batch.hidden[:, : t - 2]
+    feats = batch.inputs[:, : t - 2]
     tokens = batch.input_ids[:, shift : shift + t - 2]
     positions = torch.arange(t - 2, device=feats.device).expand(feats.shape[0], -1)
     return feats, tokens, positions, batch.loss_mask[:, 2:]
 
 
-def losses(head, batch: Batch, noise: float = 0.0, w_cls: float = 0.1, accuracy: bool = False) -> dict[str, torch.Tensor]:
-    """SmoothL1(predicted, next feature) + w_cls * CE(target's next-token distribution, head's), over loss tokens.
+def ttt_mask(n: int, step: int, dtype, device) -> torch.Tensor:
+    """Additive [1, 1, n, (step + 1) * n] for step `step` of the training-time test over n positions: query i sees
+    real pairs j <= i - step (block 0) and, in block j = 1..step, the chain's step-j node at i - step + j. Queries
+    i < step have no chain; they see only themselves (the last block's diagonal) and are left out of the loss."""
+    i = torch.arange(n, device=device)[:, None]
+    j = torch.arange(n, device=device)[None]
+    blocks = [j <= i - step] + [j == i - step + k for k in range(1, step + 1)]
+    allowed = torch.cat(blocks, dim=1)
+    mask = torch.zeros(n, (step + 1) * n, dtype=dtype, device=device)
+    return mask.masked_fill_(~allowed, torch.finfo(dtype).min)[None, None]
 
-    Both distributions live on the head's draft vocabulary (the target's renormalised there when it is a subset).
-    noise: half-width of uniform noise added to input features (training only). accuracy=True adds top-1/top-3
-    agreement of the head's token with the target's argmax over the full vocabulary (costs a full LM-head product).
-    """
-    feats, tokens, positions, weight = head_inputs(batch, head.config.token_shift)
-    if noise > 0:
-        feats = feats + (torch.rand_like(feats) * 2 - 1) * noise
-    predicted = head(feats, tokens, positions)
-    keep = weight > 0
-    pred, goal = predicted[keep], batch.hidden[:, 1:-1][keep].to(predicted.dtype)
+
+def _step_loss(head, predicted, goal_all, keep, w_reg, w_cls):
+    pred, goal = predicted[keep], goal_all[keep].to(predicted.dtype)
     n = max(int(keep.sum()), 1)
     reg = F.smooth_l1_loss(pred.float(), goal.float(), reduction="none").mean(-1).sum() / n
     with torch.no_grad():
         target_p = head.draft_logits(goal).softmax(-1)
-    head_logits = head.draft_logits(pred)
-    cls = -(target_p * head_logits.log_softmax(-1)).sum(-1).sum() / n
-    out = {"loss": reg + w_cls * cls, "reg_loss": reg.detach(), "cls_loss": cls.detach(), "tokens": torch.tensor(float(keep.sum()))}
+    cls = -(target_p * head.draft_logits(pred).log_softmax(-1)).sum(-1).sum() / n
+    return w_reg * reg + w_cls * cls, reg, cls, pred, goal
+
+
+def losses(head, batch: Batch, noise: float = 0.0, objective: Objective = Objective(), accuracy: bool = False) -> dict[str, torch.Tensor]:
+    """The objective over loss tokens, summed over steps 0..ttt_steps with weights decay^k.
+
+    Both distributions live on the head's draft vocabulary (the target's renormalised there when it is a subset).
+    noise: half-width of uniform noise added to the real input features (training only). reg_loss / cls_loss are
+    step 0's (comparable across objectives); loss_k is step k's weighted term. accuracy=True adds step 0's
+    top-1/top-3 agreement with the target's argmax over the full vocabulary (costs a full LM-head product).
+    """
+    from transformers.cache_utils import DynamicCache
+
+    feats, tokens, positions, weight = head_inputs(batch, head.config.token_shift)
+    if noise > 0:
+        feats = feats + (torch.rand_like(feats) * 2 - 1) * noise
+    n_pos = feats.shape[1]
+    goal_all = batch.hidden[:, 1:-1]
+    cache = DynamicCache() if objective.ttt_steps else None
+    mask = ttt_mask(n_pos, 0, feats.dtype, feats.device)
+    predicted = head(feats, tokens, positions, cache, mask)
+    keep = weight > 0
+    total, reg, cls, pred0, goal0 = _step_loss(head, predicted, goal_all, keep, objective.w_reg, objective.w_cls)
+    out = {"reg_loss": reg.detach(), "cls_loss": cls.detach(), "tokens": torch.tensor(float(keep.sum()))}
+    for k in range(1, objective.ttt_steps + 1):
+        if k >= n_pos:
+            break
+        fed = torch.cat([predicted[:, :1], predicted[:, :-1]], dim=1)  # position i gets step k-1's output at i - 1
+        predicted = head(fed, tokens, positions, cache, ttt_mask(n_pos, k, feats.dtype, feats.device))
+        keep_k = keep.clone()
+        keep_k[:, :k] = False
+        step, _, _, _, _ = _step_loss(head, predicted, goal_all, keep_k, objective.w_reg, objective.w_cls)
+        total = total + objective.decay**k * step
+        out[f"loss_{k}"] = step.detach()
+    out["loss"] = total
     if accuracy:
         with torch.no_grad():
-            target_top = head.target.lm_head(goal).argmax(-1)
-            top3 = head.logits(pred.detach()).topk(3, dim=-1).indices
+            target_top = head.target.lm_head(goal0).argmax(-1)
+            top3 = head.logits(pred0.detach()).topk(3, dim=-1).indices
         out["top1"] = (top3[:, 0] == target_top).float().mean()
         out["top3"] = (top3 == target_top[:, None]).any(-1).float().mean()
     return out
@@ -84,7 +146,7 @@ def frequent_tokens(samples: list[Sample], size: int) -> torch.Tensor:
 
 
 @torch.no_grad()
-def chain_acceptance(head, sample: Sample, steps: int = 5, max_starts: int = 64, dtype=torch.float32) -> list[tuple[int, int]]:
+def chain_acceptance(head, sample: Sample, steps: int = 7, max_starts: int = 64, dtype=torch.float32) -> list[tuple[int, int]]:
     """Simulated chain drafting on one conversation: (tried, accepted) per chain position 0..steps-1.
 
     From start s (a pair whose predicted token is an assistant token), step 0 is the head's token from the real
@@ -96,6 +158,14 @@ def chain_acceptance(head, sample: Sample, steps: int = 5, max_starts: int = 64,
     t = sample.input_ids.numel()
     device = next(head.parameters()).device
     ids, hidden = sample.input_ids.to(device), sample.hidden.to(device, dtype)
+    # The real pairs' features as the head's layers see them (a fused head projects its k*H inputs first), so its
+    # own predicted features [H] can sit beside them in one forward, as in drafting.
+    if head.config.fused:
+        if sample.aux is None:
+            raise EagleError("a fused head needs features made with featurize.features=fused (these hold no aux layers)")
+        real = head.fuse(sample.aux.to(device, dtype))
+    else:
+        real = hidden
     shift = head.config.token_shift
     n_pairs = t - 2
     candidates = [s for s in range(n_pairs) if sample.loss_mask[s + 2] > 0]
@@ -116,7 +186,7 @@ def chain_acceptance(head, sample: Sample, steps: int = 5, max_starts: int = 64,
                 node_pos.append(s + k)
                 node_start.append(s)
         m = len(node_feats)
-        feats = torch.cat([hidden[:n_pairs]] + ([torch.stack(node_feats)] if m else []))
+        feats = torch.cat([real[:n_pairs]] + ([torch.stack(node_feats)] if m else []))
         tokens = torch.cat([ids[shift : shift + n_pairs]] + ([torch.stack(node_tokens)] if m else []))
         positions = torch.cat([torch.arange(n_pairs, device=device), torch.tensor(node_pos, dtype=torch.long, device=device)])
         allowed = torch.ones(n_pairs + m, n_pairs + m, dtype=torch.bool, device=device).tril()

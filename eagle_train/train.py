@@ -22,7 +22,7 @@ from eagle_infer.draft_head import DraftHead, DraftHeadConfig
 from eagle_infer.errors import EagleError
 
 from .features import Manifest, read_samples
-from .objective import chain_acceptance, collate, frequent_tokens, losses
+from .objective import Objective, chain_acceptance, collate, frequent_tokens, losses
 
 log = logging.getLogger(__name__)
 
@@ -46,12 +46,44 @@ class TrainConfig:
     noise: float = 0.1  # U(-noise, noise) on input features
     draft_vocab_size: int = 0  # 0 = full vocabulary; else the most frequent training tokens (EAGLE-3 style)
     w_cls: float = 0.1
+    w_reg: float = 1.0  # feature-regression weight (EAGLE-1/2: 1; EAGLE-3 drops it: 0)
+    ttt_steps: int = 0  # training-time test: extra unrolled draft steps (EAGLE-3), 0 = off
+    ttt_decay: float = 0.8  # step k's loss weight is ttt_decay ** k
     eval_every: int = 100
     save_every: int = 200
     eval_conversations: int = 32
     seed: int = 0
     wandb_mode: str = "offline"  # offline | online | disabled
     wandb_project: str = "eagle-toolkit"
+
+
+@dataclass
+class HeadConf:
+    """The head's shape: decoder layers (1 = EAGLE's single layer) and input features ("last": the target's
+    post-norm last hidden state; "fused": EAGLE-3's low/middle/high layer outputs, needs featurize.features=fused)."""
+
+    layers: int = 1
+    features: str = "last"
+
+
+def build_head_config(target, cfg: TrainConfig, head: HeadConf) -> DraftHeadConfig:
+    """The DraftHeadConfig for training `head` on `target`; bad settings are one-line errors."""
+    from eagle_infer.target import eagle3_layers
+
+    if head.features not in ("last", "fused"):
+        raise EagleError(f"unknown head.features {head.features!r}: expected last or fused")
+    if head.layers < 1:
+        raise EagleError(f"head.layers {head.layers} is invalid: expected >= 1")
+    config = DraftHeadConfig.for_target(target, cfg.input_mode)
+    config.draft_vocab_size, config.layers = cfg.draft_vocab_size, head.layers
+    config.feature_layers = list(eagle3_layers(target.config.num_hidden_layers)) if head.features == "fused" else []
+    return config
+
+
+def objective(cfg: TrainConfig, max_length: int) -> Objective:
+    if not 0 <= cfg.ttt_steps < max_length:
+        raise EagleError(f"train.ttt_steps {cfg.ttt_steps} is invalid: expected 0 <= ttt_steps < max_length {max_length}")
+    return Objective(cfg.w_cls, cfg.w_reg, cfg.ttt_steps, cfg.ttt_decay)
 
 
 def read_ds_config(path: str, cfg: TrainConfig, world: int, total_steps: int) -> dict:
@@ -100,24 +132,27 @@ def _truncate_jsonl(path: Path, keep) -> None:
         path.write_text("".join(line + "\n" for line in lines))
 
 
+ALPHA_STEPS = 7  # simulated chain acceptance 0-α..6-α
+
+
 @torch.no_grad()
-def evaluate(head, samples, dtype, device) -> dict[str, float]:
-    """Held-out loss, top-1/top-3 accuracy and simulated chain acceptance 0-α..4-α."""
+def evaluate(head, samples, dtype, device, obj: Objective = Objective()) -> dict[str, float]:
+    """Held-out loss, top-1/top-3 accuracy and simulated chain acceptance 0-α..6-α."""
     head.eval()
     sums, tokens = {}, 0.0
-    tried, hit = [0] * 5, [0] * 5
+    tried, hit = [0] * ALPHA_STEPS, [0] * ALPHA_STEPS
     for s in samples:
-        out = losses(head, collate([s], dtype, device), noise=0.0, accuracy=True)
+        out = losses(head, collate([s], dtype, device, head.config.fused), noise=0.0, objective=obj, accuracy=True)
         n = float(out["tokens"])
         tokens += n
         for k in ("loss", "reg_loss", "cls_loss", "top1", "top3"):
             sums[k] = sums.get(k, 0.0) + float(out[k]) * n
-        for k, (t, h) in enumerate(chain_acceptance(head, s, dtype=dtype)):
+        for k, (t, h) in enumerate(chain_acceptance(head, s, steps=ALPHA_STEPS, dtype=dtype)):
             tried[k] += t
             hit[k] += h
     head.train()
     result = {f"heldout/{k}": v / max(tokens, 1) for k, v in sums.items()}
-    result.update({f"heldout/alpha_{k}": hit[k] / tried[k] if tried[k] else float("nan") for k in range(5)})
+    result.update({f"heldout/alpha_{k}": hit[k] / tried[k] if tried[k] else float("nan") for k in range(ALPHA_STEPS)})
     return result
 
 
@@ -138,7 +173,7 @@ def _run_id(cfg: TrainConfig) -> str:
     return path.read_text().strip()
 
 
-def train(cfg: TrainConfig, target) -> dict:
+def train(cfg: TrainConfig, target, head_shape: HeadConf = HeadConf()) -> dict:
     """Train (or resume) a head for `target`; writes checkpoints and the engine-format head to out_dir/head."""
     import deepspeed
 
@@ -146,6 +181,13 @@ def train(cfg: TrainConfig, target) -> dict:
 
     manifest = Manifest.load(cfg.features)
     manifest.check_target(target, cfg.features)
+    hconf = build_head_config(target, cfg, head_shape)
+    obj = objective(cfg, manifest.max_length)
+    if hconf.fused and list(manifest.feature_layers) != hconf.feature_layers:
+        raise EagleError(
+            f"a fused head reads target layers {hconf.feature_layers}, but {cfg.features!r} holds "
+            f"{list(manifest.feature_layers) or 'no fused layers'}: featurize with featurize.features=fused"
+        )
     samples = read_samples(cfg.features)[: cfg.max_conversations]
     heldout = []
     if cfg.heldout:
@@ -168,9 +210,7 @@ def train(cfg: TrainConfig, target) -> dict:
     ds_config = read_ds_config(cfg.deepspeed_config, cfg, world, total_steps)
 
     torch.manual_seed(cfg.seed)
-    head_config = DraftHeadConfig.for_target(target, cfg.input_mode)
-    head_config.draft_vocab_size = cfg.draft_vocab_size
-    head = DraftHead(head_config, target)
+    head = DraftHead(hconf, target)
     if cfg.draft_vocab_size:
         head.set_draft_vocab(frequent_tokens(samples, cfg.draft_vocab_size))
         if rank == 0:
@@ -203,8 +243,8 @@ def train(cfg: TrainConfig, target) -> dict:
         batches = micro_batches(len(samples), cfg, epoch, rank, world, accum)
         while position < len(batches) and step < total_steps:
             torch.manual_seed(cfg.seed * 1_000_003 + epoch * 100_003 + position)  # noise depends on where, not when
-            batch = collate([samples[i] for i in batches[position]], dtype, engine.device)
-            result = losses(engine.module, batch, cfg.noise, cfg.w_cls)
+            batch = collate([samples[i] for i in batches[position]], dtype, engine.device, hconf.fused)
+            result = losses(engine.module, batch, cfg.noise, obj)
             engine.backward(result["loss"])
             engine.step()
             with seen_path.open("a") as f:
@@ -221,7 +261,7 @@ def train(cfg: TrainConfig, target) -> dict:
                 if run:
                     run.log({f"train/{k}" if "/" not in k else k: v for k, v in metrics.items()}, step=step)
                 if heldout and (step % cfg.eval_every == 0 or step == total_steps) and rank == 0:
-                    ev = evaluate(engine.module, heldout, dtype, engine.device)
+                    ev = evaluate(engine.module, heldout, dtype, engine.device, obj)
                     metrics.update(ev)
                     log.info("step %d: %s", step, " ".join(f"{k}={v:.3f}" for k, v in ev.items()))
                     if run:

@@ -1,0 +1,131 @@
+"""Answers by the target itself: ShareGPT prompts answered by the project's own batched engine (greedy).
+
+The EAGLE papers' "data by the target" option: the head learns the target's own continuations, which is what it
+drafts against at inference. A mix ratio keeps some conversations' dataset answers (the papers' fixed-data default):
+conversation j of a shard is regenerated when floor((j + 1) * fraction) > floor(j * fraction), which spreads the
+regenerated ones evenly and is a pure function of (j, fraction).
+
+Regenerated shards are written next to the features (`regenerated/shard-NNNNN.json`, one JSON object per shard with
+the fingerprint of its input conversations and the settings), so `stage=regenerate` can run alone, on another
+machine (a GPU), and featurize later picks the answers up; a shard made from other conversations or settings is
+refused rather than silently mixed in.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from eagle_infer.chat import Message, prompt_ids, stop_ids
+from eagle_infer.errors import EagleError
+
+log = logging.getLogger(__name__)
+REGENERATED_DIR = "regenerated"
+
+
+@dataclass
+class RegenerateSettings:
+    """What decides a shard's regenerated answers (recorded with them and checked on reuse)."""
+
+    fraction: float  # share of conversations answered by the target (0..1); the rest keep the dataset's answers
+    turns: int  # user turns kept; each is answered in turn
+    max_new_tokens: int
+    max_length: int  # a prompt leaving fewer than max_new_tokens of it is dropped (None in the output)
+    method: str = "vanilla"  # engine method; any lossless method gives the same greedy answers in float32
+
+    def check(self) -> None:
+        if not 0.0 <= self.fraction <= 1.0:
+            raise EagleError(f"regenerate fraction {self.fraction} is invalid: expected 0 <= fraction <= 1")
+        if self.turns < 1:
+            raise EagleError(f"regenerate_turns {self.turns} is invalid: expected >= 1")
+        if not 1 <= self.max_new_tokens < self.max_length:
+            raise EagleError(
+                f"regenerate_max_new_tokens {self.max_new_tokens} is invalid: expected 1 <= it < max_length {self.max_length}"
+            )
+
+
+def is_regenerated(j: int, fraction: float) -> bool:
+    """Whether conversation j (0-based, in shard order) is answered by the target under this mix ratio."""
+    return int((j + 1) * fraction + 1e-9) > int(j * fraction + 1e-9)
+
+
+def conversations_fingerprint(conversations: list[list[Message]]) -> str:
+    return hashlib.sha1(json.dumps([[(m.role, m.content) for m in c] for c in conversations]).encode()).hexdigest()
+
+
+def answer_turns(conversations: list[list[Message]], engine, settings: RegenerateSettings, batch_size: int) -> list[list[Message] | None]:
+    """Each conversation's system message and first `turns` user turns, every user turn answered greedily by the
+    engine (continuous batching over all conversations of a turn). A conversation whose first prompt would leave
+    less than max_new_tokens of max_length becomes None; later turns that do not fit are dropped."""
+    target = engine.target
+    users = [[m for m in conv if m.role == "user"][: settings.turns] for conv in conversations]
+    chats: list[list[Message] | None] = [[m for m in conv[:1] if m.role == "system"] for conv in conversations]
+    room = settings.max_length - settings.max_new_tokens
+    stops = stop_ids(target)
+    for turn in range(max((len(u) for u in users), default=0)):
+        prompts = {}
+        for i, u in enumerate(users):
+            if chats[i] is not None and turn < len(u):
+                ids = prompt_ids(target.tokenizer, chats[i] + [u[turn]], target.template)
+                if len(ids) <= room:
+                    prompts[i] = ids
+                elif turn == 0:
+                    chats[i] = None
+        if not prompts:
+            break
+        order = sorted(prompts, key=lambda i: len(prompts[i]))
+        result = engine.generate_batch([prompts[i] for i in order], settings.max_new_tokens, stop_ids=stops,
+                                       batch_size=min(batch_size, len(order)))
+        for i, r in zip(order, result.results):
+            answer = target.tokenizer.decode(r.tokens, skip_special_tokens=True).strip()
+            chats[i] += [users[i][turn], Message("assistant", answer)]
+    return chats
+
+
+def _shard_file(out_dir: Path, index: int) -> Path:
+    return out_dir / REGENERATED_DIR / f"shard-{index:05d}.json"
+
+
+def regenerated_shard(chunk: list[list[Message]], index: int, out_dir: Path, engine, settings: RegenerateSettings,
+                      batch_size: int) -> tuple[list[list[Message] | None], dict]:
+    """Shard `index`'s conversations with the mix ratio applied: read from out_dir/regenerated when that shard was
+    answered before (by this or another machine), else answered now and written there. Returns the conversations
+    (None = dropped) and {"regenerated": n, "answer_tokens": t, "regenerate_s": s} (s = 0 when read back)."""
+    path = _shard_file(out_dir, index)
+    fingerprint = conversations_fingerprint(chunk)
+    expected = {"fingerprint": fingerprint, **settings.__dict__}
+    if path.exists():
+        saved = json.loads(path.read_text())
+        for key, value in expected.items():
+            if key != "method" and saved.get(key) != value:
+                raise EagleError(
+                    f"{str(path)!r} was regenerated with {key}={saved.get(key)!r}, not {value!r}: "
+                    "use another features directory or delete that shard"
+                )
+        convs = [None if c is None else [Message(r, t) for r, t in c] for c in saved["conversations"]]
+        return convs, {"regenerated": saved["regenerated"], "answer_tokens": saved["answer_tokens"], "regenerate_s": 0.0}
+    picked = [j for j in range(len(chunk)) if is_regenerated(j, settings.fraction)]
+    start = time.perf_counter()
+    answered = answer_turns([chunk[j] for j in picked], engine, settings, batch_size) if picked else []
+    seconds = time.perf_counter() - start
+    convs: list[list[Message] | None] = list(chunk)
+    for j, conv in zip(picked, answered):
+        convs[j] = conv
+    tok = engine.target.tokenizer
+    answer_tokens = sum(
+        len(tok(m.content, add_special_tokens=False)["input_ids"]) for c in answered if c for m in c if m.role == "assistant"
+    )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({
+        **expected, "regenerated": len(picked), "answer_tokens": answer_tokens, "regenerate_s": seconds,
+        "conversations": [None if c is None else [(m.role, m.content) for m in c] for c in convs],
+    }))
+    tmp.rename(path)
+    if picked:
+        log.info("shard %d: %d conversations answered by the target, %d answer tokens in %.0f s (%.0f tokens/s)",
+                 index, len(picked), answer_tokens, seconds, answer_tokens / max(seconds, 1e-9))
+    return convs, {"regenerated": len(picked), "answer_tokens": answer_tokens, "regenerate_s": seconds}
