@@ -75,7 +75,8 @@ def head_inputs(batch: Batch, shift: int) -> tuple[torch.Tensor, torch.Tensor, t
 def ttt_mask(n: int, step: int, dtype, device) -> torch.Tensor:
     """Additive [1, 1, n, (step + 1) * n] for step `step` of the training-time test over n positions: query i sees
     real pairs j <= i - step (block 0) and, in block j = 1..step, the chain's step-j node at i - step + j. Queries
-    i < step have no chain; they see only themselves (the last block's diagonal) and are left out of the loss."""
+    i < step start no chain: they see only such nodes (never a real pair, never a valid query's node), and are left
+    out of the loss; valid queries never see them."""
     i = torch.arange(n, device=device)[:, None]
     j = torch.arange(n, device=device)[None]
     blocks = [j <= i - step] + [j == i - step + k for k in range(1, step + 1)]
@@ -94,6 +95,21 @@ def _step_loss(head, predicted, goal_all, keep, w_reg, w_cls):
     return w_reg * reg + w_cls * cls, reg, cls, pred, goal
 
 
+def ttt_outputs(head, feats, tokens, positions, steps: int) -> list[torch.Tensor]:
+    """The head's predicted features [B, n, H] at steps 0..steps (see the module docstring): step 0 on the real
+    pairs, step k on step k-1's outputs shifted one position right. Gradients flow through every step."""
+    from transformers.cache_utils import DynamicCache
+
+    n = feats.shape[1]
+    cache = DynamicCache() if steps else None
+    outputs = [head(feats, tokens, positions, cache, ttt_mask(n, 0, feats.dtype, feats.device))]
+    for k in range(1, min(steps, n - 1) + 1):
+        prev = outputs[-1]
+        fed = torch.cat([prev[:, :1], prev[:, :-1]], dim=1)  # position i gets step k-1's output at i - 1
+        outputs.append(head(fed, tokens, positions, cache, ttt_mask(n, k, feats.dtype, feats.device)))
+    return outputs
+
+
 def losses(head, batch: Batch, noise: float = 0.0, objective: Objective = Objective(), accuracy: bool = False) -> dict[str, torch.Tensor]:
     """The objective over loss tokens, summed over steps 0..ttt_steps with weights decay^k.
 
@@ -102,27 +118,18 @@ def losses(head, batch: Batch, noise: float = 0.0, objective: Objective = Object
     step 0's (comparable across objectives); loss_k is step k's weighted term. accuracy=True adds step 0's
     top-1/top-3 agreement with the target's argmax over the full vocabulary (costs a full LM-head product).
     """
-    from transformers.cache_utils import DynamicCache
-
     feats, tokens, positions, weight = head_inputs(batch, head.config.token_shift)
     if noise > 0:
         feats = feats + (torch.rand_like(feats) * 2 - 1) * noise
-    n_pos = feats.shape[1]
     goal_all = batch.hidden[:, 1:-1]
-    cache = DynamicCache() if objective.ttt_steps else None
-    mask = ttt_mask(n_pos, 0, feats.dtype, feats.device)
-    predicted = head(feats, tokens, positions, cache, mask)
+    outputs = ttt_outputs(head, feats, tokens, positions, objective.ttt_steps)
     keep = weight > 0
-    total, reg, cls, pred0, goal0 = _step_loss(head, predicted, goal_all, keep, objective.w_reg, objective.w_cls)
+    total, reg, cls, pred0, goal0 = _step_loss(head, outputs[0], goal_all, keep, objective.w_reg, objective.w_cls)
     out = {"reg_loss": reg.detach(), "cls_loss": cls.detach(), "tokens": torch.tensor(float(keep.sum()))}
-    for k in range(1, objective.ttt_steps + 1):
-        if k >= n_pos:
-            break
-        fed = torch.cat([predicted[:, :1], predicted[:, :-1]], dim=1)  # position i gets step k-1's output at i - 1
-        predicted = head(fed, tokens, positions, cache, ttt_mask(n_pos, k, feats.dtype, feats.device))
+    for k, predicted in enumerate(outputs[1:], start=1):
         keep_k = keep.clone()
         keep_k[:, :k] = False
-        step, _, _, _, _ = _step_loss(head, predicted, goal_all, keep_k, objective.w_reg, objective.w_cls)
+        step = _step_loss(head, predicted, goal_all, keep_k, objective.w_reg, objective.w_cls)[0]
         total = total + objective.decay**k * step
         out[f"loss_{k}"] = step.detach()
     out["loss"] = total

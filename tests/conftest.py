@@ -22,9 +22,9 @@ def smol_tokenizer():
     return AutoTokenizer.from_pretrained(str(converted_gguf_dir(*SMOL)))
 
 
-def make_tiny_smol(tokenizer, name: str = "tiny-smol", seed: int = 0, hidden: int = 64):
-    """A random 2-layer Llama (hidden 64) over the whole SmolLM2 vocabulary, with that tokenizer and its template."""
-    target = tiny_target(vocab=len(tokenizer), hidden=hidden, layers=2, seed=seed, name=name)
+def make_tiny_smol(tokenizer, name: str = "tiny-smol", seed: int = 0, hidden: int = 64, layers: int = 2):
+    """A random Llama (2 layers, hidden 64) over the whole SmolLM2 vocabulary, with that tokenizer and its template."""
+    target = tiny_target(vocab=len(tokenizer), hidden=hidden, layers=layers, seed=seed, name=name)
     return dataclasses.replace(target, tokenizer=tokenizer, template="tokenizer", dtype=torch.float32,
                                device=torch.device("cpu"))
 
@@ -38,6 +38,12 @@ def smol_tok():
 def tiny_smol(smol_tok):
     """Target(name="tiny-smol"): random weights, real SmolLM2 tokenizer, template "tokenizer", float32 on CPU."""
     return make_tiny_smol(smol_tok)
+
+
+@pytest.fixture(scope="session")
+def tiny_smol6(smol_tok):
+    """Like tiny_smol with 6 decoder layers (hidden 32): enough depth for EAGLE-3's fused low/middle/high layers."""
+    return make_tiny_smol(smol_tok, name="tiny-smol6", hidden=32, layers=6)
 
 
 def _free_port() -> int:

@@ -1,0 +1,270 @@
+"""EAGLE-3 additions to the head and its training: training-time test, fused features, deeper heads, and the data
+pipeline at scale (regeneration through the engine, mix ratio, fused features on disk, shards over ranks).
+
+Decoding stays lossless whatever the head: random fused and two-layer heads give vanilla's greedy output, alone and
+in batches; the training-time test's unrolled steps compute exactly what drafting computes.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+import torch
+
+import eagle_train.regenerate as regenerate_mod
+from eagle_infer.chat import Message, prompt_ids, stop_ids
+from eagle_infer.draft_head import DraftHead, load_head, random_head
+from eagle_infer.engine import DecodeConfig, Engine
+from eagle_infer.errors import EagleError
+from eagle_infer.target import eagle3_layers
+from eagle_infer.tree import additive_mask
+from eagle_train.featurize import FeaturizeConfig, featurize
+from eagle_train.features import Manifest, read_samples
+from eagle_train.objective import Objective, collate, losses, ttt_mask, ttt_outputs
+from eagle_train.regenerate import RegenerateSettings, is_regenerated, regenerated_shard
+from eagle_train.train import HeadConf, TrainConfig, build_head_config, objective, train
+from tests.oracles import one_thread, scaled_target, vanilla_tokens  # noqa: F401 (one_thread is autouse)
+from tests.test_train import DS_CPU, conversations
+
+VOCAB = 96
+FUSED = [1, 2, 4]
+
+
+@pytest.fixture(scope="module")
+def deep_target():
+    return scaled_target(vocab=VOCAB, layers=6, seed=5, name="tiny-deep")
+
+
+def heads(target):
+    return {
+        "two-layer": random_head(target, seed=1, layers=2),
+        "fused": random_head(target, seed=2, feature_layers=FUSED),
+        "fused-two-layer": random_head(target, seed=3, layers=2, feature_layers=FUSED),
+    }
+
+
+# --- training-time test ----------------------------------------------------------------------------------------------
+
+
+def test_ttt_mask_is_the_drafting_pattern():
+    allowed = ttt_mask(5, 2, torch.float32, "cpu")[0, 0] == 0
+    # query i = 4 at step 2: chain from real pair s = 2; sees real 0..2, its step-1 node (at 3) and itself (at 4).
+    assert allowed[4].nonzero().flatten().tolist() == [0, 1, 2, 5 + 3, 10 + 4]
+    assert allowed[2].nonzero().flatten().tolist() == [0, 5 + 1, 10 + 2]
+    assert allowed[1].nonzero().flatten().tolist() == [5 + 0, 10 + 1]  # no chain (left out of the loss): no real pair
+    assert ttt_mask(4, 0, torch.float32, "cpu").shape == (1, 1, 4, 4)
+
+
+@pytest.mark.parametrize("name", ["two-layer", "fused"])
+def test_ttt_steps_equal_drafting(deep_target, name):
+    """Step k at position i is depth k+1 of a chain drafted from real pair i - k: recompute it the way drafting does
+    (real prefix, then the chain's own nodes fed the previous node's predicted feature)."""
+    head = heads(deep_target)[name]
+    n, steps = 9, 3
+    g = torch.Generator().manual_seed(0)
+    width = len(head.config.feature_layers) * 64 if head.config.fused else 64
+    feats = torch.randn(1, n, width, generator=g)
+    tokens = torch.randint(0, VOCAB, (1, n), generator=g)
+    positions = torch.arange(n)[None]
+    with torch.no_grad():
+        outs = ttt_outputs(head, feats, tokens, positions, steps)
+        real = head.fuse(feats) if head.config.fused else feats
+        for k in range(1, steps + 1):
+            for i in range(k, n):
+                s = i - k
+                seq_feats, seq_tok, seq_pos = [real[0, : s + 1]], [tokens[0, : s + 1]], [positions[0, : s + 1]]
+                prev = head(real[:, : s + 1], tokens[:, : s + 1], positions[:, : s + 1])[0, -1]
+                nodes = []
+                for j in range(1, k + 1):
+                    nodes.append(prev)
+                    m = s + 1 + j
+                    allowed = torch.zeros(m, m, dtype=torch.bool)
+                    allowed[: s + 1, : s + 1] = torch.ones(s + 1, s + 1).tril().bool()
+                    allowed[s + 1 :, : s + 1] = True
+                    allowed[s + 1 :, s + 1 :] = torch.ones(j, j).tril().bool()
+                    f = torch.cat(seq_feats + [torch.stack(nodes)])[None]
+                    t = torch.cat(seq_tok + [tokens[0, s + 1 : s + 1 + j]])[None]
+                    p = torch.cat(seq_pos + [positions[0, s + 1 : s + 1 + j]])[None]
+                    prev = head(f, t, p, mask=additive_mask(allowed, 0, f.dtype, "cpu"))[0, -1]
+                torch.testing.assert_close(outs[k][0, i], prev, atol=1e-5, rtol=1e-4)
+
+
+def test_ttt_gradients_flow_through_steps(deep_target):
+    head = random_head(deep_target, seed=4).train()
+    feats = torch.randn(1, 6, 64, requires_grad=True)
+    outs = ttt_outputs(head, feats, torch.randint(0, VOCAB, (1, 6)), torch.arange(6)[None], 2)
+    grad = torch.autograd.grad(outs[2].sum(), outs[0], retain_graph=True)[0]
+    assert grad.abs().sum() > 0  # step 2 depends on step 0's outputs, not only on the real features
+
+
+def test_ttt_loss_weights_and_regression_weight(tiny_smol6):
+    convs = conversations(4)
+    samples = [_sample(tiny_smol6, c) for c in convs]
+    batch = collate(samples, torch.float32, "cpu")
+    head = random_head(tiny_smol6, seed=0)
+    torch.manual_seed(0)
+    out = losses(head, batch, objective=Objective(ttt_steps=2))
+    expected = 1.0 * out["reg_loss"] + 0.1 * out["cls_loss"] + 0.8 * out["loss_1"] + 0.64 * out["loss_2"]
+    torch.testing.assert_close(out["loss"].detach(), expected)
+    plain = losses(head, batch, objective=Objective(w_reg=0.0))
+    torch.testing.assert_close(plain["loss"].detach(), 0.1 * plain["cls_loss"])
+    assert "loss_1" not in plain
+
+
+def _sample(target, conv):
+    from eagle_infer.chat import loss_mask, render
+    from eagle_train.features import Sample
+
+    ids, mask = loss_mask(target.tokenizer, render(conv, target.tokenizer, target.template, False), None)
+    hidden, aux = target.features(torch.tensor([ids]), torch.ones(1, len(ids), dtype=torch.long),
+                                  eagle3_layers(target.config.num_hidden_layers))
+    return Sample(torch.tensor(ids), torch.tensor(mask, dtype=torch.float), hidden[0], aux[0])
+
+
+# --- decoding with fused and deeper heads stays lossless ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["two-layer", "fused", "fused-two-layer"])
+@pytest.mark.parametrize("config", [DecodeConfig(method="eagle2"), DecodeConfig(method="chain", depth=3),
+                                    DecodeConfig(method="eagle1")], ids=["eagle2", "chain", "eagle1"])
+def test_fused_and_deep_heads_are_lossless(deep_target, name, config):
+    head = heads(deep_target)[name]
+    prompts = [[3, 14, 15, 92, 65], [35, 89], list(range(10, 40))]
+    want = [vanilla_tokens(deep_target, p, 20) for p in prompts]
+    engine = Engine(deep_target, head, config)
+    assert [engine.generate(p, 20).tokens for p in prompts] == want
+    batch = engine.generate_batch(prompts, 20, batch_size=2)
+    assert [r.tokens for r in batch.results] == want
+
+
+def test_head_save_load_records_layers_and_features(deep_target, tmp_path):
+    head = heads(deep_target)["fused-two-layer"]
+    head.save(tmp_path / "h", dtype=torch.float32)
+    saved = json.loads((tmp_path / "h" / "config.json").read_text())
+    assert (saved["layers"], saved["feature_layers"], saved["target_layers"]) == (2, FUSED, 6)
+    loaded = load_head(tmp_path / "h", deep_target)
+    x = torch.randn(1, 4, 3 * 64)
+    ids, pos = torch.randint(0, VOCAB, (1, 4)), torch.arange(4)[None]
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(x, ids, pos), head(x, ids, pos))
+    shallow = scaled_target(vocab=VOCAB, layers=4, seed=5, name="tiny-deep")
+    with pytest.raises(EagleError, match=r"fuses layers \[1, 2, 4\] of a 6-layer target, but the target has 4 layers"):
+        load_head(tmp_path / "h", shallow)
+
+
+def test_heads_saved_with_one_layer_key_names_still_load(deep_target, tmp_path):
+    """Heads saved before head.layers existed name their layer `layer.*` (the shipped head among them)."""
+    from safetensors.torch import load_file, save_file
+
+    head = random_head(deep_target, seed=7)
+    head.save(tmp_path / "h", dtype=torch.float32)
+    state = load_file(str(tmp_path / "h" / "model.safetensors"))
+    save_file({k.replace("layers.0.", "layer."): v for k, v in state.items()}, str(tmp_path / "h" / "model.safetensors"))
+    cfg = json.loads((tmp_path / "h" / "config.json").read_text())
+    for key in ("layers", "feature_layers", "target_layers"):
+        cfg.pop(key)
+    (tmp_path / "h" / "config.json").write_text(json.dumps(cfg))
+    loaded = load_head(tmp_path / "h", deep_target)
+    assert loaded.config.layers == 1
+    torch.testing.assert_close(loaded.layers[0].mlp.up_proj.weight, head.layers[0].mlp.up_proj.weight)
+
+
+# --- bad input -------------------------------------------------------------------------------------------------------
+
+
+def test_bad_head_and_objective_settings(deep_target):
+    cfg = TrainConfig()
+    with pytest.raises(EagleError, match="head.layers 0 is invalid: expected >= 1"):
+        build_head_config(deep_target, cfg, HeadConf(layers=0))
+    with pytest.raises(EagleError, match="unknown head.features 'middle': expected last or fused"):
+        build_head_config(deep_target, cfg, HeadConf(features="middle"))
+    for bad in (-1, 512):
+        with pytest.raises(EagleError, match=f"train.ttt_steps {bad} is invalid: expected 0 <= ttt_steps < max_length 512"):
+            objective(dataclasses.replace(cfg, ttt_steps=bad), 512)
+    with pytest.raises(EagleError, match="a fused head needs a target of at least 5 layers, not 2"):
+        eagle3_layers(2)
+    with pytest.raises(EagleError, match="unknown featurize.features 'all'"):
+        FeaturizeConfig(features="all").feature_layers(deep_target)
+
+
+# --- data: fused features, ranks, regeneration ------------------------------------------------------------------------
+
+FEAT = FeaturizeConfig(max_length=96, shard_size=4, features="fused")
+
+
+def test_fused_features_on_disk_and_ranks_merge(tiny_smol6, tmp_path):
+    convs = conversations(10)
+    one = featurize(convs, tiny_smol6, tmp_path / "one", FEAT)
+    for rank in (1, 0):  # either order: each rank writes its own shards, the manifest merges them
+        featurize(convs, tiny_smol6, tmp_path / "two", dataclasses.replace(FEAT, rank=rank, world=2))
+    two = Manifest.load(tmp_path / "two")
+    assert [(s["file"], s["tokens"]) for s in two.shards] == [(s["file"], s["tokens"]) for s in one.shards]
+    assert (two.conversations, two.tokens, two.loss_tokens) == (one.conversations, one.tokens, one.loss_tokens) == (
+        10, one.tokens, one.loss_tokens)
+    assert one.feature_layers == [1, 2, 2] == list(eagle3_layers(6))
+    samples = read_samples(tmp_path / "two")
+    ids = samples[3].input_ids[None]
+    with torch.inference_mode():
+        states = tiny_smol6.model.model(input_ids=ids, output_hidden_states=True).hidden_states
+    want = torch.cat([states[i + 1] for i in one.feature_layers], -1)[0]  # outputs of layers 1, 2, 2
+    assert samples[3].aux.shape == (ids.shape[1], 3 * 32)
+    torch.testing.assert_close(samples[3].aux.float(), want.to(torch.bfloat16).float())
+
+
+def test_featurize_resume_with_other_layers_or_mix_is_refused(tiny_smol6, tmp_path):
+    convs = conversations(6)
+    featurize(convs, tiny_smol6, tmp_path, FEAT)
+    files = sorted(p.name for p in tmp_path.iterdir())
+    with pytest.raises(EagleError, match=r"feature_layers=\[1, 2, 2\], not \[\]"):
+        featurize(convs, tiny_smol6, tmp_path, dataclasses.replace(FEAT, features="last"))
+    with pytest.raises(EagleError, match="regenerate=False, not True"):
+        featurize(convs, tiny_smol6, tmp_path, dataclasses.replace(FEAT, regenerate=True, regenerate_max_new_tokens=8))
+    assert sorted(p.name for p in tmp_path.iterdir()) == files  # nothing already featurized was lost
+
+
+def test_mix_ratio_spreads_regenerated_conversations():
+    assert [is_regenerated(j, 0.5) for j in range(6)] == [False, True, False, True, False, True]
+    assert sum(is_regenerated(j, 0.3) for j in range(100)) == 30
+    assert all(is_regenerated(j, 1.0) for j in range(10)) and not any(is_regenerated(j, 0.0) for j in range(10))
+    with pytest.raises(EagleError, match="regenerate fraction 1.5 is invalid"):
+        RegenerateSettings(1.5, 1, 8, 96).check()
+
+
+def test_regeneration_answers_with_the_engine_and_is_reused(tiny_smol, tmp_path, monkeypatch):
+    convs = conversations(4)
+    settings = RegenerateSettings(fraction=0.5, turns=1, max_new_tokens=8, max_length=96)
+    engine = Engine(tiny_smol, None, DecodeConfig(method="vanilla", max_batch_size=4))
+    out, info = regenerated_shard(convs, 0, tmp_path, engine, settings, batch_size=4)
+    assert info["regenerated"] == 2 and out[0] == convs[0] and out[2] == convs[2]  # kept the dataset's answers
+    for j in (1, 3):
+        prompt = prompt_ids(tiny_smol.tokenizer, convs[j][:1], tiny_smol.template)
+        alone = vanilla_tokens(tiny_smol, prompt, 8, stop_ids(tiny_smol))
+        assert out[j] == [convs[j][0], Message("assistant", tiny_smol.tokenizer.decode(alone, skip_special_tokens=True).strip())]
+    monkeypatch.setattr(regenerate_mod, "answer_turns", lambda *a, **k: pytest.fail("answered again"))
+    again, info = regenerated_shard(convs, 0, tmp_path, engine, settings, batch_size=4)
+    assert again == out and info["regenerate_s"] == 0.0
+    with pytest.raises(EagleError, match="was regenerated with fraction=0.5, not 1.0"):
+        regenerated_shard(convs, 0, tmp_path, engine, dataclasses.replace(settings, fraction=1.0), batch_size=4)
+    with pytest.raises(EagleError, match="was regenerated with fingerprint="):
+        regenerated_shard(convs[::-1], 0, tmp_path, engine, settings, batch_size=4)
+
+
+def test_train_fused_head_with_ttt_then_decode_losslessly(tiny_smol6, deepspeed_cpu_env, tmp_path):
+    convs = conversations(12)
+    featurize(convs[:10], tiny_smol6, tmp_path / "train", FEAT)
+    featurize(convs[10:], tiny_smol6, tmp_path / "heldout", FEAT)
+    cfg = TrainConfig(features=str(tmp_path / "train"), heldout=str(tmp_path / "heldout"), out_dir=str(tmp_path / "run"),
+                      deepspeed_config=DS_CPU, max_steps=6, batch_size=2, lr=1e-3, warmup_steps=1, eval_every=6,
+                      save_every=6, wandb_mode="disabled", draft_vocab_size=256, ttt_steps=2, w_reg=0.0)
+    metrics = train(cfg, tiny_smol6, HeadConf(layers=2, features="fused"))
+    assert metrics["step"] == 6 and "heldout/alpha_6" in metrics and "loss_2" in metrics
+    head = load_head(tmp_path / "run" / "head", tiny_smol6)
+    assert (head.config.layers, head.config.feature_layers) == (2, [1, 2, 2])
+    prompt = prompt_ids(tiny_smol6.tokenizer, [Message("user", "Count from 3.")], tiny_smol6.template)
+    want = vanilla_tokens(tiny_smol6, prompt, 16)
+    assert Engine(tiny_smol6, head, DecodeConfig(method="eagle2")).generate(prompt, 16).tokens == want
+    with pytest.raises(EagleError, match="holds no fused layers"):
+        featurize(convs[:4], tiny_smol6, tmp_path / "last", dataclasses.replace(FEAT, features="last"))
+        train(dataclasses.replace(cfg, features=str(tmp_path / "last"), out_dir=str(tmp_path / "r2")), tiny_smol6,
+              HeadConf(features="fused"))
