@@ -12,7 +12,7 @@ DATA_DIR ?= $(abspath ../shared/data/benchmarks)
 CPU_ENV := $(shell $(PY) -c "import torch,sys; sys.exit(torch.cuda.is_available())" 2>/dev/null && echo DS_ACCELERATOR=cpu)
 STAMP := .venv/.installed
 
-.PHONY: setup demo test train eval sweep sweep-batch throughput bench-engine chat clean
+.PHONY: setup demo test train eval sweep sweep-batch throughput bench-engine chat clean ablate-head
 
 setup: $(STAMP)
 
@@ -88,6 +88,13 @@ sweep-batch: $(STAMP)
 	  bench.names=[$(SWEEP_BENCH)] bench.limit=$(TP_LIMIT) 'batch_sizes=[$(BATCHES)]' infer.batch_token_budget=$(BUDGETS) \
 	  $(if $(DTYPE),model.dtype=$(DTYPE)) wandb.mode=disabled $(ARGS)
 	$(PY) -m eval.sweep results/$(SWEEP)-batch
+
+# Which training choices make a head good, one factor at a time (rows in conf/ablate/$(MODEL).yaml): each row trains
+# a head (resumable), measures τ on 10 MT-bench first turns, and adds a line to results/ablate-head/table.md; also
+# the τ-vs-training-tokens plot and the draft-vocabulary coverage table. ROWS=a,b runs only those rows.
+ROWS ?=
+ablate-head: $(STAMP)
+	$(PY) -m eval.ablate_head --recipe $(MODEL) $(if $(ROWS),--rows $(ROWS)) --coverage
 
 bench-engine: $(STAMP)
 	$(PY) scripts/bench_engine.py $(ARGS)

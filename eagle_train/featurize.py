@@ -7,6 +7,7 @@ import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 import torch
 from tqdm import tqdm
@@ -45,6 +46,7 @@ class FeaturizeConfig:
     regenerate_batch_size: int = 32  # requests the engine decodes together
     rank: int = 0
     world: int = 1
+    max_shards: Optional[int] = None  # featurize only the first N shards (a rerun with more extends the directory)
 
     def feature_layers(self, target) -> list[int]:
         if self.features not in FEATURES:
@@ -163,7 +165,7 @@ def featurize(conversations: list[list[Message]], target, out_dir: str | Path, c
     _check_resume(manifest, fresh, out)
     store = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}[cfg.store_dtype]
     n_shards = (len(conversations) + cfg.shard_size - 1) // cfg.shard_size
-    mine = range(cfg.rank, n_shards, cfg.world)
+    mine = range(cfg.rank, min(n_shards, cfg.max_shards or n_shards), cfg.world)
     todo = [i for i in mine if not _shard_done(out, i)]
     if len(todo) < len(mine):
         log.info("resuming: %d of this rank's %d shards already done", len(mine) - len(todo), len(mine))

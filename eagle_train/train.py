@@ -36,6 +36,8 @@ class TrainConfig:
     input_mode: str = "feature+shifted_token"
     epochs: int = 1
     max_conversations: Optional[int] = None  # train on the first N conversations of the features only
+    max_loss_tokens: Optional[int] = None  # train on the first conversations holding this many loss tokens
+    autocast: str = "auto"  # bfloat16 autocast of float32 training: auto (where bfloat16 matmuls are native) | on | off
     max_steps: Optional[int] = None  # optimizer steps; None = epochs
     batch_size: int = 4  # conversations per micro batch
     lr: float = 3e-5
@@ -84,6 +86,29 @@ def objective(cfg: TrainConfig, max_length: int) -> Objective:
     if not 0 <= cfg.ttt_steps < max_length:
         raise EagleError(f"train.ttt_steps {cfg.ttt_steps} is invalid: expected 0 <= ttt_steps < max_length {max_length}")
     return Objective(cfg.w_cls, cfg.w_reg, cfg.ttt_steps, cfg.ttt_decay)
+
+
+def first_loss_tokens(samples: list, limit: Optional[int]) -> list:
+    """The shortest prefix of `samples` (in feature order) holding at least `limit` loss tokens (all when None)."""
+    if limit is None:
+        return samples
+    total = 0
+    for n, s in enumerate(samples, 1):
+        total += int(s.loss_mask[2:].sum())
+        if total >= limit:
+            return samples[:n]
+    raise EagleError(f"train.max_loss_tokens {limit} exceeds the {total} loss tokens of the features: featurize more")
+
+
+def use_autocast(mode: str, dtype: torch.dtype, device: torch.device) -> bool:
+    """Whether float32 training runs its matmuls in bfloat16 (autocast; the weights and optimizer stay float32)."""
+    from eagle_infer.target import resolve_dtype
+
+    if mode not in ("auto", "on", "off"):
+        raise EagleError(f"unknown train.autocast {mode!r}: expected auto, on or off")
+    if dtype != torch.float32 or mode == "off":
+        return False
+    return mode == "on" or resolve_dtype("auto", device) == torch.bfloat16
 
 
 def read_ds_config(path: str, cfg: TrainConfig, world: int, total_steps: int) -> dict:
@@ -188,7 +213,7 @@ def train(cfg: TrainConfig, target, head_shape: HeadConf = HeadConf()) -> dict:
             f"a fused head reads target layers {hconf.feature_layers}, but {cfg.features!r} holds "
             f"{list(manifest.feature_layers) or 'no fused layers'}: featurize with featurize.features=fused"
         )
-    samples = read_samples(cfg.features)[: cfg.max_conversations]
+    samples = first_loss_tokens(read_samples(cfg.features)[: cfg.max_conversations], cfg.max_loss_tokens)
     heldout = []
     if cfg.heldout:
         Manifest.load(cfg.heldout).check_target(target, cfg.heldout)
@@ -221,10 +246,11 @@ def train(cfg: TrainConfig, target, head_shape: HeadConf = HeadConf()) -> dict:
         raise EagleError(f"DeepSpeed precision {dtype} differs from the target's dtype {target.dtype}: load the target in the same dtype")
     engine, _, _, _ = deepspeed.initialize(model=head, model_parameters=[p for p in head.parameters() if p.requires_grad], config=ds_config)
     ckpt_dir = out / "checkpoints"
-    step, epoch, position = 0, 0, 0
+    step, epoch, position, before = 0, 0, 0, 0.0  # before: training seconds of earlier runs (resumed)
     if (ckpt_dir / "latest").exists():
         _, client = engine.load_checkpoint(str(ckpt_dir))
         step, epoch, position = client["step"], client["epoch"], client["position"]
+        before = client.get("elapsed", 0.0)
         if rank == 0:
             log.info("resumed from step %d (epoch %d, micro batch %d)", step, epoch, position)
             _truncate_jsonl(out / "eval.jsonl", lambda r: r["step"] <= step)
@@ -233,9 +259,14 @@ def train(cfg: TrainConfig, target, head_shape: HeadConf = HeadConf()) -> dict:
     seen_path = out / f"seen-rank{rank}.jsonl"  # which micro batches were trained on, for audits and tests
     bar = tqdm(total=total_steps, initial=step, desc="train", disable=rank != 0, unit="step")
     tokens, start, metrics = 0.0, time.perf_counter(), {}
+    autocast = use_autocast(cfg.autocast, dtype, engine.device)
+    if autocast and rank == 0:
+        log.info("bfloat16 autocast: float32 weights, bfloat16 matmuls")
 
     def save():
-        engine.save_checkpoint(str(ckpt_dir), tag=f"step{step}", client_state={"step": step, "epoch": epoch, "position": position})
+        elapsed = before + time.perf_counter() - start
+        engine.save_checkpoint(str(ckpt_dir), tag=f"step{step}",
+                               client_state={"step": step, "epoch": epoch, "position": position, "elapsed": elapsed})
         if rank == 0:
             engine.module.save(out / "head")
 
@@ -244,7 +275,8 @@ def train(cfg: TrainConfig, target, head_shape: HeadConf = HeadConf()) -> dict:
         while position < len(batches) and step < total_steps:
             torch.manual_seed(cfg.seed * 1_000_003 + epoch * 100_003 + position)  # noise depends on where, not when
             batch = collate([samples[i] for i in batches[position]], dtype, engine.device, hconf.fused)
-            result = losses(engine.module, batch, cfg.noise, obj)
+            with torch.autocast(engine.device.type, dtype=torch.bfloat16, enabled=autocast):
+                result = losses(engine.module, batch, cfg.noise, obj)
             engine.backward(result["loss"])
             engine.step()
             with seen_path.open("a") as f:
@@ -274,5 +306,10 @@ def train(cfg: TrainConfig, target, head_shape: HeadConf = HeadConf()) -> dict:
     bar.close()
     if run:
         run.finish()
-    metrics["train/wall_s"] = time.perf_counter() - start
+    metrics["train/wall_s"] = before + time.perf_counter() - start
+    if rank == 0:
+        summary = {"steps": step, "train_s": metrics["train/wall_s"], "conversations": len(samples),
+                   "loss_tokens": int(sum(float(s.loss_mask[2:].sum()) for s in samples)), "epochs": cfg.epochs,
+                   "autocast": autocast, **{k: v for k, v in metrics.items() if k.startswith("heldout/")}}
+        (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     return metrics

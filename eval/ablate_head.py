@@ -1,0 +1,263 @@
+"""`make ablate-head` (python -m eval.ablate_head): which training choices make a draft head good, one at a time.
+
+Rows come from conf/ablate/<recipe>.yaml. Each row trains a head (`eagle_train.cli stage=train` under the deepspeed
+launcher, the same command as `make train`, with the row's overrides and a cap on training loss tokens), then
+measures τ on MT-bench first turns with the default EAGLE-2 tree through `eval.cli`. Every step resumes: a trained
+row (summary.json) is not retrained, an interrupted one continues from its DeepSpeed checkpoint, τ records resume.
+A row whose features hold fewer loss tokens than it asks for is reported as pending, never trained on less.
+
+Writes results/ablate-head/table.md|csv (held-out top-1 and simulated 0-α..6-α on the one held-out split, τ,
+training time), tau_vs_tokens.png (τ against training loss tokens per family of rows), and coverage.md: the share
+of the target's held-out argmax tokens inside draft vocabularies of 4k..32k ids, which justifies the recipe's size.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from eagle_infer.cli_support import REPO, setup_logging
+from eagle_infer.errors import EagleError
+
+log = logging.getLogger("ablate")
+OUT = Path("results/ablate-head")
+ALPHAS = 7
+COVERAGE_SIZES = (4096, 8192, 16384, 32768)
+
+
+def load_spec(recipe: str) -> dict:
+    path = REPO / "conf" / "ablate" / f"{recipe}.yaml"
+    if not path.exists():
+        known = sorted(p.stem for p in (REPO / "conf" / "ablate").glob("*.yaml"))
+        raise EagleError(f"no ablation spec for recipe {recipe!r}: known are {', '.join(known)}")
+    spec = yaml.safe_load(path.read_text())
+    names = [r["name"] for r in spec["rows"]]
+    if len(set(names)) != len(names):
+        raise EagleError(f"{path}: row names repeat: {names}")
+    return spec
+
+
+def features_dir(recipe: str) -> Path:
+    """The recipe's feature directory (data.features_dir with the model name filled in)."""
+    raw = yaml.safe_load((REPO / "recipes" / f"{recipe}.yaml").read_text())
+    return Path(f"runs/{raw['model']['name']}/features")
+
+
+def _run(cmd: list[str], log_path: Path) -> None:
+    env = dict(os.environ)
+    import torch
+
+    if not torch.cuda.is_available():
+        env["DS_ACCELERATOR"] = "cpu"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    log.info("$ %s  (log: %s)", " ".join(cmd), log_path)
+    with log_path.open("a") as f:
+        code = subprocess.call(cmd, stdout=f, stderr=subprocess.STDOUT, env=env)
+    if code:
+        tail = log_path.read_text().strip().splitlines()[-1:] or [""]
+        raise EagleError(f"{cmd[0]} exited with {code}: {tail[0]} (see {log_path})")
+
+
+def _loss_tokens(directory: Path) -> int:
+    from eagle_train.features import Manifest
+
+    return Manifest.load(directory).loss_tokens if (directory / "manifest.json").exists() else 0
+
+
+def _fixed_features(spec: dict, recipe: str) -> Path:
+    """Featurize ShareGPT's own answers (the fixed-data row's features) once; resumes like any featurize."""
+    root = Path(spec["fixed_features"])
+    if not (root / "train" / "manifest.json").exists() or _loss_tokens(root / "train") == 0:
+        _run([sys.executable, "-m", "eagle_train.cli", f"recipes={recipe}", "stage=featurize",
+              "featurize.regenerate=false", "featurize.features=last", f"featurize.max_shards={spec['fixed_shards']}",
+              f"data.features_dir={root}"], OUT / "logs" / "featurize-fixed.log")
+    return root / "train"
+
+
+def train_row(spec: dict, recipe: str, row: dict) -> str:
+    """Train the row's head unless done; returns "done" or why it is pending."""
+    out = OUT / row["name"]
+    if (out / "summary.json").exists():
+        return "done"
+    args = [a for a in row["overrides"] if a != "fixed"]
+    feats = features_dir(recipe) / "train"
+    if "fixed" in row["overrides"]:
+        feats = _fixed_features(spec, recipe)
+        args.append(f"train.features={feats}")
+    have = _loss_tokens(feats)
+    if have < row["loss_tokens"]:
+        return f"pending: {feats} holds {have} loss tokens, the row needs {row['loss_tokens']}"
+    launcher = str(Path(sys.executable).parent / "deepspeed")
+    _run([launcher, "--num_gpus", "1", "--no_local_rank", "--module", "eagle_train.cli", f"recipes={recipe}",
+          "stage=train", f"train.out_dir={out}", f"train.max_loss_tokens={row['loss_tokens']}",
+          "train.wandb_mode=disabled", *spec.get("train", []), *args], OUT / "logs" / f"{row['name']}.log")
+    return "done"
+
+
+def tau_run(row: dict) -> str:
+    return f"ablate-head/{row['name']}-tau"
+
+
+def tau_row(spec: dict, recipe: str, row: dict) -> float | None:
+    """Measure τ of the row's head on the spec's benchmark (records resume)."""
+    model = yaml.safe_load((REPO / "recipes" / f"{recipe}.yaml").read_text())["model"]["name"]
+    ev = spec["eval"]
+    _run([sys.executable, "-m", "eval.cli", f"model.name={model}", f"run={tau_run(row)}", "methods=[eagle2]",
+          f"infer.head={OUT / row['name'] / 'head'}", f"bench.names=[{ev['bench']}]", f"bench.limit={ev['questions']}",
+          "bench.max_turns=1", f"infer.max_new_tokens={ev['max_new_tokens']}", "wandb.mode=disabled"],
+         OUT / "logs" / f"{row['name']}-tau.log")
+    return recorded_tau(row)
+
+
+def recorded_tau(row: dict) -> float | None:
+    """τ over every cycle of the row's τ records, None before any."""
+    from eval.metrics import tau
+    from eval.records import read_records
+
+    records = Path("results") / tau_run(row) / "records.jsonl"
+    return tau([c for r in read_records(records) for c in r["cycles"]]) if records.exists() else None
+
+
+def row_result(row: dict, status: str, tau_value: float | None) -> dict:
+    summary_path = OUT / row["name"] / "summary.json"
+    summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
+    result = {"row": row["name"], "status": status, "loss_tokens": summary.get("loss_tokens"),
+              "epochs": summary.get("epochs"), "top1": summary.get("heldout/top1"), "tau": tau_value,
+              "train_min": summary["train_s"] / 60 if "train_s" in summary else None}
+    for k in range(ALPHAS):
+        result[f"alpha_{k}"] = summary.get(f"heldout/alpha_{k}")
+    return result
+
+
+def _fmt(value, digits: int = 3) -> str:
+    if value is None:
+        return "–"
+    return f"{value:.{digits}f}" if isinstance(value, float) else str(value)
+
+
+def write_table(results: list[dict]) -> str:
+    OUT.mkdir(parents=True, exist_ok=True)
+    columns = ["row", "loss_tokens", "epochs", "top1"] + [f"alpha_{k}" for k in range(ALPHAS)] + ["tau", "train_min", "status"]
+    with (OUT / "table.csv").open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows({c: r.get(c) for c in columns} for r in results)
+    head = ["row", "loss tokens", "epochs", "held-out top-1"] + [f"{k}-α" for k in range(ALPHAS)] + ["τ", "train min", ""]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in results:
+        cells = [r["row"], _fmt(r["loss_tokens"]), _fmt(r["epochs"]), _fmt(r["top1"])]
+        cells += [_fmt(r[f"alpha_{k}"]) for k in range(ALPHAS)]
+        cells += [_fmt(r["tau"], 2), _fmt(r["train_min"], 1), "" if r["status"] == "done" else r["status"]]
+        lines.append("| " + " | ".join(cells) + " |")
+    markdown = "\n".join(lines) + "\n"
+    (OUT / "table.md").write_text(markdown)
+    return markdown
+
+
+def family(name: str) -> str:
+    """Rows that differ only in data size share a family: 'ttt3-100k' and 'ttt3' are both 'ttt3'; the baseline's
+    smaller points are 'regen-*'."""
+    base = name.rsplit("-", 1)[0] if name.rsplit("-", 1)[-1].endswith("k") else name
+    return "baseline" if base in ("regen", "baseline") else base
+
+
+def plot(results: list[dict]) -> Path | None:
+    points: dict[str, list[tuple[int, float]]] = {}
+    for r in results:
+        if r["tau"] is not None and r["loss_tokens"] and not r["row"].startswith("fixed"):
+            points.setdefault(family(r["row"]), []).append((r["loss_tokens"], r["tau"]))
+    if not points:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for name, pts in sorted(points.items()):
+        pts.sort()
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=name)
+    ax.set_xscale("log")
+    ax.set_xlabel("training loss tokens")
+    ax.set_ylabel("τ (MT-bench first turns, EAGLE-2 default tree)")
+    ax.legend()
+    ax.grid(alpha=0.3)
+    path = OUT / "tau_vs_tokens.png"
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def coverage(recipe: str) -> str:
+    """Share of the target's held-out argmax tokens (at loss positions) inside the draft vocabulary made from the
+    training features' most frequent answer tokens, per vocabulary size."""
+    import torch
+
+    from eagle_infer.target import load_target
+    from eagle_train.features import read_samples
+    from eagle_train.objective import frequent_tokens
+
+    root = features_dir(recipe)
+    model = yaml.safe_load((REPO / "recipes" / f"{recipe}.yaml").read_text())["model"]["name"]
+    target = load_target(model, "float32", "cpu")
+    train, heldout = read_samples(root / "train"), read_samples(root / "heldout")
+    with torch.no_grad():
+        argmax = torch.cat([target.lm_head(s.hidden[1:-1].float())[s.loss_mask[2:] > 0].argmax(-1) for s in heldout])
+    lines = [f"Draft-vocabulary coverage: {argmax.numel()} held-out target argmax tokens, vocabularies from "
+             f"{sum(int(s.loss_mask[2:].sum()) for s in train)} training loss tokens ({root}).", "",
+             "| draft_vocab_size | coverage |", "|---|---|"]
+    for size in COVERAGE_SIZES:
+        vocab = frequent_tokens(train, size)
+        share = torch.isin(argmax, vocab).float().mean().item()
+        lines.append(f"| {size} | {share:.4f} |")
+    markdown = "\n".join(lines) + "\n"
+    OUT.mkdir(parents=True, exist_ok=True)
+    (OUT / "coverage.md").write_text(markdown)
+    return markdown
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--recipe", default="smollm2-135m")
+    parser.add_argument("--rows", default="", help="comma-separated row names (default: all, in spec order)")
+    parser.add_argument("--table-only", action="store_true", help="train and measure nothing; tabulate what exists")
+    parser.add_argument("--coverage", action="store_true", help="also write coverage.md")
+    args = parser.parse_args(argv)
+    setup_logging()
+    try:
+        spec = load_spec(args.recipe)
+        wanted = [r for r in args.rows.split(",") if r]
+        unknown = [r for r in wanted if r not in [row["name"] for row in spec["rows"]]]
+        if unknown:
+            raise EagleError(f"unknown ablation row {unknown[0]!r}: expected some of {', '.join(r['name'] for r in spec['rows'])}")
+        results = []
+        for row in spec["rows"]:
+            if (not wanted or row["name"] in wanted) and not args.table_only:
+                status = train_row(spec, args.recipe, row)
+                tau_value = tau_row(spec, args.recipe, row) if status == "done" else None
+            else:
+                status = "done" if (OUT / row["name"] / "summary.json").exists() else "not run"
+                tau_value = recorded_tau(row)
+            results.append(row_result(row, status, tau_value))
+            write_table(results)
+        print(write_table(results))
+        picture = plot(results)
+        if picture:
+            print(f"plot: {picture}")
+        if args.coverage:
+            print(coverage(args.recipe))
+    except EagleError as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()
