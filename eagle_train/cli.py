@@ -99,7 +99,9 @@ def plan(cfg: TrainRunConf) -> str:
     ds = read_ds_config(cfg.train.deepspeed_config, cfg.train, 1, cfg.train.max_steps or 1)
     lines = [f"recipe: {cfg.recipe}", f"model: {cfg.model.name} ({cfg.model.dtype}, device {cfg.model.device})",
              f"data: {cfg.data.source}, conversations {cfg.data.conversations or 'all'} + {cfg.data.heldout} held out, "
-             f"max_length {cfg.featurize.max_length}, regenerate {cfg.featurize.regenerate} -> {cfg.data.features_dir}",
+             f"max_length {cfg.featurize.max_length}, features {cfg.featurize.features}, regenerate {cfg.featurize.regenerate} "
+             f"(fraction {cfg.featurize.regenerate_fraction}, {cfg.featurize.regenerate_max_new_tokens} new tokens) "
+             f"-> {cfg.data.features_dir}",
              f"train: epochs {cfg.train.epochs}, max_steps {cfg.train.max_steps}, micro batch {cfg.train.batch_size}, "
              f"lr {cfg.train.lr}, betas {list(cfg.train.betas)}, warmup {cfg.train.warmup_steps}, clip {cfg.train.grad_clip}, "
              f"noise {cfg.train.noise}, w_cls {cfg.train.w_cls}, w_reg {cfg.train.w_reg}, ttt_steps {cfg.train.ttt_steps}, "

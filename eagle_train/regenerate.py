@@ -19,6 +19,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from tqdm import tqdm
+
 from eagle_infer.chat import Message, prompt_ids, stop_ids
 from eagle_infer.errors import EagleError
 
@@ -77,8 +79,10 @@ def answer_turns(conversations: list[list[Message]], engine, settings: Regenerat
         if not prompts:
             break
         order = sorted(prompts, key=lambda i: len(prompts[i]))
-        result = engine.generate_batch([prompts[i] for i in order], settings.max_new_tokens, stop_ids=stops,
-                                       batch_size=min(batch_size, len(order)))
+        with tqdm(desc=f"answer turn {turn + 1} ({len(order)} prompts)", unit="tok", leave=False) as bar:
+            result = engine.generate_batch([prompts[i] for i in order], settings.max_new_tokens, stop_ids=stops,
+                                           stream=lambda _i, tokens: bar.update(len(tokens)),
+                                           batch_size=min(batch_size, len(order)))
         for i, r in zip(order, result.results):
             answer = target.tokenizer.decode(r.tokens, skip_special_tokens=True).strip()
             chats[i] += [users[i][turn], Message("assistant", answer)]
