@@ -247,9 +247,10 @@ def test_published_eagle_checkpoint_errors(tmp_path):
     one_line_error(lambda: load_head(tmp_path / "wide", target()), "hidden size 128", "64")
     eagle_style_checkpoint(tmp_path / "vocab", source, {**cfg, "vocab_size": 32000})
     one_line_error(lambda: load_head(tmp_path / "vocab", target()), "vocabulary size 32000", "96")
+    # A second layer makes a two-layer head (head.layers); an incomplete one is refused, naming what is missing.
     two = {"layers.1.mlp.up_proj.weight": torch.zeros(128, 64)}
     eagle_style_checkpoint(tmp_path / "two", source, cfg, two)
-    one_line_error(lambda: load_head(tmp_path / "two", target()), "layers.1.mlp.up_proj.weight")
+    one_line_error(lambda: load_head(tmp_path / "two", target()), "missing", "layers.1.")
     bad = {"layers.0.self_attn.q_proj.bias": torch.zeros(64)}
     eagle_style_checkpoint(tmp_path / "bias", source, cfg, bad)
-    one_line_error(lambda: load_head(tmp_path / "bias", target()), "layer.self_attn.q_proj.bias")
+    one_line_error(lambda: load_head(tmp_path / "bias", target()), "layers.0.self_attn.q_proj.bias")

@@ -212,7 +212,7 @@ def test_draft_vocabulary_head_matches_vanilla():
 @pytest.mark.parametrize("arch,seed", [("qwen2", 0), ("mistral", 3)])
 def test_other_architectures_match_vanilla(arch, seed):
     target, head = target_and_head(seed, arch)
-    assert target.config.model_type == arch and type(head.layer).__name__.lower().startswith(arch)
+    assert target.config.model_type == arch and type(head.layers[0]).__name__.lower().startswith(arch)
     for prompt_len, max_new in ((7, 30), (25, 21)):
         prompt, expected = case(seed, prompt_len, max_new, arch)
         for config in (DecodeConfig(method="eagle2", depth=4, top_k=4, total_tokens=16), DecodeConfig(method="eagle1")):

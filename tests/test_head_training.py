@@ -23,7 +23,7 @@ from eagle_train.featurize import FeaturizeConfig, featurize
 from eagle_train.features import Manifest, read_samples
 from eagle_train.objective import Objective, collate, losses, ttt_mask, ttt_outputs
 from eagle_train.regenerate import RegenerateSettings, is_regenerated, regenerated_shard
-from eagle_train.train import HeadConf, TrainConfig, build_head_config, objective, train
+from eagle_train.train import HeadConf, TrainConfig, build_head_config, objective, train, use_autocast
 from tests.oracles import one_thread, scaled_target, vanilla_tokens  # noqa: F401 (one_thread is autouse)
 from tests.test_train import DS_CPU, conversations
 
@@ -184,8 +184,21 @@ def test_bad_head_and_objective_settings(deep_target):
             objective(dataclasses.replace(cfg, ttt_steps=bad), 512)
     with pytest.raises(EagleError, match="a fused head needs a target of at least 5 layers, not 2"):
         eagle3_layers(2)
+    with pytest.raises(EagleError, match="unknown train.autocast 'yes': expected auto, on or off"):
+        use_autocast("yes", torch.float32, torch.device("cpu"))
     with pytest.raises(EagleError, match="unknown featurize.features 'all'"):
         FeaturizeConfig(features="all").feature_layers(deep_target)
+
+
+def test_autocast_only_for_float32_training(monkeypatch):
+    import eagle_infer.target as target_mod
+
+    cpu = torch.device("cpu")
+    assert not use_autocast("on", torch.bfloat16, cpu) and not use_autocast("off", torch.float32, cpu)
+    assert use_autocast("on", torch.float32, cpu)
+    for native in (True, False):
+        monkeypatch.setattr(target_mod, "cpu_has_bf16_matmul", lambda native=native: native)
+        assert use_autocast("auto", torch.float32, cpu) is native
 
 
 # --- data: fused features, ranks, regeneration ------------------------------------------------------------------------
