@@ -298,3 +298,41 @@ def test_engine_samples_follow_the_target(name, temperature):
     same, p_value, stat = same_distribution(counts, exact_joint(params, COPY_PROMPT))
     assert same, (name, temperature, p_value, stat)
     assert copied >= 0.2 * N_SAMPLES  # copied tokens do get accepted, so their acceptance branch is tested
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Eval: method names and the lookup share.
+
+
+def test_eval_methods_and_lookup_share():
+    from eagle_infer.errors import EagleError
+    from eval.methods import engine_method, make_methods, needs_head
+    from eval.metrics import summarize
+
+    assert engine_method("eagle2+lookup:h100") == ("eagle2", True) and engine_method("lookup") == ("lookup", False)
+    assert [needs_head(m) for m in ("vanilla", "lookup", "chain+lookup", "eagle2", "pld")] == [False, False, True, True,
+                                                                                               False]
+    target, head = target_and_head(2)
+    conf = LookupConf(max_ngram=3, num_tokens=6)
+    lookup, hybrid, pld = make_methods(["lookup", "eagle2+lookup", "pld"], target, InferConf(total_tokens=12), head,
+                                       None, "float32", lookup=conf)
+    assert lookup.engine.config.method == "lookup" and lookup.engine.head is None
+    assert (hybrid.engine.config.method, hybrid.engine.config.lookup, hybrid.engine.config.lookup_conf) == ("eagle2", True,
+                                                                                                           conf)
+    assert pld.lookup == conf  # transformers' prompt lookup runs at the same max_ngram and num_tokens
+    with pytest.raises(EagleError, match="'lookup\\+lookup'"):
+        make_methods(["lookup+lookup"], target, InferConf(), head, None, "float32")
+
+    def rec(method, cycles):
+        return {"benchmark": "b", "method": method, "question_id": "1", "turns": [], "new_tokens": 4, "wall_s": 1.0,
+                "cycles": cycles, "temperature": 0.0, "tokens": [1]}
+
+    cycle = {"tree_depth": 2, "draft_s": 0.0, "verify_s": 0.0, "tested_conf": [], "tested_hit": []}
+    rows = {r.method: r for r in summarize([
+        rec("eagle2", [{**cycle, "accepted": 2}]),  # an older record without lookup fields
+        rec("eagle2+lookup", [{**cycle, "accepted": 3, "lookup_size": 5, "lookup_accepted": 2},
+                              {**cycle, "accepted": 1, "lookup_size": 0, "lookup_accepted": 0}]),
+        rec("lookup", [{**cycle, "accepted": 0, "lookup_size": 4, "lookup_accepted": 0}]),
+    ]) if r.benchmark == "b"}
+    assert rows["eagle2"].lookup_share is None and rows["lookup"].lookup_share is None  # nothing accepted
+    assert rows["eagle2+lookup"].lookup_share == pytest.approx(0.5)
