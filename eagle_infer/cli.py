@@ -70,8 +70,9 @@ def main(cfg) -> None:
         return
     if not show:
         print(text, end="")
+    method = conf.infer.method + ("+lookup" if conf.infer.lookup else "")
     print(
-        f"\n[{conf.infer.method} | {len(result.tokens)} tokens | tau {result.tau:.2f} | {result.tok_s:.1f} tokens/s | "
+        f"\n[{method} | {len(result.tokens)} tokens | tau {result.tau:.2f} | {result.tok_s:.1f} tokens/s | "
         f"{target.name} {str(target.dtype).removeprefix('torch.')} on {target.device.type}]",
         file=sys.stderr,
     )

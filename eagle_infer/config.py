@@ -45,8 +45,9 @@ class LookupConf:
 @dataclass
 class InferConf:
     """method: vanilla | chain | eagle1 | eagle2 | lookup (prompt lookup alone, no head). lookup: merge prompt
-    lookup branches into the head's tree each cycle (chain, eagle1, eagle2; settings in the `lookup` group). head: "shipped" (the head in eagle_infer/heads/<model>),
-    "random" (untrained, for trying the engine), or a head directory. batch_size: requests decoded together (eval
+    lookup branches into the head's tree each cycle (chain, eagle1, eagle2; settings in the `lookup` group). head:
+    "shipped" (the head in eagle_infer/heads/<model>), "random" (untrained, for trying the engine), or a head
+    directory. batch_size: requests decoded together (eval
     answers questions in batches of it); max_batch_size refuses larger batches; batch_token_budget: most tokens of
     one verification forward over the whole batch, shrinking trees as the batch grows (0 = off)."""
 

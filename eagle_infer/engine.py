@@ -490,8 +490,10 @@ class _BatchRun:
         t0 = time.perf_counter()
         lengths = list(self.cache.lengths)
         config = self._config(len(rows))
-        # Headless rows have no predicted feature: [B, 0].
-        features = torch.stack([r.feature for r in rows]) if self.uses_head else torch.zeros(len(rows), 0, device=device)
+        if self.uses_head:
+            features = torch.stack([r.feature for r in rows])
+        else:  # headless methods have no predicted feature: [B, 0]
+            features = torch.zeros(len(rows), 0, device=device)
         root = DraftRoot(features, [r.root for r in rows], lengths, [r.index for r in rows])
         feeder = TreeFeeder(self.head, self.head_cache, root)
         copies = None

@@ -111,5 +111,6 @@ def make_methods(names: list[str], target, infer: InferConf, head, assistant_mod
         elif not needs_head(name):
             methods.append(EngineMethod(name, target, infer, None, lookup))
         else:
-            methods.append(EngineMethod(name, target, infer, load_head(heads[label], target) if label else head, lookup))
+            own = load_head(heads[label], target) if label else head
+            methods.append(EngineMethod(name, target, infer, own, lookup))
     return methods
