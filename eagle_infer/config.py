@@ -47,9 +47,9 @@ class InferConf:
     """method: vanilla | chain | eagle1 | eagle2 | lookup (prompt lookup alone, no head). lookup: merge prompt
     lookup branches into the head's tree each cycle (chain, eagle1, eagle2; settings in the `lookup` group). head:
     "shipped" (the head in eagle_infer/heads/<model>), "random" (untrained, for trying the engine), or a head
-    directory. batch_size: requests decoded together (eval
-    answers questions in batches of it); max_batch_size refuses larger batches; batch_token_budget: most tokens of
-    one verification forward over the whole batch, shrinking trees as the batch grows (0 = off)."""
+    directory. batch_size: requests decoded together (eval answers questions in batches of it); max_batch_size
+    refuses larger batches; batch_token_budget: most tokens of one verification forward over the whole batch,
+    shrinking trees as the batch grows (0 = off)."""
 
     method: str = "eagle2"
     head: str = "shipped"
@@ -81,7 +81,7 @@ def shipped_head_dir(model_name: str) -> Path:
 
 
 def build_head(infer: InferConf, target):
-    """The draft head an InferConf asks for (None for vanilla)."""
+    """The draft head an InferConf asks for (None for the headless methods vanilla and lookup)."""
     from .draft_head import load_head, random_head
 
     if infer.method in ("vanilla", "lookup"):
