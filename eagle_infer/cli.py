@@ -1,7 +1,8 @@
 """`python -m eagle_infer.cli chat="Hello"` (or prompt="raw text"): the engine's answer with τ and tokens/s.
 
-output=json prints one JSON object instead: {"text", "tokens", "stats"}. Overrides: model.*, infer.* (see
-eagle_infer.config), e.g. infer.method=vanilla infer.head=random infer.temperature=0.7.
+output=json prints one JSON object instead: {"text", "tokens", "stats"}. Overrides: model.*, infer.*, lookup.* (see
+eagle_infer.config), e.g. infer.method=vanilla infer.head=random infer.temperature=0.7, infer.method=lookup, or
+infer.lookup=true lookup.num_tokens=8 (prompt lookup merged into EAGLE-2's tree).
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
 
 from .cli_support import CONF_DIR, launch, one_line_errors
-from .config import InferConf, ModelConf, build_engine, sampling_params
+from .config import InferConf, LookupConf, ModelConf, build_engine, sampling_params
 from .errors import EagleError
 
 OUTPUTS = ("text", "json")
@@ -25,6 +26,7 @@ OUTPUTS = ("text", "json")
 class InferRunConf:
     model: ModelConf = field(default_factory=ModelConf)
     infer: InferConf = field(default_factory=InferConf)
+    lookup: LookupConf = field(default_factory=LookupConf)
     chat: Optional[str] = None  # a user message, rendered with the model's chat template
     prompt: Optional[str] = None  # raw text, tokenized as is
     output: str = "text"
@@ -57,7 +59,7 @@ def main(cfg) -> None:
     from .target import load_target
 
     target = load_target(conf.model.name, conf.model.dtype, conf.model.device)
-    engine = build_engine(conf.infer, target)
+    engine = build_engine(conf.infer, target, lookup=conf.lookup)
     ids, stops = prompt_and_stops(target, conf.chat, conf.prompt)
     show = conf.output == "text" and conf.stream
     stream = (lambda new: print(target.tokenizer.decode(new), end="", flush=True)) if show else None
@@ -68,8 +70,9 @@ def main(cfg) -> None:
         return
     if not show:
         print(text, end="")
+    method = conf.infer.method + ("+lookup" if conf.infer.lookup else "")
     print(
-        f"\n[{conf.infer.method} | {len(result.tokens)} tokens | tau {result.tau:.2f} | {result.tok_s:.1f} tokens/s | "
+        f"\n[{method} | {len(result.tokens)} tokens | tau {result.tau:.2f} | {result.tok_s:.1f} tokens/s | "
         f"{target.name} {str(target.dtype).removeprefix('torch.')} on {target.device.type}]",
         file=sys.stderr,
     )

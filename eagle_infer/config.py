@@ -20,11 +20,36 @@ class ModelConf:
 
 
 @dataclass
+class LookupConf:
+    """Prompt lookup (n-gram) drafting, the `lookup` group: the longest suffix of the context (n from max_ngram down
+    to min_ngram) found earlier in the prompt and the text generated so far proposes the num_tokens tokens that
+    followed it (transformers' rule: leftmost match of the longest n). branches: most distinct continuations
+    proposed per cycle (further matches, merged as a trie)."""
+
+    max_ngram: int = 2  # transformers' max_matching_ngram_size default
+    min_ngram: int = 1
+    num_tokens: int = 10
+    branches: int = 1
+
+    def validate(self) -> None:
+        if self.min_ngram < 1:
+            raise EagleError(f"lookup.min_ngram {self.min_ngram} is invalid: expected >= 1")
+        if self.min_ngram > self.max_ngram:
+            raise EagleError(f"lookup.min_ngram {self.min_ngram} is invalid: expected <= lookup.max_ngram {self.max_ngram}")
+        if self.num_tokens < 1:
+            raise EagleError(f"lookup.num_tokens {self.num_tokens} is invalid: expected >= 1")
+        if self.branches < 1:
+            raise EagleError(f"lookup.branches {self.branches} is invalid: expected >= 1")
+
+
+@dataclass
 class InferConf:
-    """method: vanilla | chain | eagle1 | eagle2. head: "shipped" (the head in eagle_infer/heads/<model>),
-    "random" (untrained, for trying the engine), or a head directory. batch_size: requests decoded together (eval
-    answers questions in batches of it); max_batch_size refuses larger batches; batch_token_budget: most tokens of
-    one verification forward over the whole batch, shrinking trees as the batch grows (0 = off)."""
+    """method: vanilla | chain | eagle1 | eagle2 | lookup (prompt lookup alone, no head). lookup: merge prompt
+    lookup branches into the head's tree each cycle (chain, eagle1, eagle2; settings in the `lookup` group). head:
+    "shipped" (the head in eagle_infer/heads/<model>), "random" (untrained, for trying the engine), or a head
+    directory. batch_size: requests decoded together (eval answers questions in batches of it); max_batch_size
+    refuses larger batches; batch_token_budget: most tokens of one verification forward over the whole batch,
+    shrinking trees as the batch grows (0 = off)."""
 
     method: str = "eagle2"
     head: str = "shipped"
@@ -34,6 +59,7 @@ class InferConf:
     static_paths: Optional[list[Any]] = None
     expand_by: str = "value"
     rerank: bool = True
+    lookup: bool = False
     temperature: float = 0.0
     top_p: float = 1.0
     sampling_top_k: int = 0
@@ -55,23 +81,23 @@ def shipped_head_dir(model_name: str) -> Path:
 
 
 def build_head(infer: InferConf, target):
-    """The draft head an InferConf asks for (None for vanilla)."""
+    """The draft head an InferConf asks for (None for the headless methods vanilla and lookup)."""
     from .draft_head import load_head, random_head
 
-    if infer.method == "vanilla":
+    if infer.method in ("vanilla", "lookup"):
         return None
     if infer.head == "random":
         return random_head(target, seed=infer.seed)
     return load_head(shipped_head_dir(target.name) if infer.head == "shipped" else infer.head, target)
 
 
-def decode_config(infer: InferConf):
+def decode_config(infer: InferConf, lookup: LookupConf | None = None):
     from .engine import DecodeConfig
 
     paths = None if infer.static_paths is None else [list(p) for p in infer.static_paths]
     return DecodeConfig(
         infer.method, infer.depth, infer.top_k, infer.total_tokens, paths, infer.expand_by, infer.rerank,
-        infer.max_batch_size, infer.batch_token_budget,
+        infer.max_batch_size, infer.batch_token_budget, infer.lookup, lookup or LookupConf(),
     )
 
 
@@ -81,10 +107,10 @@ def sampling_params(infer: InferConf):
     return SamplingParams(infer.temperature, infer.top_p, infer.sampling_top_k)
 
 
-def build_engine(infer: InferConf, target, head=None):
-    """An Engine for `target` configured by `infer` (head loaded unless given)."""
+def build_engine(infer: InferConf, target, head=None, lookup: LookupConf | None = None):
+    """An Engine for `target` configured by `infer` and `lookup` (head loaded unless given)."""
     from .engine import Engine
 
-    config = decode_config(infer)
+    config = decode_config(infer, lookup)
     config.validate(target.vocab_size)
     return Engine(target, head if head is not None else build_head(infer, target), config)

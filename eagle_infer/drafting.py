@@ -24,7 +24,7 @@ class DraftRoot:
     """Where this cycle's trees start, one per batch row: the head's predicted feature after the accepted context,
     the root token (last emitted, at sequence position base), and which request of the batch call the row serves."""
 
-    feature: torch.Tensor  # [B, H], predicts the distribution of the tokens at depth 1
+    feature: torch.Tensor  # [B, H], predicts the distribution of the tokens at depth 1 ([B, 0] without a head)
     tokens: list[int]
     bases: list[int]
     requests: list[int]
@@ -36,11 +36,12 @@ class DraftRoot:
 
 class TreeFeeder:
     """Feeds tree nodes to the head over its cache, the same number per row. Fed keys stay uncommitted past each
-    row's committed length until `reset()`; a row's fed slots are numbered 0, 1, ... in feeding order."""
+    row's committed length until `reset()`; a row's fed slots are numbered 0, 1, ... in feeding order. Headless
+    methods (prompt lookup) get a feeder without head and cache: only `root` is meaningful."""
 
-    def __init__(self, head: DraftHead, cache: KVCache, root: DraftRoot):
+    def __init__(self, head: DraftHead | None, cache: KVCache | None, root: DraftRoot):
         self.head, self.cache, self.root = head, cache, root
-        self.prefix = list(cache.lengths)
+        self.prefix = list(cache.lengths) if cache is not None else []
         b, h = root.feature.shape
         device = root.feature.device
         self.outputs = root.feature.new_zeros(b, 0, h)  # [B, F, H] predicted features of fed nodes
@@ -88,7 +89,8 @@ class TreeFeeder:
 
     def reset(self) -> None:
         """Drop every fed node from the head's cache."""
-        self.cache.truncate(self.prefix)
+        if self.cache is not None:
+            self.cache.truncate(self.prefix)
 
 
 def _split(tokens, parents, depths, probs, device) -> list[DraftTree]:

@@ -1,8 +1,9 @@
 """The one decoding engine: prefill, then cycles of draft -> verify -> accept -> compact, over a batch of requests.
 
 Methods: `vanilla` (one target forward per token, the baseline), `chain` (EAGLE without a tree), `eagle1` (static
-tree) and `eagle2` (dynamic tree). All share the target adapter, the caches and the samplers, so greedy output is
-the target's own greedy output and sampled output is distributed as the target's.
+tree), `eagle2` (dynamic tree) and `lookup` (prompt lookup, no head); `lookup=True` merges prompt lookup branches
+into a head's tree (eagle_infer.lookup, eagle_infer.merge). All share the target adapter, the caches and the
+samplers, so greedy output is the target's own greedy output and sampled output is distributed as the target's.
 
 Batches (`generate_batch`): up to `batch_size` requests decode together, each in one row of the caches with its own
 length, tree, accepted length and stop condition; the rest wait and take the row of a request that finishes
@@ -20,14 +21,18 @@ from typing import Callable
 
 import torch
 
+from .config import LookupConf
 from .draft_head import DraftHead
 from .drafting import DraftRoot, TreeFeeder, draft_chain, draft_dynamic, draft_static
 from .errors import EagleError
 from .kv_cache import KVCache
+from .lookup import CopyRates, lookup_chains
+from .merge import merge_trees
 from .tree import DEFAULT_STATIC_PATHS, DraftTree, additive_mask, ancestor_masks, causal_mask, check_paths
 from .verify import SamplingParams, sample_token, target_probs, verify_greedy, verify_sampling
 
-METHODS = ("vanilla", "chain", "eagle1", "eagle2")
+METHODS = ("vanilla", "chain", "eagle1", "eagle2", "lookup")
+HEADLESS = ("vanilla", "lookup")  # methods that draft without a head
 EXPAND_BY = ("value", "confidence")
 
 
@@ -36,7 +41,8 @@ class DecodeConfig:
     """How to draft. depth: longest draft path; top_k: EAGLE-2 expansion width; total_tokens: EAGLE-2 draft budget
     (root excluded); static_paths: EAGLE-1 tree (None = DEFAULT_STATIC_PATHS). max_batch_size: most requests decoded
     at once. batch_token_budget: most tokens one verification forward holds over the whole batch (B rows x (tree +
-    root)); the tree shrinks to fit as the batch grows (EAGLE notes smaller trees suit larger batches); 0 = off."""
+    root)); the tree shrinks to fit as the batch grows (EAGLE notes smaller trees suit larger batches); 0 = off.
+    lookup: merge prompt lookup (settings lookup_conf) into the head's tree within the same budget."""
 
     method: str = "eagle2"
     depth: int = 6
@@ -47,6 +53,12 @@ class DecodeConfig:
     rerank: bool = True
     max_batch_size: int = 16
     batch_token_budget: int = 0
+    lookup: bool = False
+    lookup_conf: LookupConf = field(default_factory=LookupConf)
+
+    @property
+    def uses_lookup(self) -> bool:
+        return self.method == "lookup" or self.lookup
 
     def validate(self, vocab_size: int) -> None:
         if self.method not in METHODS:
@@ -67,13 +79,23 @@ class DecodeConfig:
             widest = max(max(p) for p in check_paths(self.paths()))
             if widest >= vocab_size:
                 raise EagleError(f"static tree rank {widest} is invalid: expected ranks below the vocabulary size {vocab_size}")
+        if self.lookup and self.method in HEADLESS:
+            raise EagleError(f"lookup=true merges prompt lookup into a head's tree: expected method chain, eagle1 or "
+                             f"eagle2, not {self.method!r} (method lookup drafts by lookup alone)")
+        if self.uses_lookup:
+            self.lookup_conf.validate()
+        if self.lookup and self.lookup_conf.num_tokens > self.tree_size():
+            raise EagleError(f"lookup.num_tokens {self.lookup_conf.num_tokens} is beyond the tree budget: expected <= "
+                             f"the {self.tree_size()} draft tokens of the {self.method} tree")
 
     def paths(self):
         return DEFAULT_STATIC_PATHS if self.static_paths is None else self.static_paths
 
     def tree_size(self) -> int:
         """Draft nodes of this config's tree, before any batch budget."""
-        return {"vanilla": 0, "chain": self.depth, "eagle1": len(self.paths()), "eagle2": self.total_tokens}[self.method]
+        lookup = self.lookup_conf.num_tokens * self.lookup_conf.branches
+        return {"vanilla": 0, "chain": self.depth, "eagle1": len(self.paths()), "eagle2": self.total_tokens,
+                "lookup": lookup}[self.method]
 
     def tree_budget(self, batch: int = 1) -> int:
         """Most draft nodes one cycle verifies per row when `batch` rows decode together."""
@@ -83,13 +105,13 @@ class DecodeConfig:
 
     def feed_budget(self) -> int:
         """Most tree nodes one cycle feeds to the draft head (its cache needs that much room past the context)."""
-        return {"vanilla": 0, "chain": self.depth, "eagle1": len(self.paths()), "eagle2": self.top_k * (self.depth - 1)}[
-            self.method
-        ]
+        return {"vanilla": 0, "chain": self.depth, "eagle1": len(self.paths()), "eagle2": self.top_k * (self.depth - 1),
+                "lookup": 0}[self.method]
 
     def at_batch(self, batch: int) -> "DecodeConfig":
         """This config with the tree cut to tree_budget(batch): EAGLE-2 keeps fewer nodes (and drafts no deeper
-        than it can keep), EAGLE-1 keeps its first paths in breadth-first order, a chain gets shorter."""
+        than it can keep), EAGLE-1 keeps its first paths in breadth-first order, a chain gets shorter, lookup
+        copies fewer tokens (a merged tree is cut to the smaller budget as well)."""
         n = self.tree_budget(batch)
         if n == self.tree_size():
             return self
@@ -97,6 +119,9 @@ class DecodeConfig:
             return replace(self, total_tokens=n, depth=min(self.depth, n))
         if self.method == "eagle1":
             return replace(self, static_paths=[list(p) for p in check_paths(self.paths())[:n]])
+        if self.method == "lookup":
+            tokens = min(self.lookup_conf.num_tokens, n)
+            return replace(self, lookup_conf=replace(self.lookup_conf, num_tokens=tokens, branches=n // tokens))
         return replace(self, depth=n)
 
 
@@ -113,6 +138,8 @@ class CycleStats:
     tested_conf: list[float] = field(default_factory=list)
     tested_hit: list[bool] = field(default_factory=list)
     batch: int = 1  # requests in the cycle's batched forwards (the times are the batch's, shared by all of them)
+    lookup_size: int = 0  # tree nodes proposed by prompt lookup (alone or together with the head)
+    lookup_accepted: int = 0  # accepted tokens among them
 
 
 @dataclass
@@ -221,13 +248,14 @@ class _Request:
     root: int = 0  # the newest emitted token, not yet in the target's cache
     feature: torch.Tensor | None = None  # [H] the head's predicted feature after the committed context
     pending: tuple | None = None  # (target features [m, H], pair tokens [m]) committed, not yet fed to the head
+    rates: CopyRates | None = None  # acceptance of copied tokens per depth, when drafting with lookup
 
 
 class Engine:
     """Decodes with `target` (a target.Target) and, for the EAGLE methods, a DraftHead.
 
-    `drafter` replaces the config's drafter with any callable TreeFeeder -> list[DraftTree] (one tree per batch
-    row; tests use oracles that know the target's continuation; a prompt-lookup drafter would fit the same slot).
+    `drafter` replaces the config's head drafter with any callable TreeFeeder -> list[DraftTree] (one tree per batch
+    row; tests use oracles that know the target's continuation); with lookup its trees are merged with the copies.
     """
 
     def __init__(
@@ -235,7 +263,7 @@ class Engine:
         drafter: Callable[[TreeFeeder], list[DraftTree]] | None = None,
     ):
         config.validate(target.vocab_size)
-        if config.method != "vanilla" and head is None:
+        if config.method not in HEADLESS and head is None:
             raise EagleError(f"method {config.method!r} needs a draft head: give head=<dir> or head=random")
         self.target, self.head, self.config, self.drafter = target, head, config, drafter
 
@@ -267,7 +295,7 @@ class Engine:
         """Memory of the target's and the head's KV caches for `batch` rows of `max_len` positions."""
         shape = self.target.kv_shape(batch)
         total = KVCache.bytes_needed(*shape, max_len, self.target.dtype)
-        if self.config.method != "vanilla":
+        if self.config.method not in HEADLESS:
             total += KVCache.bytes_needed(1, *shape[1:], max_len + self.config.feed_budget(), self.target.dtype)
         return total
 
@@ -321,15 +349,22 @@ class Engine:
         _sync(self.target.device)
         return BatchResult(results, time.perf_counter() - start, size, need)
 
-    def _draft(self, feeder: TreeFeeder, config: DecodeConfig) -> list[DraftTree]:
+    def _draft(self, feeder: TreeFeeder, config: DecodeConfig, copies: list[list[DraftTree]] | None) -> list[DraftTree]:
+        """One tree per row: the head's (or the custom drafter's), merged with the row's lookup chains `copies`."""
         if self.drafter is not None:
-            trees = self.drafter(feeder)
+            heads = self.drafter(feeder)
+        elif config.method == "lookup":
+            heads = [None] * feeder.root.batch
         elif config.method == "chain":
-            trees = draft_chain(feeder, config.depth)
+            heads = draft_chain(feeder, config.depth)
         elif config.method == "eagle1":
-            trees = draft_static(feeder, config.paths())
+            heads = draft_static(feeder, config.paths())
         else:
-            trees = draft_dynamic(feeder, config.depth, config.top_k, config.total_tokens, config.expand_by, config.rerank)
+            heads = draft_dynamic(feeder, config.depth, config.top_k, config.total_tokens, config.expand_by, config.rerank)
+        trees = heads
+        if copies is not None and len(heads) == len(copies):
+            trees = [merge_trees(([] if head is None else [head]) + c, config.tree_size(), self.target.device)
+                     for head, c in zip(heads, copies)]
         budget, largest = self.config.tree_budget(), max((len(t) for t in trees), default=0)
         if len(trees) != feeder.root.batch or largest > budget:
             raise EagleError(
@@ -347,10 +382,11 @@ class _BatchRun:
         self.prompts, self.max_new, self.sampling, self.stops, self.stream, self.seed = (
             prompts, max_new, sampling, stops, stream, seed
         )
-        self.eagle = engine.config.method != "vanilla"
-        self.feature_layers = tuple(self.head.config.feature_layers) if self.eagle else ()  # a fused head's inputs
+        self.drafting = engine.config.method != "vanilla"
+        self.uses_head = engine.config.method not in HEADLESS
+        self.feature_layers = tuple(self.head.config.feature_layers) if self.uses_head else ()  # a fused head's inputs
         self.cache = self.target.new_cache(size, max_len)
-        self.head_cache = self.head.new_cache(size, max_len + engine.config.feed_budget()) if self.eagle else None
+        self.head_cache = self.head.new_cache(size, max_len + engine.config.feed_budget()) if self.uses_head else None
         self.rows: list[_Request | None] = [None] * size
         self.waiting = deque(range(len(prompts)))
         self.results: list[GenerationResult | None] = [None] * len(prompts)
@@ -360,12 +396,12 @@ class _BatchRun:
     def run(self) -> list[GenerationResult]:
         self._refill()
         while self.rows:
-            if self.eagle:
+            if self.drafting:
                 self._eagle_cycle()
             else:
                 self._vanilla_cycle()
             self._refill()
-            if self.eagle:
+            if self.uses_head:
                 self._feed_pending()
         return self.results
 
@@ -383,7 +419,7 @@ class _BatchRun:
         keep = [b for b, r in enumerate(self.rows) if r is not None]
         if keep and len(keep) < len(self.rows):
             self.cache.select_rows(keep)
-            if self.eagle:
+            if self.uses_head:
                 self.head_cache.select_rows(keep)
         self.rows = [self.rows[b] for b in keep]
 
@@ -393,6 +429,8 @@ class _BatchRun:
         relay = None if self.stream is None else (lambda tokens, i=i: self.stream(i, tokens))
         generator = torch.Generator(device=device).manual_seed(self.seed + i)
         request = _Request(i, _Output(self.max_new, self.stops, relay), generator, time.perf_counter())
+        if self.engine.config.uses_lookup:
+            request.rates = CopyRates(self.engine.config.lookup_conf.num_tokens)
         prompt = self.prompts[i]
         n = len(prompt)
         self.cache.lengths[b] = 0
@@ -403,7 +441,7 @@ class _BatchRun:
         self.cache.lengths[b] = n
         request.root = sample_token(logits[0, -1], self.sampling, generator)
         done = request.out.emit([request.root])
-        if self.eagle and not done:
+        if self.uses_head and not done:
             self.head_cache.lengths[b] = 0
             view = self.head_cache.row(b)
             seq = prompt + [request.root]
@@ -451,9 +489,18 @@ class _BatchRun:
         target, device, rows = self.target, self.target.device, list(self.rows)
         t0 = time.perf_counter()
         lengths = list(self.cache.lengths)
-        root = DraftRoot(torch.stack([r.feature for r in rows]), [r.root for r in rows], lengths, [r.index for r in rows])
+        config = self._config(len(rows))
+        if self.uses_head:
+            features = torch.stack([r.feature for r in rows])
+        else:  # headless methods have no predicted feature: [B, 0]
+            features = torch.zeros(len(rows), 0, device=device)
+        root = DraftRoot(features, [r.root for r in rows], lengths, [r.index for r in rows])
         feeder = TreeFeeder(self.head, self.head_cache, root)
-        trees = self.engine._draft(feeder, self._config(len(rows)))
+        copies = None
+        if config.uses_lookup:
+            copies = [lookup_chains(self.prompts[r.index] + r.out.tokens, config.lookup_conf, r.rates, device)
+                      for r in rows]
+        trees = self.engine._draft(feeder, config, copies)
         feeder.reset()
         _sync(device)
         t1 = time.perf_counter()
@@ -461,7 +508,7 @@ class _BatchRun:
         ids, positions, allowed = _verification_input(trees, root, device)
         mask = additive_mask(allowed, lengths, target.dtype, device)
         logits, tree_feats = target.forward(ids, positions, self.cache, mask, feature_layers=self.feature_layers)
-        shift, outcomes = self.head.config.token_shift, []
+        outcomes = []
         for b, (request, tree) in enumerate(zip(rows, trees)):
             rows_b = logits[b, : len(tree) + 1]
             if self.sampling.greedy:
@@ -471,8 +518,11 @@ class _BatchRun:
             keep = torch.tensor([0] + [i + 1 for i in acc.path], device=device)
             self.cache.keep(b, lengths[b], keep)
             accepted = tree.tokens[acc.path].tolist() if acc.path else []
-            seq = [request.root] + accepted + [acc.bonus]
-            request.pending = (tree_feats[b, keep], seq[shift : shift + keep.numel()])
+            if self.uses_head:
+                seq, shift = [request.root] + accepted + [acc.bonus], self.head.config.token_shift
+                request.pending = (tree_feats[b, keep], seq[shift : shift + keep.numel()])
+            if request.rates is not None and tree.copied is not None:
+                request.rates.update(tree, acc.tested, acc.path)
             request.root = acc.bonus
             outcomes.append((acc, accepted))
         _sync(device)
@@ -480,10 +530,12 @@ class _BatchRun:
         self.carry_s = 0.0
         for b, (request, tree, (acc, accepted)) in enumerate(zip(rows, trees, outcomes)):
             probs, on_path = tree.probs.tolist(), set(acc.path)
+            copied = [] if tree.copied is None else tree.copied.tolist()
             request.cycles.append(
                 CycleStats(
                     len(tree), tree.depth, len(accepted), draft_s, verify_s,
                     [probs[i] for i in acc.tested], [i in on_path for i in acc.tested], len(rows),
+                    sum(copied), sum(copied[i] for i in acc.path) if copied else 0,
                 )
             )
             self._emit(b, request, accepted + [acc.bonus])

@@ -18,13 +18,15 @@ class DraftTree:
     """tokens, parents, depths, probs: [N]. parents[i] is a node index, or -1 for a child of the root.
 
     depths[i] >= 1 is the distance from the root; probs[i] is the draft head's probability of tokens[i] given its
-    parent (its own confidence). Siblings appear in the order the drafter ranked them.
+    parent (its own confidence). Siblings appear in the order the drafter ranked them. copied: bool [N], which
+    nodes prompt lookup proposed (None: a tree drafted without lookup).
     """
 
     tokens: torch.Tensor
     parents: torch.Tensor
     depths: torch.Tensor
     probs: torch.Tensor
+    copied: torch.Tensor | None = None
 
     def __len__(self) -> int:
         return int(self.tokens.numel())

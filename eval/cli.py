@@ -19,7 +19,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import OmegaConf
 
 from eagle_infer.cli_support import CONF_DIR, REPO, launch, one_line_errors, setup_logging
-from eagle_infer.config import InferConf, ModelConf
+from eagle_infer.config import InferConf, LookupConf, ModelConf
 from eagle_infer.errors import EagleError
 
 from .benchmarks import BENCHMARKS
@@ -51,6 +51,7 @@ class WandbConf:
 class EvalRunConf:
     model: ModelConf = field(default_factory=ModelConf)
     infer: InferConf = field(default_factory=InferConf)
+    lookup: LookupConf = field(default_factory=LookupConf)  # methods lookup, <method>+lookup and pld
     bench: BenchConf = field(default_factory=BenchConf)
     wandb: WandbConf = field(default_factory=WandbConf)
     methods: list[str] = field(default_factory=lambda: list(DEFAULT_METHODS))
@@ -87,7 +88,7 @@ def evaluate(conf: EvalRunConf, out: Path) -> str:
 
     from .benchmarks import load_benchmark
     from .harness import HarnessSettings, run
-    from .methods import ENGINE_METHODS, make_methods
+    from .methods import make_methods, needs_head
     from .metrics import summarize
     from .records import RecordWriter, read_records
     from .report import log_wandb, plot_all, write_table
@@ -100,9 +101,10 @@ def evaluate(conf: EvalRunConf, out: Path) -> str:
         torch.set_num_threads(conf.threads)
     benchmarks = {b: load_benchmark(b, data_dir(conf.bench), conf.bench.limit, conf.bench.seed) for b in conf.bench.names}
     target = load_target(conf.model.name, conf.model.dtype, conf.model.device)
-    needs_head = any(m in ENGINE_METHODS and m != "vanilla" for m in conf.methods)  # unlabelled EAGLE methods
-    head = build_head(replace(conf.infer, method="eagle2"), target) if needs_head else None
-    methods = make_methods(conf.methods, target, conf.infer, head, conf.assistant_model, conf.model.dtype, conf.heads)
+    unlabelled = any(":" not in m and needs_head(m) for m in conf.methods)  # EAGLE methods drafting with the run's head
+    head = build_head(replace(conf.infer, method="eagle2"), target) if unlabelled else None
+    methods = make_methods(conf.methods, target, conf.infer, head, conf.assistant_model, conf.model.dtype, conf.heads,
+                           conf.lookup)
     settings = HarnessSettings(conf.infer.max_new_tokens, sampling_params(conf.infer), conf.infer.seed, conf.bench.max_turns,
                                conf.infer.batch_size)
     out.mkdir(parents=True, exist_ok=True)
@@ -135,6 +137,8 @@ def _check_batches(conf: EvalRunConf) -> None:
 
     if conf.mode not in MODES:
         raise EagleError(f"unknown mode {conf.mode!r}: expected one of {', '.join(MODES)}")
+    if conf.infer.lookup:
+        raise EagleError("infer.lookup=true is not used by eval: name hybrid methods instead, e.g. methods=[eagle2+lookup]")
     sizes = conf.batch_sizes if conf.mode == "throughput" else [conf.infer.batch_size]
     for size in sizes:
         if not 1 <= size <= conf.infer.max_batch_size:
@@ -153,7 +157,7 @@ def _check_same_settings(conf: EvalRunConf, out: Path) -> None:
         return
     old = OmegaConf.load(path)
     new = OmegaConf.structured(conf)
-    for key in ("model", "infer", "bench.max_turns", "heads"):
+    for key in ("model", "infer", "lookup", "bench.max_turns", "heads"):
         if OmegaConf.select(old, key) != OmegaConf.select(new, key):
             raise EagleError(f"{str(out)!r} holds records made with other {key} settings: give another run=NAME or delete it")
 

@@ -1,7 +1,9 @@
 """Methods to compare, each a small adapter with one `generate_batch` signature, all timed by the same harness.
 
-Engine methods (vanilla, chain, eagle1, eagle2) call the one engine; peers from transformers (hf_generate, pld,
-assisted) call `generate` on the same target model object, so dtype, weights and threads are shared.
+Engine methods (vanilla, chain, eagle1, eagle2, lookup, and chain/eagle1/eagle2 + "+lookup" for hybrid trees)
+call the one engine; peers from transformers (hf_generate, pld, assisted) call `generate` on the same target model
+object, so dtype, weights and threads are shared. pld runs with the `lookup` group's max_ngram and num_tokens, so
+lookup and pld compare at equal settings.
 """
 from __future__ import annotations
 
@@ -10,21 +12,35 @@ from dataclasses import replace
 
 import torch
 
-from eagle_infer.config import InferConf, build_engine
-from eagle_infer.engine import METHODS as ENGINE_METHODS, BatchResult, GenerationResult
+from eagle_infer.config import InferConf, LookupConf, build_engine
+from eagle_infer.engine import HEADLESS, METHODS as ENGINE_METHODS, BatchResult, GenerationResult
 from eagle_infer.errors import EagleError
 from eagle_infer.verify import SamplingParams
 
 PEER_METHODS = ("hf_generate", "pld", "assisted")
-ALL_METHODS = ENGINE_METHODS + PEER_METHODS
+HYBRID = "+lookup"  # suffix of an engine method whose head trees get prompt lookup branches merged in
+HYBRID_METHODS = tuple(m + HYBRID for m in ENGINE_METHODS if m not in HEADLESS)
+ALL_METHODS = ENGINE_METHODS + HYBRID_METHODS + PEER_METHODS
+
+
+def engine_method(name: str) -> tuple[str, bool]:
+    """(engine method, merge lookup?) of an engine method name such as "eagle2+lookup:LABEL"."""
+    base = name.split(":")[0]
+    return base.removesuffix(HYBRID), base.endswith(HYBRID)
+
+
+def needs_head(name: str) -> bool:
+    method, _ = engine_method(name)
+    return method in ENGINE_METHODS and method not in HEADLESS
 
 
 class EngineMethod:
     """name: an engine method, optionally with ":LABEL" naming which head it drafts with."""
 
-    def __init__(self, name: str, target, infer: InferConf, head):
+    def __init__(self, name: str, target, infer: InferConf, head, lookup: LookupConf):
         self.name = name
-        self.engine = build_engine(replace(infer, method=name.split(":")[0]), target, head)
+        method, hybrid = engine_method(name)
+        self.engine = build_engine(replace(infer, method=method, lookup=hybrid), target, head, lookup)
 
     def generate_batch(self, prompts, max_new, sampling: SamplingParams, stops, seed, batch_size: int = 1) -> BatchResult:
         return self.engine.generate_batch(prompts, max_new, sampling, stops, seed=seed, batch_size=batch_size)
@@ -33,8 +49,8 @@ class EngineMethod:
 class PeerMethod:
     """transformers' generate: plain (hf_generate), prompt lookup (pld) or assisted by a smaller model."""
 
-    def __init__(self, name: str, target, assistant=None, pld_tokens: int = 10):
-        self.name, self.target, self.assistant, self.pld_tokens = name, target, assistant, pld_tokens
+    def __init__(self, name: str, target, assistant=None, lookup: LookupConf = LookupConf()):
+        self.name, self.target, self.assistant, self.lookup = name, target, assistant, lookup
 
     def generate_batch(self, prompts, max_new, sampling: SamplingParams, stops, seed, batch_size: int = 1) -> BatchResult:
         if len(prompts) != 1 or batch_size != 1:
@@ -52,7 +68,7 @@ class PeerMethod:
             kwargs.update(do_sample=True, temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k)
             torch.manual_seed(seed)
         if self.name == "pld":
-            kwargs["prompt_lookup_num_tokens"] = self.pld_tokens
+            kwargs.update(prompt_lookup_num_tokens=self.lookup.num_tokens, max_matching_ngram_size=self.lookup.max_ngram)
         elif self.name == "assisted":
             kwargs["assistant_model"] = self.assistant.model
         start = time.perf_counter()
@@ -67,7 +83,7 @@ class PeerMethod:
 
 
 def make_methods(names: list[str], target, infer: InferConf, head, assistant_model: str | None, dtype: str,
-                 heads: dict[str, str] | None = None) -> list:
+                 heads: dict[str, str] | None = None, lookup: LookupConf = LookupConf()) -> list:
     """Adapters for `names`, in order. "eagle2:LABEL" (any engine method) drafts with the head heads[LABEL] instead
     of the run's head, so several heads share one table. Unknown names are one-line errors."""
     from eagle_infer.draft_head import load_head
@@ -91,7 +107,10 @@ def make_methods(names: list[str], target, infer: InferConf, head, assistant_mod
     for name in names:
         base, _, label = name.partition(":")
         if base in PEER_METHODS:
-            methods.append(PeerMethod(name, target, assistant))
+            methods.append(PeerMethod(name, target, assistant, lookup))
+        elif not needs_head(name):
+            methods.append(EngineMethod(name, target, infer, None, lookup))
         else:
-            methods.append(EngineMethod(name, target, infer, load_head(heads[label], target) if label else head))
+            own = load_head(heads[label], target) if label else head
+            methods.append(EngineMethod(name, target, infer, own, lookup))
     return methods

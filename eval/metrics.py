@@ -3,7 +3,9 @@
 A cycle is one target forward pass verifying a draft tree, as a dict: tree_size and tree_depth (draft nodes /
 deepest draft level, root excluded; 0 for vanilla decoding), accepted (0..tree_depth draft tokens accepted; the
 pass also emits one bonus token), draft_s, verify_s (seconds), tested_conf and tested_hit (equal-length lists: the
-draft confidence of each node whose parent was on the accepted path, and whether it was accepted).
+draft confidence of each node whose parent was on the accepted path, and whether it was accepted), lookup_size and
+lookup_accepted (tree nodes prompt lookup proposed, alone or with the head, and accepted tokens among them; absent
+in older records).
 """
 from __future__ import annotations
 
@@ -35,6 +37,7 @@ class Row:
     alpha_3: float | None
     alpha_4: float | None
     identical_share: float | None
+    lookup_share: float | None = None  # accepted draft tokens that prompt lookup proposed; None without lookup
 
 
 ROW_COLUMNS = tuple(field.name for field in fields(Row))
@@ -60,6 +63,14 @@ def alpha(cycles: list[dict], n: int) -> float | None:
     accepted > n; None when no cycle qualifies."""
     reached = [cycle["accepted"] > n for cycle in cycles if cycle["tree_depth"] > n and cycle["accepted"] >= n]
     return _mean(reached)
+
+
+def lookup_share(cycles: list[dict]) -> float | None:
+    """Share of accepted draft tokens that prompt lookup proposed; None when no cycle drafted with lookup or none
+    accepted a draft token."""
+    if not any(cycle.get("lookup_size", 0) for cycle in cycles):
+        return None
+    return _ratio(sum(cycle.get("lookup_accepted", 0) for cycle in cycles), sum(cycle["accepted"] for cycle in cycles))
 
 
 def summarize(records: list[dict], baseline_method: str = "vanilla", hf_method: str = "hf_generate") -> list[Row]:
@@ -157,6 +168,7 @@ def _row(
         tau=tau(cycles),
         **{f"alpha_{n}": alpha(cycles, n) for n in range(ALPHA_POSITIONS)},
         identical_share=_identical_share(group, baseline) if compare_tokens else None,
+        lookup_share=lookup_share(cycles),
     )
 
 

@@ -10,7 +10,7 @@ from eagle_infer.errors import EagleError
 from eval.metrics import ALL, ALPHA_POSITIONS, ROW_COLUMNS, Row, accept_length_hist, calibration
 
 WANDB_MODES = ("offline", "online", "disabled")
-_MD_COLUMNS = ("benchmark", "method", "speedup", "vs HF", "τ", "tok/s", "identical")
+_MD_COLUMNS = ("benchmark", "method", "speedup", "vs HF", "τ", "tok/s", "identical", "from lookup")
 
 
 def write_table(rows: list[Row], out_dir: str | os.PathLike) -> str:
@@ -32,6 +32,7 @@ def write_table(rows: list[Row], out_dir: str | os.PathLike) -> str:
                 _fmt(row.tau, "{:.2f}"),
                 _fmt(row.tok_s, "{:.1f}"),
                 _fmt(row.identical_share, "{:.0%}"),
+                _fmt(row.lookup_share, "{:.0%}"),
             ]
         )
         for row in rows

@@ -151,8 +151,10 @@ def test_infer_unknown_model():
         (["infer.top_k=100000"], ["top_k 100000", "49152"]),
         (["output=yaml"], ["'yaml'", "json"]),
         (["chat=null"], ["chat="]),
+        (["infer.method=lookup", "lookup.min_ngram=3"], ["lookup.min_ngram 3", "lookup.max_ngram 2"]),
+        (["infer.lookup=true", "infer.total_tokens=8"], ["lookup.num_tokens 10", "8"]),
     ],
-    ids=["bogus-method", "missing-head", "top_k-over-vocab", "bad-output", "no-prompt"],
+    ids=["bogus-method", "missing-head", "top_k-over-vocab", "bad-output", "no-prompt", "lookup-ngram", "lookup-budget"],
 )
 def test_infer_bad_input(cli, model_dir, args, needles):
     base = [f"model.name={model_dir}", "model.dtype=float32", "infer.head=random", "chat=Hi", "infer.max_new_tokens=4"]

@@ -341,13 +341,13 @@ def small():
 
 
 @lru_cache(maxsize=None)
-def exact_joint(params: SamplingParams) -> dict[tuple, float]:
-    """P(first GENERATED tokens) under the target with `params`, by enumerating every continuation."""
+def exact_joint(params: SamplingParams, prompt: tuple = PROMPT) -> dict[tuple, float]:
+    """P(first GENERATED tokens after `prompt`) under the target with `params`, by enumerating every continuation."""
     target, _ = small()
     joint = {(): 1.0}
     for _ in range(GENERATED):
         prefixes = list(joint)
-        ids = torch.tensor([list(PROMPT) + list(s) for s in prefixes])
+        ids = torch.tensor([list(prompt) + list(s) for s in prefixes])
         with torch.inference_mode():
             logits = target.model(input_ids=ids).logits[:, -1].float()
         rows = target_probs(logits, params).double().tolist()

@@ -80,3 +80,33 @@ def test_batched_requests_equal_their_batch_of_one(smol):
         batch = engine.generate_batch(prompts, 64, stop_ids=stops, batch_size=3)
         singles = [engine.generate(p, 64, stop_ids=stops).tokens for p in prompts]
         assert [r.tokens for r in batch.results] == singles, config.method
+
+
+COPY_PROMPTS = [
+    "Repeat this text exactly: The quick brown fox jumps over the lazy dog while the farmer watches from the old "
+    "wooden fence, and the sun sets slowly behind the hills.",
+    "Here is a Python function:\n\ndef add(a, b):\n    return a + b\n\nRename the function to plus and write it again.",
+]
+
+
+@pytest.mark.skipif(not (HEADS_DIR / "smollm2-135m" / "config.json").exists(), reason="no shipped head yet")
+def test_lookup_and_hybrid_trees_copy_and_stay_lossless(smol):
+    """float32 greedy on prompts that make the answer copy long spans: prompt lookup alone and merged into EAGLE-2's
+    tree give vanilla's tokens, alone and in a batch, and several tokens are accepted through copied nodes."""
+    from eagle_infer.config import LookupConf
+
+    head = load_head(HEADS_DIR / "smollm2-135m", smol)
+    stops = stop_ids(smol)
+    prompts = [_ids(smol, t) for t in COPY_PROMPTS]
+    expected = [Engine(smol, None, DecodeConfig(method="vanilla")).generate(p, 64, stop_ids=stops).tokens
+                for p in prompts]
+    lookup = LookupConf(max_ngram=2, num_tokens=8)
+    for config in (DecodeConfig(method="lookup", lookup_conf=lookup),
+                   DecodeConfig(method="eagle2", depth=2, top_k=4, total_tokens=12, lookup=True, lookup_conf=lookup)):
+        engine = Engine(smol, head, config)
+        results = [engine.generate(p, 64, stop_ids=stops) for p in prompts]
+        assert [r.tokens for r in results] == expected, config.method
+        long_copies = [c.lookup_accepted for r in results for c in r.cycles if c.lookup_accepted >= 2]
+        assert len(long_copies) >= 3 and max(long_copies) >= 4, config.method
+        batch = engine.generate_batch(prompts, 64, stop_ids=stops, batch_size=2)
+        assert [r.tokens for r in batch.results] == expected, config.method

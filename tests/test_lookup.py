@@ -1,0 +1,338 @@
+"""Prompt lookup drafting and hybrid trees: transformers' matching rule, tree merging, and losslessness (greedy equal
+to vanilla, batches equal to their batch of one, exact sampling on merged trees); bad lookup settings are refused
+before any work."""
+from __future__ import annotations
+
+import random
+from collections import Counter
+from functools import lru_cache
+
+import pytest
+import torch
+
+from eagle_infer.config import InferConf, LookupConf, decode_config
+from eagle_infer.draft_head import random_head
+from eagle_infer.engine import DecodeConfig, Engine
+from eagle_infer.lookup import CopyRates, continuations, lookup_chains
+from eagle_infer.merge import merge_trees
+from eagle_infer.tree import DraftTree
+from eagle_infer.verify import SamplingParams, verify_sampling
+from tests.oracles import one_thread, oracle_drafter, scaled_target, vanilla_tokens  # noqa: F401 (fixture)
+from tests.test_engine_errors import one_line_error
+from tests.test_engine_sampling import (
+    GENERATED, N_SAMPLES, exact_joint, exact_outcomes, make_tree, random_rows, random_tree, same_distribution,
+    same_outcomes, small, target_outcomes,
+)
+
+VOCAB = 96
+
+
+def tree_of(parents, tokens, probs, copied=None) -> DraftTree:
+    t = make_tree(parents, tokens)
+    return DraftTree(t.tokens, t.parents, t.depths, torch.tensor(probs, dtype=torch.float32),
+                     None if copied is None else torch.tensor(copied))
+
+
+def paths(tree: DraftTree) -> set[tuple[int, ...]]:
+    """Every node as the token path from the root."""
+    toks, pars, out = tree.tokens.tolist(), tree.parents.tolist(), []
+    for i, p in enumerate(pars):
+        out.append((out[p] if p >= 0 else ()) + (toks[i],))
+    return set(out)
+
+
+def check_well_formed(tree: DraftTree) -> None:
+    """Breadth-first, parents before children, depths consistent, siblings distinct."""
+    pars, depths, toks = tree.parents.tolist(), tree.depths.tolist(), tree.tokens.tolist()
+    assert depths == sorted(depths)
+    for i, p in enumerate(pars):
+        assert p < i and depths[i] == (1 if p < 0 else depths[p] + 1)
+    for kids in tree.children():
+        assert len({toks[k] for k in kids}) == len(kids)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Matching and merging.
+
+
+def test_first_continuation_is_transformers_own():
+    """Equal settings, equal proposals: our first continuation is what transformers' prompt lookup proposes."""
+    from transformers.generation.candidate_generator import PromptLookupCandidateGenerator
+
+    rng = random.Random(0)
+    checked = 0
+    for trial in range(300):
+        context = rng.choices(range(rng.choice([3, 6, 12])), k=rng.randint(1, 60))
+        conf = LookupConf(max_ngram=rng.randint(1, 4), num_tokens=rng.randint(1, 12))
+        hf = PromptLookupCandidateGenerator(num_output_tokens=conf.num_tokens, max_matching_ngram_size=conf.max_ngram,
+                                            max_length=10_000)
+        ids, _ = hf.get_candidates(torch.tensor([context]))
+        theirs = ids[0, len(context):].tolist()
+        ours = continuations(context, conf)
+        assert (ours[0] if ours else []) == theirs, (context, conf)
+        checked += bool(theirs)
+    assert checked > 150
+
+
+def test_continuations_longest_match_then_branches():
+    ctx = [1, 2, 3, 9, 2, 3, 8, 7, 1, 2, 3]
+    assert continuations(ctx, LookupConf(max_ngram=3, num_tokens=2)) == [[9, 2]]  # the 3-gram [1, 2, 3]
+    assert continuations(ctx, LookupConf(max_ngram=2, num_tokens=3)) == [[9, 2, 3]]  # leftmost [2, 3]
+    assert continuations(ctx, LookupConf(max_ngram=2, num_tokens=3, branches=3)) == [[9, 2, 3], [8, 7, 1]]
+    # Shorter n-grams add branches once the longest is used up.
+    assert continuations([1, 2, 3, 9, 4, 3, 8, 7, 2, 3], LookupConf(num_tokens=3, branches=3)) == [[9, 4, 3], [8, 7, 2]]
+    assert continuations(ctx, LookupConf(max_ngram=3, min_ngram=3, num_tokens=4, branches=5)) == [[9, 2, 3, 8]]
+    assert continuations([4, 5, 6], LookupConf()) == []  # no earlier occurrence
+    assert continuations([4], LookupConf()) == []
+    # A continuation that is a prefix of one already found adds no path and is skipped.
+    assert continuations([5, 6, 7, 5, 6, 7, 5], LookupConf(max_ngram=1, num_tokens=2, branches=3)) == [[6, 7]]
+
+
+def test_merge_dedupes_prefixes_and_keeps_the_best_values():
+    head = tree_of([-1, -1, 0, 0, 1], [4, 7, 5, 6, 2], [0.6, 0.3, 0.5, 0.2, 0.9])
+    chain = tree_of([-1, 0, 1, 2], [4, 5, 9, 9], [0.8, 0.8, 0.8, 0.8], [True] * 4)
+    merged = merge_trees([head, chain], 100, "cpu")
+    check_well_formed(merged)
+    assert paths(merged) == paths(head) | paths(chain)
+    assert len(merged) == 5 + 2  # (4,) and (4, 5) are shared
+    assert merged.copied.tolist() == [True, False, True, False, False, True, True]
+    assert merged.probs.tolist() == pytest.approx([0.8, 0.3, 0.8, 0.2, 0.9, 0.8, 0.8])  # the highest own prob
+    # Values: (4,) .8, (7,) .3, (4,5) .64, (4,6) .16, (7,2) .27, (4,5,9) .512, (4,5,9,9) .4096.
+    cut = merge_trees([head, chain], 5, "cpu")
+    check_well_formed(cut)
+    assert paths(cut) == {(4,), (7,), (4, 5), (4, 5, 9), (4, 5, 9, 9)}
+    assert paths(merge_trees([head, chain], 3, "cpu")) == {(4,), (4, 5), (4, 5, 9)}
+    # A head tree alone comes back unchanged; no trees give an empty tree.
+    alone = merge_trees([head], 5, "cpu")
+    assert alone.tokens.tolist() == head.tokens.tolist() and alone.parents.tolist() == head.parents.tolist()
+    assert alone.copied is None and len(merge_trees([], 4, "cpu")) == 0
+
+
+def test_merged_random_trees_are_closed_and_distinct():
+    gen = torch.Generator().manual_seed(1)
+    for _ in range(40):
+        head = random_tree(gen, 6, 12)
+        head = DraftTree(head.tokens, head.parents, head.depths, torch.rand(len(head), generator=gen))
+        chains = [tree_of(list(range(-1, n - 1)), torch.randint(0, 6, (n,), generator=gen).tolist(), [0.7] * n, [True] * n)
+                  for n in torch.randint(1, 6, (2,), generator=gen).tolist()]
+        budget = int(torch.randint(1, 16, (), generator=gen))
+        merged = merge_trees([head] + chains, budget, "cpu")
+        check_well_formed(merged)
+        assert len(merged) == min(budget, len(paths(head) | set().union(*map(paths, chains))))
+        assert paths(merged) <= paths(head) | set().union(*map(paths, chains))
+
+
+def test_verify_sampling_exact_on_merged_trees():
+    """Sequential rejection over a merged tree (head tree + copied chains sharing prefixes with it) emits exactly the
+    target's distribution: every outcome's probability, enumerated exactly, equals the target's own."""
+    gen = torch.Generator().manual_seed(5)
+    for _ in range(20):
+        head = random_tree(gen, 5, 8)
+        chain = tree_of([-1, 0, 1], torch.randint(0, 5, (3,), generator=gen).tolist(), [0.9] * 3, [True] * 3)
+        merged = merge_trees([head, chain], int(torch.randint(2, 12, (), generator=gen)), "cpu")
+        probs = random_rows(len(merged) + 1, 5, gen, 0.2)
+        assert same_outcomes(exact_outcomes(verify_sampling, merged, probs), target_outcomes(merged, probs))
+
+
+def test_copy_rates_count_tested_copied_nodes():
+    rates = CopyRates(3)
+    assert rates.rates(3) == [0.5, 0.5, 0.5]
+    tree = tree_of([-1, -1, 0, 2], [4, 7, 5, 6], [0.5] * 4, [True, False, True, True])
+    rates.update(tree, tested=[0, 1, 2, 3], path=[0, 2])  # depth 1 hit, depth 2 hit, depth 3 missed; node 1 not copied
+    assert rates.rates(3) == [pytest.approx(2 / 3), pytest.approx(2 / 3), pytest.approx(1 / 3)]
+    chain = lookup_chains([1, 2, 3, 1, 2], LookupConf(num_tokens=3), rates, "cpu")
+    assert len(chain) == 1 and chain[0].tokens.tolist() == [3, 1, 2]
+    assert chain[0].probs.tolist() == pytest.approx(rates.rates(3)) and chain[0].copied.all()
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The engine.
+
+
+@lru_cache(maxsize=None)
+def target_and_head(seed: int):
+    target = scaled_target(vocab=VOCAB, seed=seed, name=f"tiny-lookup-{seed}")
+    return target, random_head(target, seed=seed)
+
+
+def copy_prompt(seed: int, length: int = 24) -> list[int]:
+    """A random text said twice and begun a third time: the target continues by copying from it (tiny random models
+    do copy an induction-like pattern only sometimes, so acceptance through lookup nodes is checked separately)."""
+    text = random.Random(seed).choices(range(VOCAB), k=length)
+    return text + text + text[: length // 3]
+
+
+CONFIGS = {
+    "lookup": DecodeConfig(method="lookup"),
+    "lookup-3gram-branches": DecodeConfig(method="lookup", lookup_conf=LookupConf(max_ngram=3, num_tokens=6, branches=3)),
+    "chain+lookup": DecodeConfig(method="chain", depth=5, lookup=True, lookup_conf=LookupConf(num_tokens=5)),
+    "eagle1+lookup": DecodeConfig(method="eagle1", lookup=True),
+    "eagle2+lookup": DecodeConfig(method="eagle2", depth=3, top_k=4, total_tokens=12, lookup=True),
+    "eagle2+lookup-tight": DecodeConfig(method="eagle2", depth=2, top_k=4, total_tokens=4, lookup=True,
+                                        lookup_conf=LookupConf(num_tokens=4, branches=2)),
+}
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_greedy_equals_vanilla(name):
+    config = CONFIGS[name]
+    copied = 0
+    for seed, prompt in ((2, copy_prompt(1)), (3, copy_prompt(2, 9)), (4, [7])):
+        target, head = target_and_head(seed)
+        expected = vanilla_tokens(target, prompt, 40)
+        result = Engine(target, head if config.method != "lookup" else None, config).generate(prompt, 40)
+        assert result.tokens == expected, (name, seed)
+        for c in result.cycles:
+            assert c.tree_size <= config.tree_budget() and c.lookup_size <= c.tree_size
+            assert c.lookup_accepted <= c.accepted and sum(c.tested_hit) == c.accepted
+        copied += sum(c.lookup_accepted for c in result.cycles)
+    assert copied > 0
+
+
+def test_long_copies_through_lookup_nodes():
+    """An oracle head tree merged with lookup: where the target's output repeats itself, long paths are accepted
+    through copied nodes (several copied tokens in one cycle), and the output stays the target's."""
+    target, head = target_and_head(2)
+    seen = 0
+    for seed in range(4):
+        prompt = copy_prompt(10 + seed)
+        expected = vanilla_tokens(target, prompt, 48)
+        oracle = oracle_drafter(list(prompt) + expected, 2, branch=1, wrong_rate=1.0, seed=seed, vocab=VOCAB)
+        config = DecodeConfig(method="eagle2", depth=1, top_k=1, total_tokens=oracle.max_nodes + 6, lookup=True,
+                              lookup_conf=LookupConf(max_ngram=3, num_tokens=8))
+        for drafter, cfg in ((oracle, config), (None, DecodeConfig(method="lookup", lookup_conf=config.lookup_conf))):
+            result = Engine(target, head, cfg, drafter=drafter).generate(prompt, 48)
+            assert result.tokens == expected
+            seen += sum(c.lookup_accepted >= 2 for c in result.cycles)
+    assert seen >= 4
+
+
+@pytest.mark.parametrize("name", ["lookup", "eagle2+lookup", "eagle2+lookup-tight"])
+def test_batch_equals_batch_of_one(name):
+    target, head = target_and_head(5)
+    config = CONFIGS[name]
+    engine = Engine(target, head if config.method != "lookup" else None, config)
+    prompts = [copy_prompt(i, n) for i, n in enumerate((3, 12, 1, 20, 7))]
+    singles = [engine.generate(p, 30).tokens for p in prompts]
+    assert singles == [vanilla_tokens(target, p, 30) for p in prompts]
+    batch = engine.generate_batch(prompts, 30, batch_size=3)
+    assert [r.tokens for r in batch.results] == singles
+    sampling = SamplingParams(temperature=0.9)
+    batch = engine.generate_batch(prompts, 20, sampling, seed=4, batch_size=2)
+    assert [r.tokens for r in batch.results] == [engine.generate(p, 20, sampling, seed=4 + i).tokens
+                                                 for i, p in enumerate(prompts)]
+
+
+def test_batch_token_budget_cuts_merged_trees():
+    target, head = target_and_head(5)
+    prompts = [copy_prompt(i, 10) for i in range(4)]
+    for config in (DecodeConfig(method="lookup", batch_token_budget=12),
+                   DecodeConfig(method="eagle2", depth=3, top_k=4, total_tokens=12, lookup=True, batch_token_budget=24)):
+        batch = Engine(target, head, config).generate_batch(prompts, 24, batch_size=4)
+        assert [r.tokens for r in batch.results] == [vanilla_tokens(target, p, 24) for p in prompts]
+        assert all(c.tree_size <= config.tree_budget(c.batch) for r in batch.results for c in r.cycles)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Bad input.
+
+
+@pytest.mark.parametrize(
+    "config,needles",
+    [
+        (DecodeConfig(method="lookup", lookup_conf=LookupConf(min_ngram=0)), ["lookup.min_ngram 0", ">= 1"]),
+        (DecodeConfig(method="lookup", lookup_conf=LookupConf(min_ngram=3, max_ngram=2)),
+         ["lookup.min_ngram 3", "lookup.max_ngram 2"]),
+        (DecodeConfig(method="lookup", lookup_conf=LookupConf(num_tokens=0)), ["lookup.num_tokens 0"]),
+        (DecodeConfig(method="lookup", lookup_conf=LookupConf(branches=0)), ["lookup.branches 0"]),
+        (DecodeConfig(method="eagle2", total_tokens=8, lookup=True), ["lookup.num_tokens 10", "tree budget", "8"]),
+        (DecodeConfig(method="chain", depth=3, lookup=True, lookup_conf=LookupConf(num_tokens=4)),
+         ["lookup.num_tokens 4", "3"]),
+        (DecodeConfig(method="vanilla", lookup=True), ["'vanilla'", "lookup"]),
+        (DecodeConfig(method="lookup", lookup=True), ["'lookup'"]),
+    ],
+)
+def test_bad_lookup_settings_are_refused_before_any_work(monkeypatch, config, needles):
+    target, head = target_and_head(2)
+
+    def no_work(*args, **kwargs):
+        raise AssertionError("work started before the settings were checked")
+
+    monkeypatch.setattr(target, "new_cache", no_work)
+    one_line_error(lambda: Engine(target, head, config).generate([1, 2, 3], 4), *needles)
+
+
+def test_lookup_needs_no_head_and_builds_from_config():
+    target, _ = target_and_head(2)
+    conf = LookupConf(max_ngram=3, num_tokens=4)
+    config = decode_config(InferConf(method="eagle2", total_tokens=8, lookup=True), conf)
+    assert config.lookup and config.lookup_conf == conf
+    engine = Engine(target, None, DecodeConfig(method="lookup"))
+    assert engine.cache_bytes(1, 64) == Engine(target, None, DecodeConfig(method="vanilla")).cache_bytes(1, 64)
+    one_line_error(lambda: Engine(target, None, DecodeConfig(method="eagle2", lookup=True, total_tokens=16)),
+                   "'eagle2'", "head")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Sampling through the engine (the statistical check of tests/test_engine_sampling.py).
+
+COPY_PROMPT = (3, 6, 1, 4, 3, 6, 1, 4, 3)  # on the 8-token target, lookup proposes 6, 1, 4, ... every cycle
+SAMPLED = {
+    "lookup": DecodeConfig(method="lookup", lookup_conf=LookupConf(num_tokens=2, branches=2)),
+    # Merged trees: copied chains share prefixes with the head's candidates and compete for a budget of 4.
+    "eagle2+lookup": DecodeConfig(method="eagle2", depth=2, top_k=2, total_tokens=4, lookup=True,
+                                  lookup_conf=LookupConf(num_tokens=2, branches=2)),
+}
+
+
+@pytest.mark.parametrize("name,temperature", [("lookup", 0.7), ("eagle2+lookup", 0.7), ("eagle2+lookup", 1.3)])
+def test_engine_samples_follow_the_target(name, temperature):
+    target, head = small()
+    params = SamplingParams(temperature=temperature)
+    engine = Engine(target, head, SAMPLED[name])
+    counts, copied = Counter(), 0
+    for seed in range(N_SAMPLES):
+        result = engine.generate(list(COPY_PROMPT), GENERATED, sampling=params, seed=seed)
+        counts[tuple(result.tokens)] += 1
+        copied += sum(c.lookup_accepted for c in result.cycles)
+    same, p_value, stat = same_distribution(counts, exact_joint(params, COPY_PROMPT))
+    assert same, (name, temperature, p_value, stat)
+    assert copied >= 0.2 * N_SAMPLES  # copied tokens do get accepted, so their acceptance branch is tested
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Eval: method names and the lookup share.
+
+
+def test_eval_methods_and_lookup_share():
+    from eagle_infer.errors import EagleError
+    from eval.methods import engine_method, make_methods, needs_head
+    from eval.metrics import summarize
+
+    assert engine_method("eagle2+lookup:h100") == ("eagle2", True) and engine_method("lookup") == ("lookup", False)
+    assert [needs_head(m) for m in ("vanilla", "lookup", "chain+lookup", "eagle2", "pld")] == [False, False, True, True,
+                                                                                               False]
+    target, head = target_and_head(2)
+    conf = LookupConf(max_ngram=3, num_tokens=6)
+    lookup, hybrid, pld = make_methods(["lookup", "eagle2+lookup", "pld"], target, InferConf(total_tokens=12), head,
+                                       None, "float32", lookup=conf)
+    assert lookup.engine.config.method == "lookup" and lookup.engine.head is None
+    assert (hybrid.engine.config.method, hybrid.engine.config.lookup, hybrid.engine.config.lookup_conf) == ("eagle2", True,
+                                                                                                           conf)
+    assert pld.lookup == conf  # transformers' prompt lookup runs at the same max_ngram and num_tokens
+    with pytest.raises(EagleError, match="'lookup\\+lookup'"):
+        make_methods(["lookup+lookup"], target, InferConf(), head, None, "float32")
+
+    def rec(method, cycles):
+        return {"benchmark": "b", "method": method, "question_id": "1", "turns": [], "new_tokens": 4, "wall_s": 1.0,
+                "cycles": cycles, "temperature": 0.0, "tokens": [1]}
+
+    cycle = {"tree_depth": 2, "draft_s": 0.0, "verify_s": 0.0, "tested_conf": [], "tested_hit": []}
+    rows = {r.method: r for r in summarize([
+        rec("eagle2", [{**cycle, "accepted": 2}]),  # an older record without lookup fields
+        rec("eagle2+lookup", [{**cycle, "accepted": 3, "lookup_size": 5, "lookup_accepted": 2},
+                              {**cycle, "accepted": 1, "lookup_size": 0, "lookup_accepted": 0}]),
+        rec("lookup", [{**cycle, "accepted": 0, "lookup_size": 4, "lookup_accepted": 0}]),
+    ]) if r.benchmark == "b"}
+    assert rows["eagle2"].lookup_share is None and rows["lookup"].lookup_share is None  # nothing accepted
+    assert rows["eagle2+lookup"].lookup_share == pytest.approx(0.5)
