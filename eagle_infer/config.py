@@ -49,7 +49,9 @@ class InferConf:
     "shipped" (the head in eagle_infer/heads/<model>), "random" (untrained, for trying the engine), or a head
     directory. batch_size: requests decoded together (eval answers questions in batches of it); max_batch_size
     refuses larger batches; batch_token_budget: most tokens of one verification forward over the whole batch,
-    shrinking trees as the batch grows (0 = off)."""
+    shrinking trees as the batch grows (0 = off). Every DecodeConfig field but lookup_conf (the `lookup` group)
+    appears here under its own name (top_k: EAGLE-2's expansion width); sampling_top_k is the sampling filter
+    (SamplingParams.sampling_top_k)."""
 
     method: str = "eagle2"
     head: str = "shipped"
@@ -92,19 +94,23 @@ def build_head(infer: InferConf, target):
 
 
 def decode_config(infer: InferConf, lookup: LookupConf | None = None):
+    """The DecodeConfig of an InferConf and the `lookup` group: each DecodeConfig field is read by name from the
+    InferConf field of the same name (one schema, tests/test_engine_errors.py checks it), but lookup_conf, which is
+    the lookup group's settings."""
+    from dataclasses import fields
+
     from .engine import DecodeConfig
 
-    paths = None if infer.static_paths is None else [list(p) for p in infer.static_paths]
-    return DecodeConfig(
-        infer.method, infer.depth, infer.top_k, infer.total_tokens, paths, infer.expand_by, infer.rerank,
-        infer.max_batch_size, infer.batch_token_budget, infer.lookup, lookup or LookupConf(),
-    )
+    values = {f.name: getattr(infer, f.name) for f in fields(DecodeConfig) if f.name != "lookup_conf"}
+    if values["static_paths"] is not None:
+        values["static_paths"] = [list(p) for p in values["static_paths"]]
+    return DecodeConfig(**values, lookup_conf=lookup or LookupConf())
 
 
 def sampling_params(infer: InferConf):
     from .verify import SamplingParams
 
-    return SamplingParams(infer.temperature, infer.top_p, infer.sampling_top_k)
+    return SamplingParams(temperature=infer.temperature, top_p=infer.top_p, sampling_top_k=infer.sampling_top_k)
 
 
 def build_engine(infer: InferConf, target, head=None, lookup: LookupConf | None = None):

@@ -38,7 +38,8 @@ EXPAND_BY = ("value", "confidence")
 
 @dataclass
 class DecodeConfig:
-    """How to draft. depth: longest draft path; top_k: EAGLE-2 expansion width; total_tokens: EAGLE-2 draft budget
+    """How to draft. depth: longest draft path; top_k: EAGLE-2 expansion width (nodes expanded per level and
+    children kept per expanded node; the sampling filter is SamplingParams.sampling_top_k); total_tokens: EAGLE-2 draft budget
     (root excluded); static_paths: EAGLE-1 tree (None = DEFAULT_STATIC_PATHS). max_batch_size: most requests decoded
     at once. batch_token_budget: most tokens one verification forward holds over the whole batch (B rows x (tree +
     root)); the tree shrinks to fit as the batch grows (EAGLE notes smaller trees suit larger batches); 0 = off.
@@ -365,7 +366,7 @@ class Engine:
         if copies is not None and len(heads) == len(copies):
             trees = [merge_trees(([] if head is None else [head]) + c, config.tree_size(), self.target.device)
                      for head, c in zip(heads, copies)]
-        budget, largest = self.config.tree_budget(), max((len(t) for t in trees), default=0)
+        budget, largest = self.config.tree_budget(feeder.root.batch), max((len(t) for t in trees), default=0)
         if len(trees) != feeder.root.batch or largest > budget:
             raise EagleError(
                 f"drafter returned {len(trees)} trees of up to {largest} nodes: expected one per batch row "

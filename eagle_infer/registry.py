@@ -36,8 +36,6 @@ MODELS: dict[str, ModelSpec] = {
     )
 }
 
-DEFAULT_MODEL = "smollm2-135m"
-
 
 def lookup(name: str) -> ModelSpec | None:
     """The registered spec for a short name, or None for a hub id / local directory."""

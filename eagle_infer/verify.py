@@ -21,19 +21,20 @@ from .tree import DraftTree
 
 @dataclass(frozen=True)
 class SamplingParams:
-    """temperature 0 means greedy; top_k 0 and top_p 1 disable those filters."""
+    """temperature 0 means greedy; sampling_top_k 0 and top_p 1 disable those filters. (The filter is named
+    sampling_top_k everywhere, Hydra's infer.sampling_top_k included, because `top_k` is EAGLE-2's expansion width.)"""
 
     temperature: float = 0.0
     top_p: float = 1.0
-    top_k: int = 0
+    sampling_top_k: int = 0
 
     def __post_init__(self):
         if self.temperature < 0:
             raise EagleError(f"temperature {self.temperature} is negative: expected >= 0 (0 = greedy)")
         if not 0 < self.top_p <= 1:
             raise EagleError(f"top_p {self.top_p} is out of range: expected 0 < top_p <= 1")
-        if self.top_k < 0:
-            raise EagleError(f"sampling top_k {self.top_k} is negative: expected >= 0 (0 = off)")
+        if self.sampling_top_k < 0:
+            raise EagleError(f"sampling_top_k {self.sampling_top_k} is negative: expected >= 0 (0 = off)")
 
     @property
     def greedy(self) -> bool:
@@ -43,8 +44,8 @@ class SamplingParams:
 def target_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
     """Float logits [..., V] -> the target's sampling distribution [..., V] after temperature, top-k, top-p."""
     x = logits.float() / params.temperature
-    if params.top_k > 0:
-        kth = x.topk(min(params.top_k, x.shape[-1]), dim=-1).values[..., -1:]
+    if params.sampling_top_k > 0:
+        kth = x.topk(min(params.sampling_top_k, x.shape[-1]), dim=-1).values[..., -1:]
         x = x.masked_fill(x < kth, float("-inf"))
     if params.top_p < 1.0:
         sorted_x, order = x.sort(dim=-1, descending=True)

@@ -87,16 +87,14 @@ def train_dtype(cfg: TrainConfig) -> str:
     """The dtype the target is loaded in for training: the DeepSpeed config's precision."""
     from .train import read_ds_config
 
-    ds = read_ds_config(cfg.deepspeed_config, cfg, 1, 1)
+    ds = read_ds_config(cfg.deepspeed_config, cfg, 1)
     return "bfloat16" if ds.get("bf16", {}).get("enabled") else "float16" if ds.get("fp16", {}).get("enabled") else "float32"
 
 
 def plan(cfg: TrainRunConf) -> str:
-    from pathlib import Path
-
     from .train import read_ds_config
 
-    ds = read_ds_config(cfg.train.deepspeed_config, cfg.train, 1, cfg.train.max_steps or 1)
+    ds = read_ds_config(cfg.train.deepspeed_config, cfg.train, cfg.train.max_steps or 1)
     lines = [f"recipe: {cfg.recipe}", f"model: {cfg.model.name} ({cfg.model.dtype}, device {cfg.model.device})",
              f"data: {cfg.data.source}, conversations {cfg.data.conversations or 'all'} + {cfg.data.heldout} held out, "
              f"max_length {cfg.featurize.max_length}, features {cfg.featurize.features}, regenerate {cfg.featurize.regenerate} "
@@ -110,8 +108,6 @@ def plan(cfg: TrainRunConf) -> str:
              f"deepspeed ({cfg.train.deepspeed_config}): {ds}"]
     if cfg.notes:
         lines.append(f"notes: {cfg.notes}")
-    if not Path(cfg.train.deepspeed_config).exists():
-        raise EagleError(f"DeepSpeed config {cfg.train.deepspeed_config!r} does not exist")
     return "\n".join(lines)
 
 

@@ -111,7 +111,7 @@ def use_autocast(mode: str, dtype: torch.dtype, device: torch.device) -> bool:
     return mode == "on" or resolve_dtype("auto", device) == torch.bfloat16
 
 
-def read_ds_config(path: str, cfg: TrainConfig, world: int, total_steps: int) -> dict:
+def read_ds_config(path: str, cfg: TrainConfig, total_steps: int) -> dict:
     """The DeepSpeed JSON (ZeRO stage, precision, accumulation) plus the optimizer/scheduler from TrainConfig."""
     try:
         ds = json.loads(Path(path).read_text())
@@ -225,14 +225,14 @@ def train(cfg: TrainConfig, target, head_shape: HeadConf = HeadConf()) -> dict:
     rank, world = deepspeed.comm.get_rank(), deepspeed.comm.get_world_size()
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    accum = int(read_ds_config(cfg.deepspeed_config, cfg, world, 1)["gradient_accumulation_steps"])
+    accum = int(read_ds_config(cfg.deepspeed_config, cfg, 1)["gradient_accumulation_steps"])
     per_epoch = len(micro_batches(len(samples), cfg, 0, rank, world, accum))
     if per_epoch == 0:
         raise EagleError(
             f"{len(samples)} conversations cannot fill {accum} batch(es) of {cfg.batch_size} per rank on {world} ranks"
         )
     total_steps = cfg.max_steps or (cfg.epochs * per_epoch) // accum
-    ds_config = read_ds_config(cfg.deepspeed_config, cfg, world, total_steps)
+    ds_config = read_ds_config(cfg.deepspeed_config, cfg, total_steps)
 
     torch.manual_seed(cfg.seed)
     head = DraftHead(hconf, target)

@@ -65,7 +65,7 @@ class PeerMethod:
         if sampling.greedy:
             kwargs["do_sample"] = False
         else:
-            kwargs.update(do_sample=True, temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k)
+            kwargs.update(do_sample=True, temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.sampling_top_k)
             torch.manual_seed(seed)
         if self.name == "pld":
             kwargs.update(prompt_lookup_num_tokens=self.lookup.num_tokens, max_matching_ngram_size=self.lookup.max_ngram)

@@ -173,3 +173,19 @@ def test_cache_rows_of_different_lengths_see_only_their_own_tokens():
             seq = p + nxt[b]
             alone, _ = target.forward(torch.tensor([seq]), torch.arange(len(seq))[None], target.new_cache(1, 64))
             torch.testing.assert_close(logits[b], alone[0, -3:], rtol=1e-4, atol=1e-4)
+
+
+def test_custom_drafter_is_held_to_the_per_batch_tree_budget():
+    """A drafter's trees are checked against the budget of the cycle's batch size, not the batch-of-one budget: with
+    batch_token_budget 24, a 5-node tree fits at batch 4 and a 6-node one does not (it would overflow the forward)."""
+    target, head = target_and_head()
+    stops, references = stops_and_references()
+    refs = [list(p) + r for p, r in zip(PROMPTS, references)]
+    config = DecodeConfig(method="eagle2", depth=4, top_k=1, total_tokens=16, batch_token_budget=24)
+    assert config.tree_budget(4) == 5
+    fits = oracle_drafter(None, 5, branch=0, vocab=VOCAB, references=refs)
+    batch = Engine(target, head, config, drafter=fits).generate_batch(PROMPTS[:4], 12, batch_size=4)
+    assert all(len(d.tree) == 5 for d in fits.log) and all(len(r.tokens) == 12 for r in batch.results)
+    too_big = oracle_drafter(None, 6, branch=0, vocab=VOCAB, references=refs)
+    one_line_error(lambda: Engine(target, head, config, drafter=too_big).generate_batch(PROMPTS[:4], 12, batch_size=4),
+                   "6 nodes", "tree budget 5")

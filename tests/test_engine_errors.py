@@ -104,7 +104,7 @@ def test_vanilla_request_that_fills_the_context_exactly_is_accepted():
         ({"temperature": -0.5}, ["temperature -0.5"]),
         ({"temperature": 1.0, "top_p": 0.0}, ["top_p 0.0"]),
         ({"temperature": 1.0, "top_p": 1.5}, ["top_p 1.5"]),
-        ({"temperature": 1.0, "top_k": -1}, ["top_k -1"]),
+        ({"temperature": 1.0, "sampling_top_k": -1}, ["sampling_top_k -1"]),
     ],
 )
 def test_bad_sampling_params(kwargs, needles):
@@ -254,3 +254,23 @@ def test_published_eagle_checkpoint_errors(tmp_path):
     bad = {"layers.0.self_attn.q_proj.bias": torch.zeros(64)}
     eagle_style_checkpoint(tmp_path / "bias", source, cfg, bad)
     one_line_error(lambda: load_head(tmp_path / "bias", target()), "layers.0.self_attn.q_proj.bias")
+
+
+def test_infer_conf_builds_decode_config_by_field_name():
+    """One schema: InferConf holds every DecodeConfig field under the same name and default, and decode_config
+    carries each one over by name (distinct values per field, so a swapped or dropped field shows)."""
+    from dataclasses import fields
+
+    from eagle_infer.config import InferConf, LookupConf, decode_config, sampling_params
+
+    shared = [f.name for f in fields(DecodeConfig) if f.name != "lookup_conf"]  # lookup_conf: the lookup group
+    infer_fields = {f.name: f for f in fields(InferConf)}
+    assert set(shared) <= set(infer_fields)
+    assert all(getattr(InferConf(), n) == getattr(DecodeConfig(), n) for n in shared)
+    values = dict(method="chain", depth=3, top_k=5, total_tokens=11, static_paths=[[0], [1]], expand_by="confidence",
+                  rerank=False, max_batch_size=7, batch_token_budget=13)
+    assert decode_config(InferConf(**values)) == DecodeConfig(**values)
+    lookup = LookupConf(max_ngram=3, num_tokens=4)
+    assert decode_config(InferConf(lookup=True), lookup) == DecodeConfig(lookup=True, lookup_conf=lookup)
+    params = sampling_params(InferConf(temperature=0.5, top_p=0.9, sampling_top_k=4, top_k=6))
+    assert params == SamplingParams(temperature=0.5, top_p=0.9, sampling_top_k=4)

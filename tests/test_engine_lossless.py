@@ -14,7 +14,7 @@ import torch
 
 from eagle_infer.draft_head import DraftHead, DraftHeadConfig, random_head
 from eagle_infer.engine import DecodeConfig, Engine
-from eagle_infer.tree import causal_mask
+from eagle_infer.tree import causal_mask, check_paths
 from eagle_infer.kv_cache import KVCache
 from tests.oracles import (  # noqa: F401 (one_thread is an autouse fixture)
     distinct_enough, one_thread, oracle_drafter, scaled_target, vanilla_tokens,
@@ -78,9 +78,19 @@ def test_random_head_drafters_match_vanilla(name):
         assert result.tokens == list(expected), (name, seed, prompt_len)
         assert result.stop_reason == "length"
         assert sum(c.accepted + 1 for c in result.cycles) + 1 >= max_new
+        # Each method's own bound: EAGLE-1 builds exactly its static tree, the others stay within their budget.
+        if config.method == "eagle1":
+            paths = check_paths(config.paths())
+            size, depth = len(paths), max(map(len, paths))
+            assert all(c.tree_size == size and c.tree_depth == depth for c in result.cycles), name
         for c in result.cycles:
-            assert c.tree_size <= config.tree_budget() and c.tree_depth <= config.depth or config.method == "eagle1"
+            assert c.tree_size <= config.tree_budget() and c.tree_depth <= max_depth(config), name
             assert sum(c.tested_hit) == c.accepted
+
+
+def max_depth(config: DecodeConfig) -> int:
+    """The deepest node a config's tree can hold: the static tree's deepest path for EAGLE-1, else its depth."""
+    return max(map(len, config.paths())) if config.method == "eagle1" else config.depth
 
 
 def check_oracle_cycles(result, oracle):

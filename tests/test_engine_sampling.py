@@ -391,12 +391,12 @@ SETTINGS = [
     ("eagle1", SamplingParams(temperature=1.3)),
     ("eagle2", SamplingParams(temperature=1.3)),
     ("oracle", SamplingParams(temperature=1.3)),
-    ("eagle2", SamplingParams(temperature=1.0, top_p=0.8, top_k=5)),
+    ("eagle2", SamplingParams(temperature=1.0, top_p=0.8, sampling_top_k=5)),
     ("oracle", SamplingParams(temperature=0.9, top_p=0.7)),
 ]
 
 
-@pytest.mark.parametrize("name,params", SETTINGS, ids=[f"{n}-T{p.temperature}-p{p.top_p}-k{p.top_k}" for n, p in SETTINGS])
+@pytest.mark.parametrize("name,params", SETTINGS, ids=[f"{n}-T{p.temperature}-p{p.top_p}-k{p.sampling_top_k}" for n, p in SETTINGS])
 def test_engine_samples_follow_the_target(name, params):
     exact = exact_joint(params)
     assert abs(sum(exact.values()) - 1) < 1e-5
@@ -405,7 +405,7 @@ def test_engine_samples_follow_the_target(name, params):
     assert same, (name, params, p_value, stat)
     # Drafts do get accepted, so the verifier's acceptance branch (not only the bonus) is what is being tested.
     assert sum(a > 0 for a in accepted) >= 0.1 * len(accepted), accepted[:50]
-    if params.top_k or params.top_p < 1:
+    if params.sampling_top_k or params.top_p < 1:
         assert all(exact.get(k, 0) > 0 for k in counts)  # nothing outside the filtered support
 
 
@@ -418,11 +418,36 @@ def test_engine_check_detects_a_broken_verifier(monkeypatch, broken):
     assert not same and p_value < ALPHA * 1e-3, p_value
 
 
-def test_first_sampled_token_matches_vanilla_sampling_stream():
-    """Same seed, same first token: the prefill draw is shared by every method."""
+def test_first_token_is_the_targets_seeded_draw():
+    """The prefill token is the target's own draw from the request's generator (seeded with `seed`), computed here
+    without the engine: generate(seed=s) starts where torch.multinomial with Generator().manual_seed(s) does."""
     target, head = small()
     params = SamplingParams(temperature=1.0)
+    with torch.inference_mode():
+        probs = target_probs(target.model(input_ids=torch.tensor([list(PROMPT)])).logits[0, -1].float(), params)
     for seed in range(5):
-        firsts = {Engine(target, head, DecodeConfig(method=m, depth=2, top_k=2, total_tokens=4))
-                  .generate(list(PROMPT), 1, sampling=params, seed=seed).tokens[0] for m in ("vanilla", "eagle2")}
-        assert len(firsts) == 1
+        expected = int(torch.multinomial(probs, 1, generator=torch.Generator().manual_seed(seed)))
+        engine = Engine(target, head, DecodeConfig(method="eagle2", depth=2, top_k=2, total_tokens=4))
+        assert engine.generate(list(PROMPT), 1, sampling=params, seed=seed).tokens == [expected]
+
+
+@pytest.mark.parametrize("name", ["vanilla", "chain", "eagle1", "eagle2", "oracle"])
+def test_every_draw_comes_from_the_request_generator(name):
+    """What differs between methods is how verification draws after the first token: every method must take all
+    its draws from the request's seeded generator, so a seed reproduces the whole output whatever the global RNG
+    does in between, and different seeds give different outputs."""
+    target, head = small()
+    config, drafter = (DecodeConfig(method="vanilla"), None) if name == "vanilla" else drafter_setup(name)
+    engine = Engine(target, head, config, drafter=drafter)
+    params = SamplingParams(temperature=1.3)
+    outputs = {}
+    for seed in range(6):
+        torch.manual_seed(1000 + seed)
+        first = engine.generate(list(PROMPT), 12, sampling=params, seed=seed)
+        torch.manual_seed(2000 + seed)
+        torch.rand(17)
+        again = engine.generate(list(PROMPT), 12, sampling=params, seed=seed)
+        assert first.tokens == again.tokens, (name, seed)
+        assert [c.accepted for c in first.cycles] == [c.accepted for c in again.cycles]
+        outputs[seed] = tuple(first.tokens)
+    assert len(set(outputs.values())) > 1
