@@ -11,6 +11,7 @@ trained on unshifted tokens, the pair carries the parent's token instead).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import torch
 
@@ -51,15 +52,28 @@ class TreeFeeder:
         self._bases = torch.tensor(root.bases, dtype=torch.long, device=device)[:, None]
 
     def root_logp(self) -> torch.Tensor:
-        """[B, V] log-probabilities of depth-1 tokens."""
-        return torch.log_softmax(self.head.logits(self.root.feature), dim=-1)
+        """[B, Vd] log-probabilities of depth-1 tokens over the head's draft vocabulary (see `top`)."""
+        return torch.log_softmax(self.head.draft_logits(self.root.feature), dim=-1)
+
+    def top(self, logp: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The k best of draft-vocabulary log-probs [..., Vd]: (values [..., k], target token ids [..., k]), mapped
+        to target ids once here. With k > Vd the missing candidates are ids outside the draft vocabulary at -inf
+        (probability 0), so tree shapes do not depend on the head's vocabulary."""
+        vocab = self.head.draft_vocab
+        if k > logp.shape[-1]:
+            logp = torch.cat([logp, logp.new_full((*logp.shape[:-1], k - logp.shape[-1]), float("-inf"))], -1)
+            outside = torch.ones(self.head.config.vocab_size, dtype=torch.bool, device=logp.device)
+            outside[vocab] = False
+            vocab = torch.cat([vocab, outside.nonzero()[:, 0]])
+        values, index = logp.topk(k, dim=-1)
+        return values, (index if vocab is None else vocab[index])
 
     @torch.inference_mode()
     def feed(self, parents: torch.Tensor, tokens: torch.Tensor, depth: int) -> torch.Tensor:
         """Feed m nodes per row, all at `depth`, whose parents are fed slots (or -1 for the root).
 
-        parents, tokens: LongTensor [B, m]. The new slots are F..F+m-1 (F = nodes fed before). Returns [B, m, V]
-        log-probabilities of their children.
+        parents, tokens: LongTensor [B, m]. The new slots are F..F+m-1 (F = nodes fed before). Returns [B, m, Vd]
+        log-probabilities of their children over the draft vocabulary (`top` maps them to target ids).
         """
         b, m = tokens.shape
         f = self.tokens.shape[1]
@@ -85,7 +99,7 @@ class TreeFeeder:
         self.cache.advance(m)
         self.outputs = torch.cat([self.outputs, out], 1)
         self.tokens = torch.cat([self.tokens, tokens], 1)
-        return torch.log_softmax(self.head.logits(out), dim=-1)
+        return torch.log_softmax(self.head.draft_logits(out), dim=-1)
 
     def reset(self) -> None:
         """Drop every fed node from the head's cache."""
@@ -93,40 +107,53 @@ class TreeFeeder:
             self.cache.truncate(self.prefix)
 
 
-def _split(tokens, parents, depths, probs, device) -> list[DraftTree]:
-    """[B, N] tensors -> one DraftTree per row."""
-    return [
-        DraftTree(tokens[b].to(device), parents[b].to(device), depths[b].to(device), probs[b].to(device))
-        for b in range(tokens.shape[0])
-    ]
+def _split(tokens, parents, depths, probs) -> list[DraftTree]:
+    """[B, N] tensors -> one DraftTree per row (views, on the tensors' device)."""
+    return [DraftTree(tokens[b], parents[b], depths[b], probs[b]) for b in range(tokens.shape[0])]
+
+
+@lru_cache(maxsize=64)
+def _static_plan(paths: tuple[tuple[int, ...], ...]) -> tuple[list[tuple], list[int], list[int]]:
+    """A checked static tree's drafting plan, built once per tree: per depth (node indices, parent row of each node
+    in [root, fed...], rank of each node, fed slot of the parent of each node fed at this depth (-1 = root), node
+    indices fed at this depth); then every node's parent index and depth."""
+    index = {p: i for i, p in enumerate(paths)}
+    has_children = {p[:-1] for p in paths}
+    slot: dict[tuple, int] = {(): -1}
+    plan, fed = [], 0
+    for depth in range(1, len(paths[-1]) + 1):
+        level = [p for p in paths if len(p) == depth]
+        feeding = [p for p in level if p in has_children]
+        plan.append((
+            [index[p] for p in level], [slot[p[:-1]] + 1 for p in level], [p[-1] for p in level],
+            [slot[p[:-1]] for p in feeding], [index[p] for p in feeding],
+        ))
+        for j, p in enumerate(feeding):
+            slot[p] = fed + j
+        fed += len(feeding)
+    return plan, [index[p[:-1]] if len(p) > 1 else -1 for p in paths], [len(p) for p in paths]
 
 
 def draft_static(feeder: TreeFeeder, paths) -> list[DraftTree]:
-    """EAGLE-1: the tree shape is fixed; a node of rank r is the parent's r-th most likely token."""
+    """EAGLE-1: the tree shape is fixed; a node of rank r is the parent's r-th most likely token. One top-k over the
+    draft vocabulary per level, on the device."""
     paths = check_paths(paths)
-    index = {p: i for i, p in enumerate(paths)}
+    device = feeder.root.feature.device
     b = feeder.root.batch
-    tokens = torch.zeros(b, len(paths), dtype=torch.long)
-    probs = torch.zeros(b, len(paths))
-    slot: dict[tuple, int] = {(): -1}  # fed slot of each path that has children
-    logp_of: dict[tuple, torch.Tensor] = {(): feeder.root_logp().cpu()}  # [B, V] each
-    max_depth = len(paths[-1])
-    for depth in range(1, max_depth + 1):
-        level = [p for p in paths if len(p) == depth]
-        for p in level:
-            vals, toks = logp_of[p[:-1]].topk(p[-1] + 1, dim=-1)
-            tokens[:, index[p]], probs[:, index[p]] = toks[:, -1], vals[:, -1].exp()
-        parents_with_children = [p for p in level if depth < max_depth and any(q[:-1] == p for q in paths)]
-        if parents_with_children:
-            fed_parents = torch.tensor([slot[p[:-1]] for p in parents_with_children]).expand(b, -1)
-            fed_tokens = tokens[:, [index[p] for p in parents_with_children]]
-            first = feeder.tokens.shape[1]
-            logp = feeder.feed(fed_parents, fed_tokens, depth).cpu()
-            for j, p in enumerate(parents_with_children):
-                slot[p], logp_of[p] = first + j, logp[:, j]
-    parents = torch.tensor([index[p[:-1]] if len(p) > 1 else -1 for p in paths]).expand(b, -1)
-    depths = torch.tensor([len(p) for p in paths]).expand(b, -1)
-    return _split(tokens, parents, depths, probs, feeder.root.feature.device)
+    tokens = torch.zeros(b, len(paths), dtype=torch.long, device=device)
+    probs = torch.zeros(b, len(paths), device=device)
+    plan, parents, depths = _static_plan(paths)
+    rows = feeder.root_logp()[:, None]  # [B, 1 + fed, Vd]: the root's and every fed node's child log-probs
+    for depth, (nodes, parent_rows, ranks, fed_parents, fed_nodes) in enumerate(plan, start=1):
+        lp = rows[:, parent_rows]  # [B, n, Vd]
+        vals, toks = feeder.top(lp, max(ranks) + 1)
+        pick = torch.tensor(ranks, device=device)[None, :, None].expand(b, -1, 1)
+        tokens[:, nodes], probs[:, nodes] = toks.gather(2, pick)[..., 0], vals.gather(2, pick)[..., 0].exp()
+        if fed_nodes:
+            fed = torch.tensor(fed_parents, device=device).expand(b, -1)
+            rows = torch.cat([rows, feeder.feed(fed, tokens[:, fed_nodes], depth)], 1)
+    as_rows = lambda x: torch.tensor(x, device=device).expand(b, -1)  # noqa: E731
+    return _split(tokens, as_rows(parents), as_rows(depths), probs)
 
 
 def draft_chain(feeder: TreeFeeder, depth: int) -> list[DraftTree]:
@@ -140,28 +167,32 @@ def draft_dynamic(
     """EAGLE-2: grow `depth` levels, expanding the top_k newest nodes by path value (sum of draft log-probs) or by
     their own confidence; then keep the `total_tokens` best candidates by value (ties prefer shallower, then earlier
     nodes, so every kept node's parent is kept), or without rerank the expanded nodes level by level. Every row
-    expands the same number of nodes per level, so the head sees one [B, top_k] batch per level.
+    expands the same number of nodes per level, so the head sees one [B, top_k] batch per level. Everything stays
+    on the device: one top-k over the draft vocabulary per level, no host copies.
     """
-    root_lp = feeder.root_logp().cpu()
-    b, k = root_lp.shape[0], min(top_k, root_lp.shape[-1])
-    lp, tok = root_lp.topk(k, dim=-1)  # [B, k]
-    c_tok, c_par, c_dep, c_val, c_own = [tok], [torch.full((b, k), -1)], [torch.ones(b, k, dtype=torch.long)], [lp], [lp]
+    device = feeder.root.feature.device
+    root_lp = feeder.root_logp()
+    b, k = root_lp.shape[0], min(top_k, feeder.head.config.vocab_size)
+    lp, tok = feeder.top(root_lp, k)  # [B, k]
+    c_tok, c_par, c_dep, c_val, c_own = (
+        [tok], [torch.full((b, k), -1, device=device)], [torch.ones(b, k, dtype=torch.long, device=device)], [lp], [lp]
+    )
     n_all = k + (depth - 1) * k * k
-    slot_of = torch.full((b, n_all), -1, dtype=torch.long)  # fed slot of each candidate that was expanded
-    frontier = torch.arange(k).expand(b, k)  # [B, k] candidate indices chosen for expansion at the newest level
+    slot_of = torch.full((b, n_all), -1, dtype=torch.long, device=device)  # fed slot of each expanded candidate
+    frontier = torch.arange(k, device=device).expand(b, k)  # [B, k] candidates chosen for expansion, newest level
     chosen, n_cand = [frontier], k
     for d in range(2, depth + 1):
         all_tok, all_par = torch.cat(c_tok, 1), torch.cat(c_par, 1)
         par = all_par.gather(1, frontier)
         parent_slots = torch.where(par < 0, par, slot_of.gather(1, par.clamp(min=0)))
         first = feeder.tokens.shape[1]
-        logp = feeder.feed(parent_slots, all_tok.gather(1, frontier), d - 1).cpu()
-        slot_of.scatter_(1, frontier, torch.arange(first, first + k).expand(b, k))
-        lp, tok = logp.topk(k, dim=-1)  # [B, k, k]
+        logp = feeder.feed(parent_slots, all_tok.gather(1, frontier), d - 1)
+        slot_of.scatter_(1, frontier, torch.arange(first, first + k, device=device).expand(b, k))
+        lp, tok = feeder.top(logp, k)  # [B, k, k]
         val = torch.cat(c_val, 1).gather(1, frontier)[:, :, None] + lp
         c_tok.append(tok.flatten(1))
         c_par.append(frontier.repeat_interleave(k, dim=1))
-        c_dep.append(torch.full((b, k * k), d, dtype=torch.long))
+        c_dep.append(torch.full((b, k * k), d, dtype=torch.long, device=device))
         c_val.append(val.flatten(1))
         c_own.append(lp.flatten(1))
         score = val.flatten(1) if expand_by == "value" else lp.flatten(1)
@@ -173,11 +204,11 @@ def draft_dynamic(
         keep = torch.sort(-values, dim=1, stable=True).indices[:, :total_tokens].sort(dim=1).values
     else:
         keep = torch.cat(chosen, 1)[:, :total_tokens].sort(dim=1).values
-    new_index = torch.full((b, n_cand), -1, dtype=torch.long)
-    new_index.scatter_(1, keep, torch.arange(keep.shape[1]).expand(b, -1))
+    new_index = torch.full((b, n_cand), -1, dtype=torch.long, device=device)
+    new_index.scatter_(1, keep, torch.arange(keep.shape[1], device=device).expand(b, -1))
     parents = torch.cat(c_par, 1).gather(1, keep)
     parents = torch.where(parents < 0, parents, new_index.gather(1, parents.clamp(min=0)))
     return _split(
         torch.cat(c_tok, 1).gather(1, keep), parents, torch.cat(c_dep, 1).gather(1, keep),
-        torch.cat(c_own, 1).gather(1, keep).exp(), feeder.root.feature.device,
+        torch.cat(c_own, 1).gather(1, keep).exp(),
     )
