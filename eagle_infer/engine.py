@@ -29,7 +29,7 @@ from .kv_cache import KVCache
 from .lookup import CopyRates, lookup_chains
 from .merge import merge_trees
 from .tree import DEFAULT_STATIC_PATHS, DraftTree, additive_mask, ancestor_masks, causal_mask, check_paths
-from .verify import SamplingParams, sample_token, target_probs, verify_greedy, verify_sampling
+from .verify import Acceptance, SamplingParams, sample_token, target_probs, verify_greedy, verify_sampling
 
 METHODS = ("vanilla", "chain", "eagle1", "eagle2", "lookup")
 HEADLESS = ("vanilla", "lookup")  # methods that draft without a head
@@ -473,8 +473,10 @@ class _BatchRun:
         mask = causal_mask(lengths, 1, target.dtype, device)
         logits, _ = target.forward(ids, positions, self.cache, mask, last_only=True)
         self.cache.advance(1)
-        tokens = [sample_token(logits[b, -1], self.sampling, r.generator) for b, r in enumerate(rows)]
-        _sync(device)
+        if self.sampling.greedy:
+            tokens = logits[:, -1].argmax(-1).tolist()  # the cycle's one host sync
+        else:
+            tokens = [sample_token(logits[b, -1], self.sampling, r.generator) for b, r in enumerate(rows)]
         verify_s = time.perf_counter() - t0
         for b, (request, token) in enumerate(zip(rows, tokens)):
             request.cycles.append(CycleStats(0, 0, 0, 0.0, verify_s, batch=len(rows)))
@@ -506,40 +508,46 @@ class _BatchRun:
         _sync(device)
         t1 = time.perf_counter()
 
-        ids, positions, allowed = _verification_input(trees, root, device)
-        mask = additive_mask(allowed, lengths, target.dtype, device)
-        logits, tree_feats = target.forward(ids, positions, self.cache, mask, feature_layers=self.feature_layers)
-        outcomes = []
-        for b, (request, tree) in enumerate(zip(rows, trees)):
-            rows_b = logits[b, : len(tree) + 1]
-            if self.sampling.greedy:
-                acc = verify_greedy(tree, rows_b)
-            else:
-                acc = verify_sampling(tree, target_probs(rows_b, self.sampling), request.generator)
-            keep = torch.tensor([0] + [i + 1 for i in acc.path], device=device)
-            self.cache.keep(b, lengths[b], keep)
-            accepted = tree.tokens[acc.path].tolist() if acc.path else []
+        batch = _verification_input(trees, root, device)
+        mask = additive_mask(batch.allowed, lengths, target.dtype, device)
+        logits, tree_feats = target.forward(batch.ids, batch.positions, self.cache, mask,
+                                            feature_layers=self.feature_layers)
+        if self.sampling.greedy:
+            outcomes, host_tokens, host_probs = _greedy_outcomes(batch, logits)
+        else:  # the exact per-tree sampler (tests/test_engine_sampling.py enumerates its draws)
+            outcomes = [
+                verify_sampling(tree, target_probs(logits[b, : len(tree) + 1], self.sampling), request.generator)
+                for b, (request, tree) in enumerate(zip(rows, trees))
+            ]
+            _, host_tokens, host_probs = _host_rows(batch, [])
+        kept = [[0] + [i + 1 for i in acc.path] for acc in outcomes]  # flattened indices committed per row
+        self.cache.keep_rows(list(range(len(rows))), lengths, kept)
+        if self.uses_head:
+            width = max(map(len, kept))
+            index = torch.tensor([k + [k[-1]] * (width - len(k)) for k in kept], device=device)
+            feats = tree_feats.gather(1, index[:, :, None].expand(-1, -1, tree_feats.shape[-1]))  # [B, width, H or k*H]
+            shift = self.head.config.token_shift
+        for b, (request, tree, acc) in enumerate(zip(rows, trees, outcomes)):
             if self.uses_head:
-                seq, shift = [request.root] + accepted + [acc.bonus], self.head.config.token_shift
-                request.pending = (tree_feats[b, keep], seq[shift : shift + keep.numel()])
+                seq = [request.root] + [host_tokens[b][i] for i in acc.path] + [acc.bonus]
+                request.pending = (feats[b, : len(kept[b])], seq[shift : shift + len(kept[b])])
             if request.rates is not None and tree.copied is not None:
                 request.rates.update(tree, acc.tested, acc.path)
             request.root = acc.bonus
-            outcomes.append((acc, accepted))
         _sync(device)
         draft_s, verify_s = self.carry_s + t1 - t0, time.perf_counter() - t1
         self.carry_s = 0.0
-        for b, (request, tree, (acc, accepted)) in enumerate(zip(rows, trees, outcomes)):
-            probs, on_path = tree.probs.tolist(), set(acc.path)
+        for b, (request, tree, acc) in enumerate(zip(rows, trees, outcomes)):
+            probs, on_path, tokens = host_probs[b], set(acc.path), host_tokens[b]
             copied = [] if tree.copied is None else tree.copied.tolist()
             request.cycles.append(
                 CycleStats(
-                    len(tree), tree.depth, len(accepted), draft_s, verify_s,
+                    len(tree), tree.depth, len(acc.path), draft_s, verify_s,
                     [probs[i] for i in acc.tested], [i in on_path for i in acc.tested], len(rows),
                     sum(copied), sum(copied[i] for i in acc.path) if copied else 0,
                 )
             )
-            self._emit(b, request, accepted + [acc.bonus])
+            self._emit(b, request, [tokens[i] for i in acc.path] + [acc.bonus])
 
     def _feed_pending(self) -> None:
         """One batched head forward over every row's newly committed (feature, token) pairs; rows admitted since
@@ -569,18 +577,60 @@ class _BatchRun:
         self.carry_s = time.perf_counter() - t0
 
 
-def _verification_input(trees: list[DraftTree], root: DraftRoot, device):
-    """Each row's [root, tree...] padded to the largest tree: ids and positions [B, 1 + N], tree-attention
-    allowed [B, 1 + N, 1 + N]. A padding slot sits at the root's position and sees only the root and itself."""
-    b, n = len(trees), max(len(t) for t in trees)
+@dataclass
+class _TreeBatch:
+    """A cycle's trees padded to [B, N] on the device and the target's verification input built from them."""
+
+    tokens: torch.Tensor  # [B, N]; padding slots hold the root token
+    parents: torch.Tensor  # [B, N]; padding slots are children of the root
+    sizes: torch.Tensor  # [B] real nodes per row
+    ids: torch.Tensor  # [B, 1 + N] root then nodes
+    positions: torch.Tensor  # [B, 1 + N]
+    allowed: torch.Tensor  # bool [B, 1 + N, 1 + N] tree attention (ancestors and self)
+    probs: torch.Tensor  # [B, N] draft probabilities (padding: 0)
+
+
+def _verification_input(trees: list[DraftTree], root: DraftRoot, device) -> _TreeBatch:
+    """Each row's [root, tree...] padded to the largest tree. A padding slot sits at the root's position and sees
+    only the root and itself. Built-in drafters give every row the same size, so this is one stack per field."""
+    b, sizes = len(trees), [len(t) for t in trees]
+    n = max(sizes)
     roots = torch.tensor(root.tokens, dtype=torch.long, device=device)[:, None]
-    tokens = roots.repeat(1, n)
-    parents = torch.full((b, n), -1, dtype=torch.long, device=device)
-    depths = torch.zeros(b, n, dtype=torch.long, device=device)
-    for i, t in enumerate(trees):
-        k = len(t)
-        tokens[i, :k], parents[i, :k], depths[i, :k] = t.tokens, t.parents, t.depths
+    if min(sizes) == n:
+        stack = lambda field: torch.stack([getattr(t, field).to(device) for t in trees])  # noqa: E731
+        tokens, parents, depths, probs = stack("tokens"), stack("parents"), stack("depths"), stack("probs").float()
+    else:
+        tokens = roots.repeat(1, n)
+        parents = torch.full((b, n), -1, dtype=torch.long, device=device)
+        depths = torch.zeros(b, n, dtype=torch.long, device=device)
+        probs = torch.zeros(b, n, device=device)
+        for i, t in enumerate(trees):
+            k = len(t)
+            tokens[i, :k], parents[i, :k], depths[i, :k], probs[i, :k] = t.tokens, t.parents, t.depths, t.probs
     ids = torch.cat([roots, tokens], 1)
     bases = torch.tensor(root.bases, dtype=torch.long, device=device)[:, None]
     positions = bases + torch.cat([depths.new_zeros(b, 1), depths], 1)
-    return ids, positions, ancestor_masks(parents.cpu())
+    return _TreeBatch(tokens, parents, torch.tensor(sizes, device=device), ids, positions, ancestor_masks(parents),
+                      probs)
+
+
+def _host_rows(batch: _TreeBatch, first: list[torch.Tensor]) -> tuple[list[list[float]], list[list[int]], list[list[float]]]:
+    """One device-to-host copy of `first` (tensors [B, *]) and the trees' tokens and probabilities: (the rows of
+    `first` concatenated, tokens [B][N], probs [B][N]); float64 holds every token id exactly."""
+    n = batch.tokens.shape[1]
+    host = torch.cat([x.double() for x in first] + [batch.tokens.double(), batch.probs.double()], 1).tolist()
+    m = len(host[0]) - 2 * n
+    return [r[:m] for r in host], [[int(x) for x in r[m : m + n]] for r in host], [r[m + n :] for r in host]
+
+
+def _greedy_outcomes(batch: _TreeBatch, logits: torch.Tensor):
+    """Batched greedy acceptance (verify.verify_greedy) and the trees, copied to the host in one transfer: one
+    Acceptance per row (path and tested node indices ascending = root-to-leaf and visiting order), tokens, probs."""
+    g = verify_greedy(batch.tokens, batch.parents, batch.sizes, batch.allowed, logits)
+    n = batch.tokens.shape[1]
+    head, tokens, probs = _host_rows(batch, [g.bonus[:, None], g.on_path, g.tested])
+    outcomes = [
+        Acceptance([i for i in range(n) if row[1 + i]], int(row[0]), [i for i in range(n) if row[1 + n + i]])
+        for row in head
+    ]
+    return outcomes, tokens, probs

@@ -107,15 +107,27 @@ class KVCache:
         """Forget everything at or after lengths (one value for every row, or one per row)."""
         self.lengths = list(lengths) if isinstance(lengths, list) else [lengths] * self.batch
 
-    def keep(self, row: int, start: int, idx: torch.Tensor) -> None:
+    def keep(self, row: int, start: int, idx) -> None:
         """Keep row `row`'s written positions start + idx (idx ascending, idx[i] >= i) at start, start+1, ...; commit
-        them. idx: LongTensor [m] of offsets relative to `start`."""
-        m = idx.numel()
-        src = idx.to(self.k.device) + start
-        if not torch.equal(src, torch.arange(start, start + m, device=self.k.device)):
-            self.k[:, row, :, start : start + m] = self.k[:, row].index_select(2, src)
-            self.v[:, row, :, start : start + m] = self.v[:, row].index_select(2, src)
-        self.lengths[row] = start + m
+        them. idx: offsets relative to `start` (a list or LongTensor [m])."""
+        self.keep_rows([row], [start], [idx.tolist() if isinstance(idx, torch.Tensor) else list(idx)])
+
+    def keep_rows(self, rows: list[int], starts: list[int], kept: list[list[int]]) -> None:
+        """`keep` for several rows at once: one gather per keys and values for every row whose kept offsets are not
+        already contiguous (a chain accepted from its first child moves nothing)."""
+        moves = [(r, s, idx) for r, s, idx in zip(rows, starts, kept) if idx != list(range(len(idx)))]
+        for r, s, idx in zip(rows, starts, kept):
+            self.lengths[r] = s + len(idx)
+        if not moves:
+            return
+        width = max(len(idx) for _, _, idx in moves)  # pad by repeating each row's last move (same value twice)
+        src = [[s + i for i in idx] + [s + idx[-1]] * (width - len(idx)) for _, s, idx in moves]
+        dst = [[s + j for j in range(len(idx))] + [s + len(idx) - 1] * (width - len(idx)) for _, s, idx in moves]
+        device = self.k.device
+        r = torch.tensor([m[0] for m in moves], device=device)[:, None]
+        src, dst = torch.tensor(src, device=device), torch.tensor(dst, device=device)
+        self.k[:, r, :, dst] = self.k[:, r, :, src]
+        self.v[:, r, :, dst] = self.v[:, r, :, src]
 
     def select_rows(self, rows: list[int]) -> None:
         """Keep only these rows, in this order (finished requests stop costing attention and memory)."""

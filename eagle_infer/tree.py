@@ -49,14 +49,18 @@ class DraftTree:
 
 def ancestor_masks(parents: torch.Tensor) -> torch.Tensor:
     """parents: LongTensor [B, N] of breadth-first trees (-1 = child of the root) -> bool [B, N+1, N+1] ancestor
-    masks over flattened indices (0 = root, node i = i + 1), each row its own tree."""
+    masks over flattened indices (0 = root, node i = i + 1), each row its own tree, on parents' device.
+
+    Tensor ops only (no per-node loop, no host sync): the reflexive parent relation closed transitively by
+    ceil(log2(N+1)) boolean squarings."""
     b, n = parents.shape
-    mask = torch.eye(n + 1, dtype=torch.bool).repeat(b, 1, 1)
-    mask[:, :, 0] = True
-    rows = torch.arange(b)
-    for i in range(n):
-        mask[:, i + 1] |= mask[rows, parents[:, i] + 1]
-    return mask
+    up = torch.cat([parents.new_zeros(b, 1), parents + 1], 1)  # flattened parent of each flattened index (root: 0)
+    eye = torch.eye(n + 1, dtype=torch.bool, device=parents.device)
+    step = eye.expand(b, -1, -1) | torch.nn.functional.one_hot(up, n + 1).bool()
+    closure = step.float()
+    for _ in range(max(n, 1).bit_length()):
+        closure = (closure @ closure).clamp_(max=1)
+    return closure.bool()
 
 
 def additive_mask(allowed: torch.Tensor, prefix: int | list[int], dtype: torch.dtype, device) -> torch.Tensor:

@@ -72,19 +72,41 @@ class Acceptance:
     tested: list[int]
 
 
-def verify_greedy(tree: DraftTree, logits: torch.Tensor) -> Acceptance:
-    """logits: [N+1, V] target logits at the flattened tree (row 0 = root)."""
-    best = logits.argmax(dim=-1).tolist()
-    tokens, children = tree.tokens.tolist(), tree.children()
-    path, tested, row = [], [], 0
-    while True:
-        kids = children[row]
-        tested += kids
-        hit = next((c for c in kids if tokens[c] == best[row]), None)
-        if hit is None:
-            return Acceptance(path, best[row], tested)
-        path.append(hit)
-        row = hit + 1
+@dataclass
+class GreedyBatch:
+    """Greedy acceptance of a batch of padded trees, as tensors on the device (nothing per node in Python).
+
+    accepted: [B] draft tokens kept; bonus: [B] the target's token after them; on_path: bool [B, N] nodes accepted
+    (their indices ascending are the path, root to leaf); tested: bool [B, N] nodes whose parent is the root or on
+    the path (compared against the target)."""
+
+    accepted: torch.Tensor
+    bonus: torch.Tensor
+    on_path: torch.Tensor
+    tested: torch.Tensor
+
+
+def verify_greedy(
+    tokens: torch.Tensor, parents: torch.Tensor, sizes: torch.Tensor, allowed: torch.Tensor, logits: torch.Tensor
+) -> GreedyBatch:
+    """Follow, from the root, the child whose token is the target's argmax, in every row at once.
+
+    tokens, parents: [B, N] padded trees (slots at or past sizes[b] are padding); allowed: bool [B, N+1, N+1] ancestor
+    masks (tree.ancestor_masks); logits: [B, N+1, V] target logits at [root, nodes...]. Among siblings carrying the
+    same token the first is followed, as a walk down the tree would."""
+    b, n = tokens.shape
+    best = logits.argmax(dim=-1)  # [B, N+1]
+    valid = torch.arange(n, device=tokens.device)[None] < sizes[:, None]
+    hit = valid & (tokens == best.gather(1, parents + 1))
+    earlier_sibling = (parents[:, :, None] == parents[:, None, :]) & torch.ones(n, n, dtype=torch.bool,
+                                                                                 device=tokens.device).tril(-1)
+    first = hit & ~(earlier_sibling & hit[:, None, :]).any(-1)
+    on_path = ~(allowed[:, 1:, 1:] & ~first[:, None, :]).any(-1)  # every ancestor (and itself) a first hit
+    accepted = on_path.sum(-1)
+    flat = torch.where(on_path, torch.arange(1, n + 1, device=tokens.device), 0)
+    leaf = torch.cat([flat.new_zeros(b, 1), flat], 1).amax(-1, keepdim=True)  # [B, 1] flattened index, 0 = root
+    parent_on_path = on_path.gather(1, parents.clamp(min=0)) & (parents >= 0)
+    return GreedyBatch(accepted, best.gather(1, leaf)[:, 0], on_path, valid & ((parents < 0) | parent_on_path))
 
 
 def verify_sampling(tree: DraftTree, probs: torch.Tensor, generator: torch.Generator | None) -> Acceptance:

@@ -376,3 +376,20 @@ def test_batched_drafting_equals_each_row_alone(input_mode, kind):
         assert tree.tokens.tolist() == alone.tokens.tolist()
         assert tree.parents.tolist() == alone.parents.tolist() and tree.depths.tolist() == alone.depths.tolist()
         torch.testing.assert_close(tree.probs, alone.probs, rtol=1e-4, atol=1e-6)
+
+
+def test_ancestor_masks_match_walking_up_the_parents():
+    """The tensor closure equals the per-node definition on random breadth-first trees, deep chains included."""
+    gen = torch.Generator().manual_seed(0)
+    for n in (1, 2, 7, 33, 64):
+        parents = torch.stack([torch.tensor([int(torch.randint(-1, i, (), generator=gen)) if i else -1
+                                             for i in range(n)]) for _ in range(3)] + [torch.arange(-1, n - 1)])
+        masks = ancestor_masks(parents)
+        for b, row in enumerate(parents.tolist()):
+            for i in range(n):
+                expected, j = {0, i + 1}, row[i]
+                while j >= 0:
+                    expected.add(j + 1)
+                    j = row[j]
+                assert set(masks[b, i + 1].nonzero()[:, 0].tolist()) == expected
+            assert masks[b, 0].nonzero()[:, 0].tolist() == [0]
