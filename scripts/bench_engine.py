@@ -1,15 +1,25 @@
 """Engine speed, measured side by side in one run (make bench-engine).
 
-(a) one target forward of k tree tokens over a fixed prefix, k = 1..64; (b) the engine's vanilla decoding against
-transformers' generate (greedy) on the same prompts; (c) EAGLE-2 with a head (shipped if present, else random).
-Prints a table and writes results/bench-engine.json.
+Prints, for the machine's native dtype (model.dtype=auto) unless --dtypes says otherwise:
+  (a) the machine: CPU model and the flags that decide matmul speed, threads, measured memory read bandwidth, and
+      the weights-read floor of a one-token step (bytes of weights a step reads / bandwidth);
+  (b) one target forward of k tokens over a fixed prefix, k = 1..64 (eager);
+  (c) the engine against bare forwards: its vanilla step vs one bare one-token forward, its draft time per tree
+      level vs that step, its verification of N tree tokens vs one bare forward of N + 1 tokens;
+  (d) tokens/s of transformers' generate, the engine's vanilla decoding and EAGLE-2 on MT-bench first turns, with
+      τ and the cycle split (draft / verify) for the head (shipped if present, else random).
+--baseline DIR loads the eagle_infer package of another checkout (e.g. `git worktree add /tmp/base main`) under
+another name and measures its engine in the same run, interleaved prompt by prompt: a before/after table.
+Writes results/bench-engine.json.
 
-usage: python scripts/bench_engine.py [--model smollm2-135m] [--dtypes bfloat16,float32] [--prompts 3] [--max-new 128]
-The top-level figures in the JSON are those of the first dtype; `by_dtype` holds every dtype's.
+usage: python scripts/bench_engine.py [--model smollm2-135m] [--dtypes auto] [--prompts 3] [--max-new 128]
+       [--depth 6 --top-k 8 --total-tokens 32] [--baseline DIR]
 """
 from __future__ import annotations
 
 import argparse
+import importlib
+import importlib.util
 import json
 import platform
 import statistics
@@ -22,17 +32,66 @@ import torch
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from eagle_infer.chat import Message, prompt_ids  # noqa: E402
-from eagle_infer.chat import stop_ids  # noqa: E402
+from eagle_infer.chat import Message, prompt_ids, stop_ids  # noqa: E402
 from eagle_infer.config import InferConf, build_engine, shipped_head_dir  # noqa: E402
 from eagle_infer.errors import EagleError  # noqa: E402
 from eagle_infer.target import load_target  # noqa: E402
 from eagle_infer.tree import causal_mask  # noqa: E402
 from eval.benchmarks import load_benchmark  # noqa: E402
 
+FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile", "avx512_fp16")
+SIZES = (1, 2, 4, 8, 16, 24, 32, 48, 64)
+
+
+def machine(device: torch.device) -> dict:
+    """CPU model, the matmul-relevant flags present, threads; the GPU's name on CUDA."""
+    model, flags = platform.processor() or platform.machine(), set()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name") and ":" in line:
+                model = line.split(":", 1)[1].strip()
+            elif line.startswith("flags") and ":" in line:
+                flags = set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    out = {"cpu": model, "flags": [f for f in FLAGS if f in flags], "threads": torch.get_num_threads(),
+           "device": device.type}
+    if device.type == "cuda":
+        out["gpu"] = torch.cuda.get_device_name(device)
+    return out
+
+
+def _sync(device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def read_bandwidth_gbs(device: torch.device, mib: int = 512, reps: int = 5) -> float:
+    """Memory read bandwidth: the best of `reps` sums over a `mib` MiB float32 tensor (GB/s, 1e9 bytes)."""
+    x = torch.ones(mib * 2**20 // 4, device=device)
+    best = float("inf")
+    for _ in range(reps + 1):
+        _sync(device)
+        start = time.perf_counter()
+        x.sum()
+        _sync(device)
+        best = min(best, time.perf_counter() - start)
+    return x.numel() * 4 / best / 1e9
+
+
+def step_weight_bytes(target) -> int:
+    """Bytes a one-token step reads: every parameter once, except the input embedding (one row is read) unless
+    it is tied to the LM head (then the LM head's product reads it whole)."""
+    params = {p.data_ptr(): p for p in target.model.parameters()}
+    total = sum(p.numel() * p.element_size() for p in params.values())
+    emb = target.embed_tokens.weight
+    if emb.data_ptr() != target.lm_head.weight.data_ptr():
+        total -= emb.numel() * emb.element_size()
+    return total
+
 
 def forward_ms(target, k: int, prefix: int, reps: int) -> float:
-    """Median ms of one forward of k tokens with a causal tree mask over a `prefix`-token cache."""
+    """Median ms of one forward of k tokens with a causal mask over a `prefix`-token cache."""
     cache = target.new_cache(1, prefix + k)
     ids = torch.randint(100, 1000, (1, prefix), device=target.device)
     target.forward(ids, torch.arange(prefix, device=target.device)[None], cache)
@@ -42,10 +101,10 @@ def forward_ms(target, k: int, prefix: int, reps: int) -> float:
     mask = causal_mask(prefix, k, target.dtype, target.device)
     times = []
     for i in range(reps + 2):
+        _sync(target.device)
         start = time.perf_counter()
-        target.forward(x, pos, cache, mask)
-        if target.device.type == "cuda":
-            torch.cuda.synchronize()
+        target.forward(x, pos, cache, mask, last_only=k == 1)
+        _sync(target.device)
         if i >= 2:
             times.append((time.perf_counter() - start) * 1000)
     return statistics.median(times)
@@ -53,97 +112,185 @@ def forward_ms(target, k: int, prefix: int, reps: int) -> float:
 
 def hf_generate(target, ids: list[int], max_new: int, stops: list[int]) -> tuple[int, float]:
     x = torch.tensor([ids], device=target.device)
+    _sync(target.device)
     start = time.perf_counter()
     out = target.model.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=max_new, do_sample=False,
                                 eos_token_id=stops, pad_token_id=stops[0])
+    _sync(target.device)
     return out.shape[1] - len(ids), time.perf_counter() - start
 
 
-def print_tables(result: dict, args) -> None:
-    tok_s = {m: result[f"{m}_tok_s"] for m in ("hf_generate", "vanilla", "eagle2")}
-    verify_ms = result["verify_ms"]
-    print(f"\n## bench-engine: {result['model']} {result['dtype']}, {result['machine']}, {result['prompts']} MT-bench prompts, "
-          f"{args.max_new} new tokens\n")
-    print("| k tree tokens | " + " | ".join(verify_ms) + " |")
-    print("|---|" + "---|" * len(verify_ms))
-    print("| forward ms | " + " | ".join(f"{v:.1f}" for v in verify_ms.values()) + " |\n")
-    print("| method | tokens/s | vs hf_generate | vs vanilla |\n|---|---|---|---|")
-    for m in ("hf_generate", "vanilla", "eagle2"):
-        print(f"| {m} | {tok_s[m]:.1f} | {tok_s[m] / tok_s['hf_generate']:.2f}x | {tok_s[m] / tok_s['vanilla']:.2f}x |")
-    e = result["eagle2"]
-    print(f"\neagle2 ({result['head']} head, depth {e['depth']}, top_k {e['top_k']}, total_tokens {e['total_tokens']}): "
-          f"tau {result['eagle2_tau']:.2f}, draft {result['eagle2_draft_ms_per_cycle']:.1f} ms + verify "
-          f"{result['eagle2_verify_ms_per_cycle']:.1f} ms per cycle, identical to vanilla {result['eagle2_identical_to_vanilla']}")
+def load_baseline(directory: str):
+    """The eagle_infer package of another checkout, imported as `eagle_infer_baseline` (its own modules)."""
+    root = Path(directory).resolve() / "eagle_infer"
+    if not (root / "engine.py").exists():
+        raise EagleError(f"--baseline {directory!r} has no eagle_infer/engine.py: expected a checkout of this repository")
+    spec = importlib.util.spec_from_file_location("eagle_infer_baseline", root / "__init__.py",
+                                                  submodule_search_locations=[str(root)])
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["eagle_infer_baseline"] = module
+    spec.loader.exec_module(module)
+    return importlib.import_module("eagle_infer_baseline.config"), importlib.import_module("eagle_infer_baseline.target")
+
+
+class Runs:
+    """Per method: tokens, wall seconds, per-cycle draft/verify seconds, taus, outputs."""
+
+    def __init__(self):
+        self.data: dict[str, dict] = {}
+
+    def add(self, name: str, result) -> None:
+        d = self.data.setdefault(name, {"tokens": 0, "wall": 0.0, "draft": [], "verify": [], "tau": [], "sizes": [],
+                                        "outputs": []})
+        d["tokens"] += len(result.tokens)
+        d["wall"] += result.wall_s
+        d["draft"] += [c.draft_s for c in result.cycles]
+        d["verify"] += [c.verify_s for c in result.cycles]
+        d["sizes"] += [c.tree_size for c in result.cycles]
+        d["tau"].append(result.tau)
+        d["outputs"].append(result.tokens)
+
+    def tok_s(self, name: str) -> float:
+        return self.data[name]["tokens"] / self.data[name]["wall"]
+
+    def step_ms(self, name: str, part: str) -> float:
+        return 1000 * statistics.median(self.data[name][part])
+
+
+def engines(config_module, target, head: str, args):
+    vanilla = config_module.build_engine(config_module.InferConf(method="vanilla"), target)
+    eagle2 = config_module.build_engine(
+        config_module.InferConf(method="eagle2", head=head, depth=args.depth, top_k=args.top_k,
+                                total_tokens=args.total_tokens), target)
+    return vanilla, eagle2
+
+
+def bench_dtype(dtype: str, args) -> dict:
+    target = load_target(args.model, dtype)
+    dtype_name = str(target.dtype).removeprefix("torch.")
+    head = args.head
+    if head == "shipped":
+        try:
+            shipped_head_dir(target.name)
+        except EagleError:
+            head = "random"
+    questions = load_benchmark("mt_bench", args.data_dir if Path(args.data_dir).is_dir() else None, limit=args.prompts)
+    prompts = [prompt_ids(target.tokenizer, [Message("user", q.turns[0])], target.template) for q in questions]
+    stops = stop_ids(target)
+    device = target.device
+
+    info = machine(device)
+    bandwidth = read_bandwidth_gbs(device)
+    weights = step_weight_bytes(target)
+    floor_ms = weights / (bandwidth * 1e9) * 1000
+    with torch.inference_mode():
+        fwd = {k: forward_ms(target, k, 300, args.reps) for k in SIZES}
+
+    methods = {"this": engines(sys.modules["eagle_infer.config"], target, head, args)}
+    if args.baseline:
+        base_config, base_target = load_baseline(args.baseline)
+        methods["baseline"] = engines(base_config, base_target.load_target(args.model, dtype), head, args)
+    for vanilla, eagle2 in methods.values():  # warm-up, excluded
+        vanilla.generate(prompts[0], 8, stop_ids=stops)
+        eagle2.generate(prompts[0], 8, stop_ids=stops)
+    hf_generate(target, prompts[0], 8, stops)
+    runs = Runs()
+    for ids in prompts:  # interleaved per prompt, so machine drift hits every method alike
+        n, dt = hf_generate(target, ids, args.max_new, stops)
+        runs.data.setdefault("hf_generate", {"tokens": 0, "wall": 0.0})
+        runs.data["hf_generate"]["tokens"] += n
+        runs.data["hf_generate"]["wall"] += dt
+        for prefix, (vanilla, eagle2) in methods.items():
+            runs.add(f"{prefix} vanilla", vanilla.generate(ids, args.max_new, stop_ids=stops))
+            runs.add(f"{prefix} eagle2", eagle2.generate(ids, args.max_new, stop_ids=stops))
+    # Bare forwards at the runs' mean context, for the engine-vs-bare ratios.
+    context = int(statistics.mean(len(p) for p in prompts) + args.max_new // 2)
+    tree = int(statistics.median(runs.data["this eagle2"]["sizes"]))
+    with torch.inference_mode():
+        bare_1 = forward_ms(target, 1, context, args.reps * 4)
+        bare_n = forward_ms(target, tree + 1, context, args.reps * 2)
+
+    engine = {}
+    for prefix in methods:
+        v, e = f"{prefix} vanilla", f"{prefix} eagle2"
+        step = runs.step_ms(v, "verify")
+        levels = args.depth
+        engine[prefix] = {
+            "vanilla_step_ms": step, "vanilla_step_vs_bare": step / bare_1,
+            "draft_ms_per_cycle": runs.step_ms(e, "draft"), "draft_ms_per_level": runs.step_ms(e, "draft") / levels,
+            "draft_level_vs_step": runs.step_ms(e, "draft") / levels / bare_1,
+            "verify_ms_per_cycle": runs.step_ms(e, "verify"), "verify_vs_bare": runs.step_ms(e, "verify") / bare_n,
+            "vanilla_tok_s": runs.tok_s(v), "eagle2_tok_s": runs.tok_s(e), "eagle2_vs_vanilla": runs.tok_s(e) / runs.tok_s(v),
+            "vanilla_vs_hf": runs.tok_s(v) / runs.tok_s("hf_generate"), "eagle2_tau": statistics.mean(runs.data[e]["tau"]),
+            "eagle2_identical_to_vanilla": sum(a == b for a, b in zip(runs.data[e]["outputs"], runs.data[v]["outputs"])),
+        }
+    return {
+        "machine": info, "model": target.name, "dtype": dtype_name, "head": head, "prompts": len(prompts),
+        "max_new_tokens": args.max_new, "read_bandwidth_gbs": bandwidth, "step_weight_mb": weights / 1e6,
+        "weights_floor_ms": floor_ms, "forward_ms": {str(k): v for k, v in fwd.items()},
+        "context": context, "tree_size": tree, "bare_forward_1_ms": bare_1, f"bare_forward_{tree + 1}_ms": bare_n,
+        "eagle2": {"depth": args.depth, "top_k": args.top_k, "total_tokens": args.total_tokens},
+        "hf_generate_tok_s": runs.tok_s("hf_generate"), "engine": engine,
+    }
+
+
+def print_tables(r: dict) -> None:
+    m = r["machine"]
+    where = m.get("gpu") or m["cpu"]
+    print(f"\n## bench-engine: {r['model']} {r['dtype']} on {where} ({m['device']}, {m['threads']} threads, "
+          f"flags: {' '.join(m['flags']) or 'none of ' + ' '.join(FLAGS)})\n")
+    print(f"memory read bandwidth {r['read_bandwidth_gbs']:.1f} GB/s; a one-token step reads {r['step_weight_mb']:.0f} MB "
+          f"of weights: floor {r['weights_floor_ms']:.1f} ms\n")
+    fwd = r["forward_ms"]
+    print("| k tokens (300-token cache) | " + " | ".join(fwd) + " |")
+    print("|---|" + "---|" * len(fwd))
+    print("| forward ms | " + " | ".join(f"{v:.1f}" for v in fwd.values()) + " |\n")
+    n = r["tree_size"] + 1
+    print(f"Engine against bare forwards at a {r['context']}-token context (bare 1 token {r['bare_forward_1_ms']:.1f} ms, "
+          f"bare {n} tokens {r[f'bare_forward_{n}_ms']:.1f} ms), {r['prompts']} MT-bench prompts, {r['max_new_tokens']} "
+          f"new tokens, {r['head']} head, depth {r['eagle2']['depth']}, top_k {r['eagle2']['top_k']}, total_tokens "
+          f"{r['eagle2']['total_tokens']}:\n")
+    cols = list(r["engine"])
+    rows = [
+        ("vanilla step ms (vs bare 1-token forward)", lambda e: f"{e['vanilla_step_ms']:.1f} ({e['vanilla_step_vs_bare']:.2f}x)"),
+        ("draft ms per level (vs bare 1-token forward)", lambda e: f"{e['draft_ms_per_level']:.2f} ({e['draft_level_vs_step'] * 100:.1f} %)"),
+        (f"verify ms per cycle (vs bare {n}-token forward)", lambda e: f"{e['verify_ms_per_cycle']:.1f} ({e['verify_vs_bare']:.2f}x)"),
+        ("draft + verify ms per cycle", lambda e: f"{e['draft_ms_per_cycle']:.1f} + {e['verify_ms_per_cycle']:.1f}"),
+        ("vanilla tok/s (vs transformers generate)", lambda e: f"{e['vanilla_tok_s']:.1f} ({e['vanilla_vs_hf']:.2f}x)"),
+        ("EAGLE-2 tok/s (vs vanilla)", lambda e: f"{e['eagle2_tok_s']:.1f} ({e['eagle2_vs_vanilla']:.2f}x)"),
+        ("EAGLE-2 τ", lambda e: f"{e['eagle2_tau']:.2f}"),
+        ("EAGLE-2 = vanilla output", lambda e: f"{e['eagle2_identical_to_vanilla']}/{r['prompts']}"),
+    ]
+    print("| | " + " | ".join(cols) + " |\n|---|" + "---|" * len(cols))
+    for label, fmt in rows:
+        print(f"| {label} | " + " | ".join(fmt(r["engine"][c]) for c in cols) + " |")
+    print(f"\ntransformers generate: {r['hf_generate_tok_s']:.1f} tok/s")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="smollm2-135m")
-    ap.add_argument("--dtypes", default="bfloat16,float32")
+    ap.add_argument("--dtypes", default="auto", help="comma-separated: auto (the machine's native dtype), bfloat16, float32")
     ap.add_argument("--head", default="shipped", help='"shipped", "random" or a head directory')
     ap.add_argument("--prompts", type=int, default=3, help="MT-bench first turns")
     ap.add_argument("--max-new", type=int, default=128)
+    ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--data-dir", default=str(REPO.parent / "shared" / "data" / "benchmarks"))
     ap.add_argument("--out", default=str(REPO / "results" / "bench-engine.json"))
     ap.add_argument("--depth", type=int, default=InferConf.depth)
     ap.add_argument("--top-k", type=int, default=InferConf.top_k)
     ap.add_argument("--total-tokens", type=int, default=InferConf.total_tokens)
+    ap.add_argument("--baseline", default="", help="another checkout whose engine is measured alongside")
     args = ap.parse_args()
 
     by_dtype = {}
     for dtype in args.dtypes.split(","):
-        target = load_target(args.model, dtype)
-        head = args.head
-        if head == "shipped":
-            try:
-                shipped_head_dir(target.name)
-            except EagleError:
-                head = "random"
-        questions = load_benchmark("mt_bench", args.data_dir if Path(args.data_dir).is_dir() else None, limit=args.prompts)
-        prompts = [prompt_ids(target.tokenizer, [Message("user", q.turns[0])], target.template) for q in questions]
-        stops = stop_ids(target)
-
-        verify_ms = {k: forward_ms(target, k, 300, 5) for k in (1, 2, 4, 8, 16, 24, 32, 48, 64)}
-
-        vanilla = build_engine(InferConf(method="vanilla"), target)
-        eagle2 = build_engine(InferConf(method="eagle2", head=head, depth=args.depth, top_k=args.top_k,
-                                        total_tokens=args.total_tokens), target)
-        vanilla.generate(prompts[0], 8, stop_ids=stops)  # warm-up, excluded
-        eagle2.generate(prompts[0], 8, stop_ids=stops)
-        hf_generate(target, prompts[0], 8, stops)
-        totals = {"hf_generate": [0, 0.0], "vanilla": [0, 0.0], "eagle2": [0, 0.0]}
-        taus, draft_s, verify_s, identical = [], [], [], 0
-        for ids in prompts:  # interleaved per prompt, so machine drift hits every method alike
-            n, dt = hf_generate(target, ids, args.max_new, stops)
-            totals["hf_generate"][0] += n
-            totals["hf_generate"][1] += dt
-            base = vanilla.generate(ids, args.max_new, stop_ids=stops)
-            totals["vanilla"][0] += len(base.tokens)
-            totals["vanilla"][1] += base.wall_s
-            r = eagle2.generate(ids, args.max_new, stop_ids=stops)
-            totals["eagle2"][0] += len(r.tokens)
-            totals["eagle2"][1] += r.wall_s
-            taus.append(r.tau)
-            identical += r.tokens == base.tokens
-            draft_s += [c.draft_s for c in r.cycles]
-            verify_s += [c.verify_s for c in r.cycles]
-        tok_s = {m: n / dt for m, (n, dt) in totals.items()}
-        result = {
-            "machine": f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads, {target.device.type}",
-            "model": target.name, "dtype": dtype, "head": head, "prompts": len(prompts), "max_new_tokens": args.max_new,
-            "eagle2": {"depth": args.depth, "top_k": args.top_k, "total_tokens": args.total_tokens},
-            "hf_generate_tok_s": tok_s["hf_generate"], "vanilla_tok_s": tok_s["vanilla"], "eagle2_tok_s": tok_s["eagle2"],
-            "vanilla_vs_hf": tok_s["vanilla"] / tok_s["hf_generate"], "eagle2_vs_vanilla": tok_s["eagle2"] / tok_s["vanilla"],
-            "eagle2_tau": statistics.mean(taus), "eagle2_identical_to_vanilla": f"{identical}/{len(prompts)}",
-            "eagle2_draft_ms_per_cycle": 1000 * statistics.mean(draft_s), "eagle2_verify_ms_per_cycle": 1000 * statistics.mean(verify_s),
-            "verify_ms": {str(k): v for k, v in verify_ms.items()},
-        }
-        by_dtype[dtype] = result
-        print_tables(result, args)
-    result = {**by_dtype[args.dtypes.split(",")[0]], "by_dtype": by_dtype}
+        result = bench_dtype(dtype, args)
+        by_dtype[result["dtype"]] = result
+        print_tables(result)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
+    out.write_text(json.dumps({"by_dtype": by_dtype}, indent=2) + "\n")
     print(f"wrote {out}")
 
 
