@@ -8,6 +8,7 @@ from typing import Any, Optional
 from .errors import EagleError
 
 HEADS_DIR = Path(__file__).resolve().parent / "heads"
+AUTO_MAX_DEPTH, AUTO_MAX_TOKENS = 8, 64  # the caps of infer.depth=auto / infer.total_tokens=auto
 
 
 @dataclass
@@ -55,9 +56,9 @@ class InferConf:
 
     method: str = "eagle2"
     head: str = "shipped"
-    depth: int = 6
+    depth: Any = 6  # or "auto": up to AUTO_MAX_DEPTH levels, stopping per cycle when a level cannot pay
     top_k: int = 8
-    total_tokens: int = 32
+    total_tokens: Any = 32  # or "auto": up to AUTO_MAX_TOKENS nodes, as many per cycle as pay (eagle_infer/cost.py)
     static_paths: Optional[list[Any]] = None
     expand_by: str = "value"
     rerank: bool = True
@@ -70,6 +71,7 @@ class InferConf:
     batch_size: int = 1
     max_batch_size: int = 16
     batch_token_budget: int = 0
+    budget: str = "fixed"  # "auto" when depth or total_tokens is "auto" (then they are caps)
 
 
 def shipped_head_dir(model_name: str) -> Path:
@@ -102,6 +104,9 @@ def decode_config(infer: InferConf, lookup: LookupConf | None = None):
     from .engine import DecodeConfig
 
     values = {f.name: getattr(infer, f.name) for f in fields(DecodeConfig) if f.name != "lookup_conf"}
+    for name, cap in (("depth", AUTO_MAX_DEPTH), ("total_tokens", AUTO_MAX_TOKENS)):
+        if values[name] == "auto":
+            values[name], values["budget"] = cap, "auto"
     if values["static_paths"] is not None:
         values["static_paths"] = [list(p) for p in values["static_paths"]]
     return DecodeConfig(**values, lookup_conf=lookup or LookupConf())

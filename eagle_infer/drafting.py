@@ -162,13 +162,17 @@ def draft_chain(feeder: TreeFeeder, depth: int) -> list[DraftTree]:
 
 
 def draft_dynamic(
-    feeder: TreeFeeder, depth: int, top_k: int, total_tokens: int, expand_by: str = "value", rerank: bool = True
+    feeder: TreeFeeder, depth: int, top_k: int, total_tokens: int, expand_by: str = "value", rerank: bool = True,
+    budget=None,
 ) -> list[DraftTree]:
     """EAGLE-2: grow `depth` levels, expanding the top_k newest nodes by path value (sum of draft log-probs) or by
     their own confidence; then keep the `total_tokens` best candidates by value (ties prefer shallower, then earlier
     nodes, so every kept node's parent is kept), or without rerank the expanded nodes level by level. Every row
     expands the same number of nodes per level, so the head sees one [B, top_k] batch per level. Everything stays
     on the device: one top-k over the draft vocabulary per level, no host copies.
+
+    budget (a cost.Budget, with rerank): per cycle, stop drafting before a level that cannot pay and keep the number
+    of candidates that maximises expected tokens per second instead of total_tokens (one small host read per level).
     """
     device = feeder.root.feature.device
     root_lp = feeder.root_logp()
@@ -182,6 +186,8 @@ def draft_dynamic(
     frontier = torch.arange(k, device=device).expand(b, k)  # [B, k] candidates chosen for expansion, newest level
     chosen, n_cand = [frontier], k
     for d in range(2, depth + 1):
+        if budget is not None and not budget.draft_on(torch.cat(c_val, 1), torch.cat(c_val, 1).gather(1, frontier), d - 1):
+            break
         all_tok, all_par = torch.cat(c_tok, 1), torch.cat(c_par, 1)
         par = all_par.gather(1, frontier)
         parent_slots = torch.where(par < 0, par, slot_of.gather(1, par.clamp(min=0)))
@@ -200,6 +206,8 @@ def draft_dynamic(
         chosen.append(frontier)
         n_cand += k * k
     values = torch.cat(c_val, 1)
+    if budget is not None:
+        total_tokens = budget.nodes(values, len(chosen))
     if rerank:
         keep = torch.sort(-values, dim=1, stable=True).indices[:, :total_tokens].sort(dim=1).values
     else:

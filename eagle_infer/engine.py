@@ -22,6 +22,7 @@ from typing import Callable
 import torch
 
 from .config import LookupConf
+from .cost import Budget, CostModel, load_or_measure
 from .draft_head import DraftHead
 from .drafting import DraftRoot, TreeFeeder, draft_chain, draft_dynamic, draft_static
 from .errors import EagleError
@@ -34,6 +35,7 @@ from .verify import Acceptance, SamplingParams, sample_token, target_probs, veri
 METHODS = ("vanilla", "chain", "eagle1", "eagle2", "lookup")
 HEADLESS = ("vanilla", "lookup")  # methods that draft without a head
 EXPAND_BY = ("value", "confidence")
+BUDGETS = ("fixed", "auto")
 
 
 @dataclass
@@ -43,7 +45,10 @@ class DecodeConfig:
     (root excluded); static_paths: EAGLE-1 tree (None = DEFAULT_STATIC_PATHS). max_batch_size: most requests decoded
     at once. batch_token_budget: most tokens one verification forward holds over the whole batch (B rows x (tree +
     root)); the tree shrinks to fit as the batch grows (EAGLE notes smaller trees suit larger batches); 0 = off.
-    lookup: merge prompt lookup (settings lookup_conf) into the head's tree within the same budget."""
+    lookup: merge prompt lookup (settings lookup_conf) into the head's tree within the same budget.
+    budget: "fixed" verifies total_tokens nodes every cycle; "auto" (EAGLE-2 only) treats depth and total_tokens as
+    caps and picks, per cycle, the depth and the number of nodes from a cost model measured on this machine
+    (eagle_infer/cost.py)."""
 
     method: str = "eagle2"
     depth: int = 6
@@ -56,6 +61,7 @@ class DecodeConfig:
     batch_token_budget: int = 0
     lookup: bool = False
     lookup_conf: LookupConf = field(default_factory=LookupConf)
+    budget: str = "fixed"
 
     @property
     def uses_lookup(self) -> bool:
@@ -64,6 +70,14 @@ class DecodeConfig:
     def validate(self, vocab_size: int) -> None:
         if self.method not in METHODS:
             raise EagleError(f"unknown method {self.method!r}: expected one of {', '.join(METHODS)}")
+        for name in ("depth", "top_k", "total_tokens"):
+            if not isinstance(getattr(self, name), int):
+                raise EagleError(f"{name} {getattr(self, name)!r} is invalid: expected an integer (or 'auto' for "
+                                 "infer.depth / infer.total_tokens)")
+        if self.budget not in BUDGETS:
+            raise EagleError(f"unknown budget {self.budget!r}: expected one of {', '.join(BUDGETS)}")
+        if self.budget == "auto" and (self.method != "eagle2" or not self.rerank):
+            raise EagleError(f"budget 'auto' needs method eagle2 with rerank: got method {self.method!r}, rerank {self.rerank}")
         if self.depth < 1:
             raise EagleError(f"depth {self.depth} is invalid: expected >= 1")
         if not 1 <= self.top_k <= vocab_size:
@@ -261,12 +275,15 @@ class Engine:
 
     def __init__(
         self, target, head: DraftHead | None, config: DecodeConfig,
-        drafter: Callable[[TreeFeeder], list[DraftTree]] | None = None,
+        drafter: Callable[[TreeFeeder], list[DraftTree]] | None = None, cost: CostModel | None = None,
     ):
+        """cost: the cost model of an auto budget (default: this machine's, measured once and cached)."""
         config.validate(target.vocab_size)
         if config.method not in HEADLESS and head is None:
             raise EagleError(f"method {config.method!r} needs a draft head: give head=<dir> or head=random")
-        self.target, self.head, self.config, self.drafter = target, head, config, drafter
+        if config.budget == "auto" and cost is None:
+            cost = load_or_measure(target, head, config.top_k, 1 + config.total_tokens)
+        self.target, self.head, self.config, self.drafter, self.cost = target, head, config, drafter, cost
 
     def _check_room(self, prompt_len: int, max_new_tokens: int, which: str = "") -> int:
         """The cache length this request needs; a clear error when the context cannot hold it."""
@@ -361,7 +378,9 @@ class Engine:
         elif config.method == "eagle1":
             heads = draft_static(feeder, config.paths())
         else:
-            heads = draft_dynamic(feeder, config.depth, config.top_k, config.total_tokens, config.expand_by, config.rerank)
+            budget = Budget(self.cost, feeder.root.batch, config.total_tokens) if config.budget == "auto" else None
+            heads = draft_dynamic(feeder, config.depth, config.top_k, config.total_tokens, config.expand_by, config.rerank,
+                                  budget)
         trees = heads
         if copies is not None and len(heads) == len(copies):
             trees = [merge_trees(([] if head is None else [head]) + c, config.tree_size(), self.target.device)

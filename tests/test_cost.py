@@ -1,0 +1,111 @@
+"""The auto tree budget (eagle_infer/cost.py): the per-cycle choice maximises expected tokens per ms, drafting stops
+when a level cannot pay, decoding stays lossless whatever the cost model says, and a cost model measured on another
+machine is never reused."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from eagle_infer.config import AUTO_MAX_DEPTH, AUTO_MAX_TOKENS, InferConf, decode_config
+from eagle_infer.cost import Budget, CostModel, cache_path, load_or_measure, machine_key
+from eagle_infer.engine import DecodeConfig, Engine
+from tests.oracles import one_thread, vanilla_tokens  # noqa: F401 (autouse fixture)
+from tests.test_engine_errors import one_line_error
+from tests.test_engine_lossless import CASES, case, target_and_head
+
+SIZES = [1, 2, 4, 8, 16, 32, 64, 128]
+
+
+def cost(per_token: float, level_ms: float = 1.0, base: float = 10.0) -> CostModel:
+    """A synthetic model: a forward of t tokens costs base + per_token * t ms."""
+    return CostModel({}, SIZES, [base + per_token * t for t in SIZES], level_ms)
+
+
+def test_forward_interpolates_and_extends():
+    model = CostModel({}, [1, 4, 8], [10.0, 16.0, 18.0], 1.0)
+    assert model.forward(1) == 10.0 and model.forward(0) == 10.0
+    assert model.forward(2) == pytest.approx(12.0) and model.forward(6) == pytest.approx(17.0)
+    assert model.forward(12) == pytest.approx(20.0)  # the last segment's slope, extended
+
+
+def test_plan_maximises_expected_tokens_per_ms():
+    gen = torch.Generator().manual_seed(0)
+    values = torch.rand(2, 40, generator=gen).log() * 3  # path log-probabilities of 40 candidates in 2 rows
+    for per_token, levels in ((0.0, 3), (0.05, 2), (0.5, 4), (5.0, 1)):
+        model = cost(per_token)
+        n, tokens, ms = Budget(model, 2, 32).plan(values, levels)
+        probs = values.exp().sort(-1, descending=True).values
+        rates = [(2 + float(probs[:, :m].sum())) / (levels + model.forward(2 * (1 + m))) for m in range(1, 33)]
+        assert n == 1 + max(range(32), key=rates.__getitem__)
+        assert tokens / ms == pytest.approx(max(rates))
+    assert Budget(cost(0.0), 2, 32).nodes(values, 3) == 32  # free verification: verify every candidate allowed
+    assert Budget(cost(50.0), 2, 32).nodes(values, 3) == 1  # dear verification: the best node only
+
+
+def test_draft_on_stops_when_a_level_cannot_pay():
+    values = torch.tensor([[-0.1, -2.0, -3.0]])
+    likely, unlikely = torch.tensor([[-0.2]]), torch.tensor([[-9.0]])
+    assert Budget(cost(0.1, level_ms=1.0), 1, 8).draft_on(values, likely, 1)
+    assert not Budget(cost(0.1, level_ms=1.0), 1, 8).draft_on(values, unlikely, 1)
+    assert not Budget(cost(0.1, level_ms=1e4), 1, 8).draft_on(values, likely, 1)
+
+
+@pytest.mark.parametrize("per_token,level_ms", [(0.0, 0.0), (0.3, 1.0), (50.0, 1.0), (0.1, 1e5)])
+def test_auto_budget_is_lossless_and_follows_the_cost(per_token, level_ms):
+    config = DecodeConfig(method="eagle2", depth=5, top_k=4, total_tokens=24, budget="auto")
+    sizes = []
+    for seed, prompt_len, max_new in CASES:
+        target, head = target_and_head(seed)
+        prompt, expected = case(seed, prompt_len, max_new)
+        result = Engine(target, head, config, cost=cost(per_token, level_ms)).generate(list(prompt), max_new)
+        assert result.tokens == list(expected)
+        assert all(c.tree_size <= 24 and c.tree_depth <= 5 for c in result.cycles)
+        sizes += [(c.tree_size, c.tree_depth) for c in result.cycles]
+    if per_token == 0 and level_ms == 0:
+        assert {s for s, _ in sizes} == {24}  # everything is free: the whole budget
+    if per_token == 50:
+        assert {s for s, _ in sizes} == {1}
+    if level_ms == 1e5:
+        assert {d for _, d in sizes} == {1}  # no level beyond the root's can pay
+
+
+def test_auto_budget_batch_equals_its_batch_of_one():
+    config = DecodeConfig(method="eagle2", depth=4, top_k=4, total_tokens=16, budget="auto")
+    target, head = target_and_head(2)
+    prompts = [list(case(2, 1, 40)[0]), list(case(2, 7, 20)[0])]
+    engine = Engine(target, head, config, cost=cost(0.3))
+    batch = engine.generate_batch(prompts, 20, batch_size=2)
+    assert [r.tokens for r in batch.results] == [vanilla_tokens(target, p, 20) for p in prompts]
+
+
+def test_infer_auto_keys_and_errors():
+    auto = decode_config(InferConf(total_tokens="auto"))
+    assert (auto.budget, auto.total_tokens, auto.depth) == ("auto", AUTO_MAX_TOKENS, InferConf.depth)
+    both = decode_config(InferConf(total_tokens="auto", depth="auto"))
+    assert (both.budget, both.total_tokens, both.depth) == ("auto", AUTO_MAX_TOKENS, AUTO_MAX_DEPTH)
+    assert decode_config(InferConf()).budget == "fixed"
+    target, head = target_and_head(2)
+    one_line_error(lambda: Engine(target, head, DecodeConfig(method="eagle1", budget="auto")), "budget 'auto'", "eagle1")
+    one_line_error(lambda: Engine(target, head, DecodeConfig(budget="sometimes")), "'sometimes'")
+    one_line_error(lambda: Engine(target, head, DecodeConfig(total_tokens="many")), "total_tokens 'many'")
+
+
+def test_cost_model_is_cached_per_machine_and_never_reused_elsewhere(tmp_path, monkeypatch):
+    monkeypatch.setenv("EAGLE_CACHE", str(tmp_path))
+    target, head = target_and_head(2)
+    first = load_or_measure(target, head, 4, 9)
+    assert first.key["model"] == target.name and first.key == {**machine_key(target.device), **{
+        k: first.key[k] for k in ("model", "dtype", "top_k")}}
+    assert first.sizes[-1] >= 9 and all(ms > 0 for ms in first.forward_ms) and first.level_ms > 0
+    path = cache_path(first.key)
+    assert path.exists() and load_or_measure(target, head, 4, 9) == first  # read back, not re-measured
+    # The same file claiming another machine (copied over, or the CPU changed) is measured anew and replaced.
+    raw = json.loads(path.read_text())
+    raw["key"] = {**raw["key"], "cpu": "Another CPU"}
+    raw["level_ms"] = 12345.0
+    path.write_text(json.dumps(raw))
+    again = load_or_measure(target, head, 4, 9)
+    assert again.level_ms != 12345.0 and again.key == first.key
+    assert json.loads(path.read_text())["key"] == first.key
