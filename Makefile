@@ -41,13 +41,18 @@ else
 endif
 
 # The whole pipeline in miniature: featurize a few hundred conversations, train a head for a few minutes, then
-# evaluate that head and the shipped one against vanilla on a few MT-bench questions.
+# evaluate that head and the shipped one against vanilla on a few MT-bench questions; then a short float32 check that
+# greedy EAGLE-2 output is vanilla's token for token (the table above may be in bfloat16, where near-ties can flip).
 demo: $(STAMP)
 	$(PY) -m eagle_train.cli recipes=demo stage=featurize
 	$(CPU_ENV) .venv/bin/deepspeed --num_gpus 1 --no_local_rank --module eagle_train.cli recipes=demo stage=train
 	$(PY) -m eval.cli run=demo model.name=smollm2-135m bench.names=[mt_bench] bench.limit=3 infer.max_new_tokens=96 \
 	  infer.depth=2 infer.top_k=4 infer.total_tokens=8 \
 	  methods=[vanilla,eagle2,eagle2:demo] +heads.demo=runs/demo/head/head $(ARGS)
+	$(PY) -m eval.cli run=demo-float32 model.name=smollm2-135m model.dtype=float32 bench.names=[mt_bench] bench.limit=3 \
+	  bench.max_turns=1 infer.max_new_tokens=96 infer.depth=2 infer.top_k=4 infer.total_tokens=8 methods=[vanilla,eagle2] \
+	  wandb.mode=disabled $(ARGS) > /dev/null
+	$(PY) -m eval.identical results/demo-float32 "float32 greedy"
 
 EVAL_ARGS = model.name=$(MODEL) run=$(RUN) $(if $(BENCH),bench.names=[$(BENCH)]) $(if $(LIMIT),bench.limit=$(LIMIT)) \
 	$(if $(METHODS),methods=[$(METHODS)])

@@ -125,7 +125,7 @@ def evaluate(conf: EvalRunConf, out: Path) -> str:
     run(benchmarks, methods, target, settings, writer, stop_ids(target))
     records = [r for r in read_records(out / "records.jsonl") if r["method"] in conf.methods and r["benchmark"] in benchmarks]
     rows = summarize(records)
-    markdown = write_table(rows, out)
+    markdown = write_table(rows, out, str(target.dtype).removeprefix("torch."))
     plots = plot_all(records, rows, out)
     log_wandb(rows, plots, out.name, OmegaConf.to_container(OmegaConf.structured(conf)), conf.wandb.mode, conf.wandb.project)
     return markdown

@@ -52,3 +52,21 @@ def test_plots_and_wandb(tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_DIR", str(tmp_path))
     log_wandb(rows, paths, "test", {"method": "eagle2"}, mode="offline")
     assert list((tmp_path / "wandb").glob("offline-run-*/*.wandb"))
+
+
+def test_half_precision_table_says_why_answers_can_differ(tmp_path):
+    assert "rounds" not in write_table(summarize(RECORDS), tmp_path, "float32")
+    note = write_table(summarize(RECORDS), tmp_path, "bfloat16").rsplit("\n\n", 1)[1]
+    assert "bfloat16" in note and "float32" in note and "\n" not in note.strip()
+
+
+def test_identical_line_counts_answers_equal_to_vanilla():
+    from eval.identical import identical_line
+
+    records = [{"benchmark": "mt_bench", "method": m, "question_id": q, "tokens": t} for m, q, t in (
+        ("vanilla", "1", [1, 2]), ("vanilla", "2", [3]), ("eagle2", "1", [1, 2]), ("eagle2", "2", [4]),
+        ("chain", "1", [1, 2]))]
+    assert identical_line(records, "float32 greedy") == (
+        "float32 greedy: eagle2 = vanilla on 1/2 answers, chain = vanilla on 1/1 answers")
+    with pytest.raises(EagleError, match="no vanilla"):
+        identical_line(records[2:], "x")
