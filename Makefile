@@ -60,7 +60,8 @@ EVAL_ARGS = model.name=$(MODEL) run=$(RUN) $(if $(BENCH),bench.names=[$(BENCH)])
 eval: $(STAMP)
 	$(PY) -m eval.cli $(EVAL_ARGS) $(ARGS)
 
-# Hydra multirun over the EAGLE-2 tree settings on a benchmark subset; vanilla is measured once as the baseline.
+# Hydra multirun over the EAGLE-2 tree settings on a benchmark subset; vanilla is measured once as the baseline. With
+# SWEEP_AUTO=1 (default) one more job runs infer.depth=auto infer.total_tokens=auto, compared with the best fixed one.
 SWEEP ?= sweep-$(MODEL)
 DEPTHS ?= 2,4,6
 TOPKS ?= 4
@@ -68,12 +69,17 @@ TOTALS ?= 4,8,16
 SWEEP_BENCH ?= mt_bench
 SWEEP_LIMIT ?= 4
 SWEEP_TURNS ?= 1
+SWEEP_AUTO ?= 1
 sweep: $(STAMP)
 	$(PY) -m eval.cli model.name=$(MODEL) run=$(SWEEP)/baseline methods=[vanilla] bench.names=[$(SWEEP_BENCH)] \
 	  bench.limit=$(SWEEP_LIMIT) bench.max_turns=$(SWEEP_TURNS) wandb.mode=disabled $(ARGS)
 	$(PY) -m eval.cli -m model.name=$(MODEL) run=$(SWEEP) methods=[eagle2] bench.names=[$(SWEEP_BENCH)] bench.limit=$(SWEEP_LIMIT) \
 	  bench.max_turns=$(SWEEP_TURNS) \
 	  wandb.mode=disabled infer.depth=$(DEPTHS) infer.top_k=$(TOPKS) infer.total_tokens=$(TOTALS) $(ARGS)
+ifeq ($(SWEEP_AUTO),1)
+	$(PY) -m eval.cli -m model.name=$(MODEL) run=$(SWEEP) methods=[eagle2] bench.names=[$(SWEEP_BENCH)] bench.limit=$(SWEEP_LIMIT) \
+	  bench.max_turns=$(SWEEP_TURNS) wandb.mode=disabled infer.depth=auto infer.top_k=$(TOPKS) infer.total_tokens=auto $(ARGS)
+endif
 	$(PY) -m eval.sweep results/$(SWEEP)
 
 # Tokens/s of vanilla and EAGLE-2 at batch sizes 1, 2, 4, 8 on MT-bench first turns (one generate_batch per point).

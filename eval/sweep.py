@@ -96,6 +96,12 @@ def write(points: list[SweepPoint], sweep_dir: Path) -> str:
         lines.append("| " + " | ".join([p.settings.get(k, "") for k in keys] + [str(p.questions), fmt(p.tok_s, "{:.1f}"),
                      fmt(p.speedup, "{:.2f}x"), fmt(p.tau, "{:.2f}"), note]) + " |")
     md = "\n".join(lines) + "\n"
+    auto = [p for p in ok if "auto" in p.settings.values()]
+    fixed = [p for p in ok if p not in auto]
+    if auto and fixed:
+        top = max(fixed, key=lambda p: p.tok_s)
+        md += "".join(f"\nauto ({p.job}): {p.tok_s:.1f} tok/s = {p.tok_s / top.tok_s:.2f}x the best fixed setting "
+                      f"({top.job}, {top.tok_s:.1f} tok/s)\n" for p in auto)
     (sweep_dir / "sweep.md").write_text(md)
     if ok and len(keys) >= 2:
         heatmaps(ok, keys, best, sweep_dir)

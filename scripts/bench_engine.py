@@ -4,8 +4,10 @@ Prints, for the machine's native dtype (model.dtype=auto) unless --dtypes says o
   (a) the machine: CPU model and the flags that decide matmul speed, threads, measured memory read bandwidth, and
       the weights-read floor of a one-token step (bytes of weights a step reads / bandwidth);
   (b) one target forward of k tokens over a fixed prefix, k = 1..64 (eager);
-  (c) the engine against bare forwards: its vanilla step vs one bare one-token forward, its draft time per tree
-      level vs that step, its verification of N tree tokens vs one bare forward of N + 1 tokens;
+  (c) the engine against bare forwards: its vanilla step vs one bare one-token forward (and the ms it spends around
+      the target forward inside the step), its draft time per tree level (a cycle's draft time / its tree depth: one
+      head forward, draft logits and top-k per level) vs that forward, its verification of N tree tokens vs one bare
+      forward of N + 1 tokens (bare forwards are timed between the prompts' runs, so drift hits both alike);
   (d) tokens/s of transformers' generate, the engine's vanilla decoding and EAGLE-2 on MT-bench first turns, with
       τ and the cycle split (draft / verify) for the head (shipped if present, else random).
 --baseline DIR loads the eagle_infer package of another checkout (e.g. `git worktree add /tmp/base main`) under
@@ -133,22 +135,52 @@ def load_baseline(directory: str):
     return importlib.import_module("eagle_infer_baseline.config"), importlib.import_module("eagle_infer_baseline.target")
 
 
+class ForwardTimer:
+    """Times every target.forward an engine makes (bench instrumentation): a request's first call is its prefill,
+    then one per cycle, so a cycle's time minus its forward's is what the engine adds around the forward."""
+
+    def __init__(self, target):
+        self.calls: list[float] = []
+        self._forward = target.forward
+
+        def timed(*args, **kwargs):
+            _sync(target.device)
+            start = time.perf_counter()
+            out = self._forward(*args, **kwargs)
+            _sync(target.device)
+            self.calls.append(time.perf_counter() - start)
+            return out
+
+        object.__setattr__(target, "forward", timed)
+
+    def take(self) -> list[float]:
+        calls, self.calls = self.calls, []
+        return calls
+
+
 class Runs:
-    """Per method: tokens, wall seconds, per-cycle draft/verify seconds, taus, outputs."""
+    """Per method: tokens, wall seconds, per-cycle draft/verify seconds and target-forward seconds, taus, outputs."""
 
     def __init__(self):
         self.data: dict[str, dict] = {}
 
-    def add(self, name: str, result) -> None:
+    def add(self, name: str, result, forwards: list[float]) -> None:
         d = self.data.setdefault(name, {"tokens": 0, "wall": 0.0, "draft": [], "verify": [], "tau": [], "sizes": [],
-                                        "outputs": []})
+                                        "outputs": [], "forward": [], "per_level": []})
         d["tokens"] += len(result.tokens)
         d["wall"] += result.wall_s
         d["draft"] += [c.draft_s for c in result.cycles]
         d["verify"] += [c.verify_s for c in result.cycles]
+        d["forward"] += forwards[1:]  # the prefill's first
         d["sizes"] += [c.tree_size for c in result.cycles]
+        d["per_level"] += [c.draft_s / max(c.tree_depth, 1) for c in result.cycles]
         d["tau"].append(result.tau)
         d["outputs"].append(result.tokens)
+
+    def overhead_ms(self, name: str) -> float:
+        """Median over cycles of (verify time - the target forward inside it)."""
+        d = self.data[name]
+        return 1000 * statistics.median(v - f for v, f in zip(d["verify"], d["forward"]))
 
     def tok_s(self, name: str) -> float:
         return self.data[name]["tokens"] / self.data[name]["wall"]
@@ -158,11 +190,13 @@ class Runs:
 
 
 def engines(config_module, target, head: str, args):
+    """(vanilla engine, EAGLE-2 engine, forward timer) of one eagle_infer package over its own target."""
+    timer = ForwardTimer(target)
     vanilla = config_module.build_engine(config_module.InferConf(method="vanilla"), target)
     eagle2 = config_module.build_engine(
         config_module.InferConf(method="eagle2", head=head, depth=args.depth, top_k=args.top_k,
                                 total_tokens=args.total_tokens), target)
-    return vanilla, eagle2
+    return vanilla, eagle2, timer
 
 
 def bench_dtype(dtype: str, args) -> dict:
@@ -190,35 +224,37 @@ def bench_dtype(dtype: str, args) -> dict:
     if args.baseline:
         base_config, base_target = load_baseline(args.baseline)
         methods["baseline"] = engines(base_config, base_target.load_target(args.model, dtype), head, args)
-    for vanilla, eagle2 in methods.values():  # warm-up, excluded
+    for vanilla, eagle2, timer in methods.values():  # warm-up, excluded
         vanilla.generate(prompts[0], 8, stop_ids=stops)
         eagle2.generate(prompts[0], 8, stop_ids=stops)
+        timer.take()
     hf_generate(target, prompts[0], 8, stops)
-    runs = Runs()
-    for ids in prompts:  # interleaved per prompt, so machine drift hits every method alike
+    runs, bare_1, bare_n = Runs(), [], []
+    tree = args.total_tokens if isinstance(args.total_tokens, int) else 16
+    for ids in prompts:  # interleaved per prompt, so machine drift hits every method and the bare forwards alike
         n, dt = hf_generate(target, ids, args.max_new, stops)
         runs.data.setdefault("hf_generate", {"tokens": 0, "wall": 0.0})
         runs.data["hf_generate"]["tokens"] += n
         runs.data["hf_generate"]["wall"] += dt
-        for prefix, (vanilla, eagle2) in methods.items():
-            runs.add(f"{prefix} vanilla", vanilla.generate(ids, args.max_new, stop_ids=stops))
-            runs.add(f"{prefix} eagle2", eagle2.generate(ids, args.max_new, stop_ids=stops))
-    # Bare forwards at the runs' mean context, for the engine-vs-bare ratios.
+        for prefix, (vanilla, eagle2, timer) in methods.items():
+            runs.add(f"{prefix} vanilla", vanilla.generate(ids, args.max_new, stop_ids=stops), timer.take())
+            runs.add(f"{prefix} eagle2", eagle2.generate(ids, args.max_new, stop_ids=stops), timer.take())
+        context = len(ids) + args.max_new // 2  # bare forwards at this prompt's mean context
+        with torch.inference_mode():
+            bare_1.append(forward_ms(target, 1, context, args.reps))
+            bare_n.append(forward_ms(target, tree + 1, context, args.reps))
     context = int(statistics.mean(len(p) for p in prompts) + args.max_new // 2)
-    tree = int(statistics.median(runs.data["this eagle2"]["sizes"]))
-    with torch.inference_mode():
-        bare_1 = forward_ms(target, 1, context, args.reps * 4)
-        bare_n = forward_ms(target, tree + 1, context, args.reps * 2)
+    bare_1, bare_n = statistics.median(bare_1), statistics.median(bare_n)
 
     engine = {}
     for prefix in methods:
         v, e = f"{prefix} vanilla", f"{prefix} eagle2"
-        step = runs.step_ms(v, "verify")
-        levels = args.depth
+        step, per_level = runs.step_ms(v, "verify"), runs.step_ms(e, "per_level")
         engine[prefix] = {
             "vanilla_step_ms": step, "vanilla_step_vs_bare": step / bare_1,
-            "draft_ms_per_cycle": runs.step_ms(e, "draft"), "draft_ms_per_level": runs.step_ms(e, "draft") / levels,
-            "draft_level_vs_step": runs.step_ms(e, "draft") / levels / bare_1,
+            "vanilla_overhead_ms": runs.overhead_ms(v), "verify_overhead_ms": runs.overhead_ms(e),
+            "draft_ms_per_cycle": runs.step_ms(e, "draft"), "draft_ms_per_level": per_level,
+            "draft_level_vs_step": per_level / bare_1,
             "verify_ms_per_cycle": runs.step_ms(e, "verify"), "verify_vs_bare": runs.step_ms(e, "verify") / bare_n,
             "vanilla_tok_s": runs.tok_s(v), "eagle2_tok_s": runs.tok_s(e), "eagle2_vs_vanilla": runs.tok_s(e) / runs.tok_s(v),
             "vanilla_vs_hf": runs.tok_s(v) / runs.tok_s("hf_generate"), "eagle2_tau": statistics.mean(runs.data[e]["tau"]),
@@ -246,15 +282,18 @@ def print_tables(r: dict) -> None:
     print("|---|" + "---|" * len(fwd))
     print("| forward ms | " + " | ".join(f"{v:.1f}" for v in fwd.values()) + " |\n")
     n = r["tree_size"] + 1
-    print(f"Engine against bare forwards at a {r['context']}-token context (bare 1 token {r['bare_forward_1_ms']:.1f} ms, "
+    print(f"Engine against bare forwards at a {r['context']}-token mean context, measured between the prompts' runs "
+          f"(bare 1 token {r['bare_forward_1_ms']:.1f} ms, "
           f"bare {n} tokens {r[f'bare_forward_{n}_ms']:.1f} ms), {r['prompts']} MT-bench prompts, {r['max_new_tokens']} "
           f"new tokens, {r['head']} head, depth {r['eagle2']['depth']}, top_k {r['eagle2']['top_k']}, total_tokens "
           f"{r['eagle2']['total_tokens']}:\n")
     cols = list(r["engine"])
     rows = [
         ("vanilla step ms (vs bare 1-token forward)", lambda e: f"{e['vanilla_step_ms']:.1f} ({e['vanilla_step_vs_bare']:.2f}x)"),
+        ("vanilla step: ms around its target forward", lambda e: f"{e['vanilla_overhead_ms']:.2f}"),
         ("draft ms per level (vs bare 1-token forward)", lambda e: f"{e['draft_ms_per_level']:.2f} ({e['draft_level_vs_step'] * 100:.1f} %)"),
         (f"verify ms per cycle (vs bare {n}-token forward)", lambda e: f"{e['verify_ms_per_cycle']:.1f} ({e['verify_vs_bare']:.2f}x)"),
+        ("verify: ms around its target forward", lambda e: f"{e['verify_overhead_ms']:.2f}"),
         ("draft + verify ms per cycle", lambda e: f"{e['draft_ms_per_cycle']:.1f} + {e['verify_ms_per_cycle']:.1f}"),
         ("vanilla tok/s (vs transformers generate)", lambda e: f"{e['vanilla_tok_s']:.1f} ({e['vanilla_vs_hf']:.2f}x)"),
         ("EAGLE-2 tok/s (vs vanilla)", lambda e: f"{e['eagle2_tok_s']:.1f} ({e['eagle2_vs_vanilla']:.2f}x)"),
@@ -277,9 +316,10 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--data-dir", default=str(REPO.parent / "shared" / "data" / "benchmarks"))
     ap.add_argument("--out", default=str(REPO / "results" / "bench-engine.json"))
-    ap.add_argument("--depth", type=int, default=InferConf.depth)
+    int_or_auto = lambda v: v if v == "auto" else int(v)  # noqa: E731
+    ap.add_argument("--depth", type=int_or_auto, default=InferConf.depth)
     ap.add_argument("--top-k", type=int, default=InferConf.top_k)
-    ap.add_argument("--total-tokens", type=int, default=InferConf.total_tokens)
+    ap.add_argument("--total-tokens", type=int_or_auto, default=InferConf.total_tokens, help="a number or auto")
     ap.add_argument("--baseline", default="", help="another checkout whose engine is measured alongside")
     args = ap.parse_args()
 

@@ -285,6 +285,19 @@ def test_sweep_jobs_with_different_keys(tmp_path):
     assert md.count("**best**") == 1 and (sweep / "sweep_speedup.png").exists()
 
 
+def test_sweep_compares_the_auto_job_with_the_best_fixed_one(tmp_path):
+    from eval.sweep import collect, write
+
+    sweep = tmp_path / "sweep"
+    write_records(sweep / "baseline", [record("vanilla", "1", 2.0, [])])
+    write_records(sweep / "infer.depth=3,infer.total_tokens=8", [record("eagle2", "1", 1.0, [cycle(1)])])
+    write_records(sweep / "infer.depth=auto,infer.total_tokens=auto", [record("eagle2", "1", 1.25, [cycle(1)])])
+    md = write(collect(sweep), sweep)
+    assert md.rstrip().splitlines()[-1] == ("auto (infer.depth=auto,infer.total_tokens=auto): 6.4 tok/s = 0.80x the best "
+                                            "fixed setting (infer.depth=3,infer.total_tokens=8, 8.0 tok/s)")
+    assert (sweep / "sweep_speedup.png").exists()
+
+
 # --- eval resume ---------------------------------------------------------------------------------------------------
 
 
