@@ -41,8 +41,8 @@ BUDGETS = ("fixed", "auto")
 @dataclass
 class DecodeConfig:
     """How to draft. depth: longest draft path; top_k: EAGLE-2 expansion width (nodes expanded per level and
-    children kept per expanded node; the sampling filter is SamplingParams.sampling_top_k); total_tokens: EAGLE-2 draft budget
-    (root excluded); static_paths: EAGLE-1 tree (None = DEFAULT_STATIC_PATHS). max_batch_size: most requests decoded
+    children kept per expanded node; the sampling filter is SamplingParams.sampling_top_k); total_tokens: EAGLE-2
+    draft budget (root excluded); static_paths: EAGLE-1 tree (None = DEFAULT_STATIC_PATHS). max_batch_size: most requests decoded
     at once. batch_token_budget: most tokens one verification forward holds over the whole batch (B rows x (tree +
     root)); the tree shrinks to fit as the batch grows (EAGLE notes smaller trees suit larger batches); 0 = off.
     lookup: merge prompt lookup (settings lookup_conf) into the head's tree within the same budget.

@@ -298,3 +298,58 @@ def test_kv_cache_keep_gathers_and_commits():
     assert cache.length == 13 and torch.equal(cache.k, before)
     cache.truncate(4)
     assert cache.length == 4
+
+
+def reference_walk(tokens: list[int], parents: list[int], best: list[int]) -> tuple[list[int], int, list[int]]:
+    """Greedy acceptance by walking down one tree: (path, bonus, tested), the definition verify_greedy batches."""
+    children = [[] for _ in range(len(tokens) + 1)]
+    for i, p in enumerate(parents):
+        children[p + 1].append(i)
+    path, tested, row = [], [], 0
+    while True:
+        tested += children[row]
+        hit = next((c for c in children[row] if tokens[c] == best[row]), None)
+        if hit is None:
+            return path, best[row], tested
+        path.append(hit)
+        row = hit + 1
+
+
+def test_batched_greedy_verifier_equals_walking_each_tree():
+    """Random padded breadth-first trees (repeated sibling tokens, empty and full rows, long chains) in one batch:
+    the tensor verifier gives each row exactly the walk's path, bonus and tested nodes."""
+    from eagle_infer.tree import ancestor_masks
+    from eagle_infer.verify import verify_greedy
+
+    gen = torch.Generator().manual_seed(4)
+    vocab = 3  # few tokens: siblings often repeat and logits often pick a drafted token
+    deepest = 0
+    for n in (1, 5, 17, 40):
+        rows = []
+        for b in range(6):
+            size = [0, n, 1, n, n // 2, n][b]
+            parents, level = [], [-1]  # breadth-first: each node's parent is on the level above, in any order
+            while len(parents) < size:
+                width = min(size - len(parents), int(torch.randint(1, 5, (), generator=gen)))
+                start = len(parents)
+                parents += [level[int(torch.randint(0, len(level), (), generator=gen))] for _ in range(width)]
+                level = list(range(start, len(parents)))
+            if b == 3:
+                parents = list(range(-1, size - 1))  # a chain as deep as the tree
+            rows.append((parents, torch.randint(0, vocab, (size,), generator=gen).tolist()))
+        parents = torch.tensor([p + [-1] * (n - len(p)) for p, _ in rows])
+        tokens = torch.tensor([t + [0] * (n - len(t)) for _, t in rows])
+        sizes = torch.tensor([len(p) for p, _ in rows])
+        logits = torch.randn(len(rows), n + 1, vocab, generator=gen)
+        chain = rows[3][1]
+        for row in range(min(n, 4)):  # the chain row's target agrees with its first four tokens
+            logits[3, row, chain[row]] += 10
+        g = verify_greedy(tokens, parents, sizes, ancestor_masks(parents), logits)
+        best = logits.argmax(-1).tolist()
+        for b, (p, t) in enumerate(rows):
+            path, bonus, tested = reference_walk(t, p, best[b])
+            assert g.on_path[b].nonzero()[:, 0].tolist() == path, (n, b)
+            assert int(g.accepted[b]) == len(path) and int(g.bonus[b]) == bonus
+            assert g.tested[b].nonzero()[:, 0].tolist() == tested
+        deepest = max(deepest, int(g.accepted.max()))
+    assert deepest >= 3  # some rows accept deep paths
