@@ -19,7 +19,7 @@ import json
 import platform
 import statistics
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
@@ -155,24 +155,28 @@ def load_or_measure(target, head, top_k: int, max_tokens: int) -> CostModel:
 
 @dataclass
 class Budget:
-    """Per-cycle choices of an auto budget for `batch` rows: how many candidates to verify, whether to draft on."""
+    """Per-cycle choices of an auto budget for `batch` rows: how many candidates to verify, whether to draft on.
+    Built once per (batch, max_nodes): verify_ms[n - 1] is the forward of batch x (1 + n) tokens."""
 
     cost: CostModel
     batch: int
     max_nodes: int
+    verify_ms: torch.Tensor = field(init=False)
+
+    def __post_init__(self):
+        self.verify_ms = torch.tensor([self.cost.forward(self.batch * (1 + n)) for n in range(1, self.max_nodes + 1)],
+                                      dtype=torch.float64)
 
     def plan(self, values: torch.Tensor, levels: int) -> tuple[int, float, float]:
         """values: [B, M] path log-values of every candidate so far. -> (n nodes per row, expected tokens per
         cycle over the batch, cycle ms) of the best n <= max_nodes, with `levels` draft levels paid."""
-        probs = values.exp().sort(dim=-1, descending=True).values[:, : self.max_nodes]
-        gain = (self.batch + probs.sum(0).cumsum(0)).tolist()  # expected tokens with n = 1, 2, ...
-        draft = self.cost.level_ms * levels
-        best = (0.0, 1, 0.0, 0.0)
-        for n, tokens in enumerate(gain, start=1):
-            ms = draft + self.cost.forward(self.batch * (1 + n))
-            if tokens / ms > best[0]:
-                best = (tokens / ms, n, tokens, ms)
-        return best[1], best[2], best[3]
+        probs = values.double().exp().sort(dim=-1, descending=True).values[:, : self.max_nodes]
+        tokens = self.batch + probs.sum(0).cumsum(0)  # expected tokens with n = 1, 2, ...
+        ms = self.cost.level_ms * levels + self.verify_ms[: tokens.numel()].to(tokens.device)
+        best = int((tokens / ms).argmax())  # the first best: fewer nodes on a tie
+        n, expected, cycle_ms = torch.stack([torch.tensor(best + 1.0, dtype=torch.float64, device=tokens.device),
+                                             tokens[best], ms[best]]).tolist()
+        return int(n), expected, cycle_ms
 
     def nodes(self, values: torch.Tensor, levels: int) -> int:
         return self.plan(values, levels)[0]
@@ -180,5 +184,5 @@ class Budget:
     def draft_on(self, values: torch.Tensor, frontier: torch.Tensor, levels: int) -> bool:
         """Whether one more level can pay: the frontier's path probabilities bound what its children add."""
         _, tokens, ms = self.plan(values, levels)
-        bound = float(frontier.exp().sum())
+        bound = float(frontier.double().exp().sum())
         return (tokens + bound) / (ms + self.cost.level_ms) > tokens / ms

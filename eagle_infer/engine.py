@@ -284,6 +284,7 @@ class Engine:
         if config.budget == "auto" and cost is None:
             cost = load_or_measure(target, head, config.top_k, 1 + config.total_tokens)
         self.target, self.head, self.config, self.drafter, self.cost = target, head, config, drafter, cost
+        self._budgets: dict[tuple[int, int], Budget] = {}  # per (batch, max nodes), built once from `cost`
 
     def _check_room(self, prompt_len: int, max_new_tokens: int, which: str = "") -> int:
         """The cache length this request needs; a clear error when the context cannot hold it."""
@@ -367,6 +368,12 @@ class Engine:
         _sync(self.target.device)
         return BatchResult(results, time.perf_counter() - start, size, need)
 
+    def _auto_budget(self, batch: int, max_nodes: int) -> Budget:
+        """The auto budget's per-cycle chooser for this batch size, built once from the cost model."""
+        if (batch, max_nodes) not in self._budgets:
+            self._budgets[batch, max_nodes] = Budget(self.cost, batch, max_nodes)
+        return self._budgets[batch, max_nodes]
+
     def _draft(self, feeder: TreeFeeder, config: DecodeConfig, copies: list[list[DraftTree]] | None) -> list[DraftTree]:
         """One tree per row: the head's (or the custom drafter's), merged with the row's lookup chains `copies`."""
         if self.drafter is not None:
@@ -378,9 +385,9 @@ class Engine:
         elif config.method == "eagle1":
             heads = draft_static(feeder, config.paths())
         else:
-            budget = Budget(self.cost, feeder.root.batch, config.total_tokens) if config.budget == "auto" else None
+            auto = self._auto_budget(feeder.root.batch, config.total_tokens) if config.budget == "auto" else None
             heads = draft_dynamic(feeder, config.depth, config.top_k, config.total_tokens, config.expand_by, config.rerank,
-                                  budget)
+                                  auto)
         trees = heads
         if copies is not None and len(heads) == len(copies):
             trees = [merge_trees(([] if head is None else [head]) + c, config.tree_size(), self.target.device)
