@@ -30,7 +30,7 @@ from .kv_cache import KVCache
 from .lookup import CopyRates, lookup_chains
 from .merge import merge_trees
 from .tree import DEFAULT_STATIC_PATHS, DraftTree, additive_mask, ancestor_masks, causal_mask, check_paths
-from .verify import Acceptance, SamplingParams, sample_token, target_probs, verify_greedy, verify_sampling
+from .verify import Acceptance, SamplingParams, argmax, sample_token, target_probs, verify_greedy, verify_sampling
 
 METHODS = ("vanilla", "chain", "eagle1", "eagle2", "lookup")
 HEADLESS = ("vanilla", "lookup")  # methods that draft without a head
@@ -500,7 +500,7 @@ class _BatchRun:
         logits, _ = target.forward(ids, positions, self.cache, mask, last_only=True)
         self.cache.advance(1)
         if self.sampling.greedy:
-            tokens = logits[:, -1].argmax(-1).tolist()  # the cycle's one host sync
+            tokens = argmax(logits[:, -1]).tolist()  # the cycle's one host sync
         else:
             tokens = [sample_token(logits[b, -1], self.sampling, r.generator) for b, r in enumerate(rows)]
         verify_s = time.perf_counter() - t0
