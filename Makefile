@@ -49,9 +49,10 @@ demo: $(STAMP)
 	$(PY) -m eval.cli run=demo model.name=smollm2-135m bench.names=[mt_bench] bench.limit=3 infer.max_new_tokens=96 \
 	  infer.depth=2 infer.top_k=4 infer.total_tokens=8 \
 	  methods=[vanilla,eagle2,eagle2:demo] +heads.demo=runs/demo/head/head $(ARGS)
-	$(PY) -m eval.cli run=demo-float32 model.name=smollm2-135m model.dtype=float32 bench.names=[mt_bench] bench.limit=3 \
+	@echo "float32 check: vanilla and EAGLE-2 (shipped head) on the same 3 first turns ..."
+	@$(PY) -m eval.cli run=demo-float32 model.name=smollm2-135m model.dtype=float32 bench.names=[mt_bench] bench.limit=3 \
 	  bench.max_turns=1 infer.max_new_tokens=96 infer.depth=2 infer.top_k=4 infer.total_tokens=8 methods=[vanilla,eagle2] \
-	  wandb.mode=disabled $(ARGS) > /dev/null
+	  wandb.mode=disabled > /dev/null
 	$(PY) -m eval.identical results/demo-float32 "float32 greedy"
 
 EVAL_ARGS = model.name=$(MODEL) run=$(RUN) $(if $(BENCH),bench.names=[$(BENCH)]) $(if $(LIMIT),bench.limit=$(LIMIT)) \

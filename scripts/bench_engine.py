@@ -231,7 +231,7 @@ def bench_dtype(dtype: str, args) -> dict:
     hf_generate(target, prompts[0], 8, stops)
     runs, bare_1, bare_n = Runs(), [], []
     tree = args.total_tokens if isinstance(args.total_tokens, int) else 16
-    for ids in prompts:  # interleaved per prompt, so machine drift hits every method and the bare forwards alike
+    for ids in prompts * args.rounds:  # interleaved per prompt: machine drift hits every method and bare forward alike
         n, dt = hf_generate(target, ids, args.max_new, stops)
         runs.data.setdefault("hf_generate", {"tokens": 0, "wall": 0.0})
         runs.data["hf_generate"]["tokens"] += n
@@ -261,7 +261,7 @@ def bench_dtype(dtype: str, args) -> dict:
             "eagle2_identical_to_vanilla": sum(a == b for a, b in zip(runs.data[e]["outputs"], runs.data[v]["outputs"])),
         }
     return {
-        "machine": info, "model": target.name, "dtype": dtype_name, "head": head, "prompts": len(prompts),
+        "machine": info, "model": target.name, "dtype": dtype_name, "head": head, "prompts": len(prompts) * args.rounds,
         "max_new_tokens": args.max_new, "read_bandwidth_gbs": bandwidth, "step_weight_mb": weights / 1e6,
         "weights_floor_ms": floor_ms, "forward_ms": {str(k): v for k, v in fwd.items()},
         "context": context, "tree_size": tree, "bare_forward_1_ms": bare_1, f"bare_forward_{tree + 1}_ms": bare_n,
@@ -314,6 +314,7 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=3, help="MT-bench first turns")
     ap.add_argument("--max-new", type=int, default=128)
     ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=1, help="passes over the prompts (more averages out a busy machine)")
     ap.add_argument("--data-dir", default=str(REPO.parent / "shared" / "data" / "benchmarks"))
     ap.add_argument("--out", default=str(REPO / "results" / "bench-engine.json"))
     int_or_auto = lambda v: v if v == "auto" else int(v)  # noqa: E731
