@@ -9,8 +9,9 @@ name; torch version; model; dtype), and a file whose key differs from the runnin
 Per cycle, `Budget` picks how many of the drafted candidates to verify: EAGLE-2's path value of a candidate (the
 product of the draft probabilities along its path) estimates the probability that the target accepts it, so verifying
 the n best candidates of B rows is expected to emit B + (sum of their path probabilities) tokens, at a cost of the
-draft levels plus a forward of B (1 + n) tokens; n maximises the ratio. Drafting stops early when even the best case
-of one more level (every frontier path accepted, verification free) would lower that ratio.
+draft levels plus a forward of B (1 + n) tokens; n maximises the ratio. Drafting stops early when one more level is
+expected to lower that ratio (its children add the frontier's path probabilities times the mass the head gave its
+top-k children at the last level, and cost a level plus a larger forward).
 """
 from __future__ import annotations
 
@@ -181,8 +182,12 @@ class Budget:
     def nodes(self, values: torch.Tensor, levels: int) -> int:
         return self.plan(values, levels)[0]
 
-    def draft_on(self, values: torch.Tensor, frontier: torch.Tensor, levels: int) -> bool:
-        """Whether one more level can pay: the frontier's path probabilities bound what its children add."""
-        _, tokens, ms = self.plan(values, levels)
-        bound = float(frontier.double().exp().sum())
-        return (tokens + bound) / (ms + self.cost.level_ms) > tokens / ms
+    def draft_on(self, values: torch.Tensor, frontier: torch.Tensor, levels: int, mass: float = 1.0) -> bool:
+        """Whether one more level pays: its children are expected to add `mass` x the frontier's path probabilities
+        (mass: the mean probability the head gave its top-k children at the last level, at most 1) and to join
+        the verified nodes, at the cost of one more level and a larger verification forward."""
+        n, tokens, ms = self.plan(values, levels)
+        gain = mass * float(frontier.double().exp().sum())
+        grown = min(n + frontier.shape[-1], self.max_nodes)
+        more_ms = self.cost.level_ms + float(self.verify_ms[grown - 1] - self.verify_ms[n - 1])
+        return (tokens + gain) / (ms + more_ms) > tokens / ms

@@ -186,8 +186,11 @@ def draft_dynamic(
     frontier = torch.arange(k, device=device).expand(b, k)  # [B, k] candidates chosen for expansion, newest level
     chosen, n_cand = [frontier], k
     for d in range(2, depth + 1):
-        if budget is not None and not budget.draft_on(torch.cat(c_val, 1), torch.cat(c_val, 1).gather(1, frontier), d - 1):
-            break
+        if budget is not None:
+            values = torch.cat(c_val, 1)
+            mass = float(c_own[-1].exp().view(b, -1, k).sum(-1).mean())  # top-k children's mass per expanded node
+            if not budget.draft_on(values, values.gather(1, frontier), d - 1, mass):
+                break
         all_tok, all_par = torch.cat(c_tok, 1), torch.cat(c_par, 1)
         par = all_par.gather(1, frontier)
         parent_slots = torch.where(par < 0, par, slot_of.gather(1, par.clamp(min=0)))

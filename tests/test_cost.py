@@ -50,6 +50,12 @@ def test_draft_on_stops_when_a_level_cannot_pay():
     assert Budget(cost(0.1, level_ms=1.0), 1, 8).draft_on(values, likely, 1)
     assert not Budget(cost(0.1, level_ms=1.0), 1, 8).draft_on(values, unlikely, 1)
     assert not Budget(cost(0.1, level_ms=1e4), 1, 8).draft_on(values, likely, 1)
+    # The children's expected mass scales the gain: a head spreading its probability thin stops sooner.
+    assert not Budget(cost(0.1, level_ms=1.0), 1, 8).draft_on(values, likely, 1, mass=0.01)
+    # Verifying the new level's nodes costs too: with dear tokens a doubtful level does not pay, with free ones it does.
+    doubtful = torch.tensor([[-1.0]])
+    assert not Budget(cost(10.0, level_ms=0.0), 1, 8).draft_on(values, doubtful, 1)
+    assert Budget(cost(0.0, level_ms=0.0), 1, 8).draft_on(values, doubtful, 1)
 
 
 @pytest.mark.parametrize("per_token,level_ms", [(0.0, 0.0), (0.3, 1.0), (50.0, 1.0), (0.1, 1e5)])
