@@ -2,9 +2,10 @@
 
 A CostModel holds what one cycle costs on the running machine: the target's forward ms per number of verified tokens
 (measured at a few sizes, interpolated between them) and the draft head's ms per tree level (one head forward of
-top_k nodes plus its draft-vocabulary logits and top-k). It is measured once per machine, model, dtype and device and
-cached as JSON under `cache_root()/cost-models/`; the file records its key (CPU model, flags and threads, or the GPU's
-name; torch version; model; dtype), and a file whose key differs from the running machine's is never used.
+top_k nodes plus its draft-vocabulary logits and top-k). It is measured once per machine, model, dtype and head
+shape and cached as JSON under `cache_root()/cost-models/`; the file records its key (CPU model, flags and threads,
+or the GPU's name; torch version; model; dtype; top_k; head layers and draft vocabulary), and a file whose key
+differs from the running one's is never used.
 
 Per cycle, `Budget` picks how many of the drafted candidates to verify: EAGLE-2's path value of a candidate (the
 product of the draft probabilities along its path) estimates the probability that the target accepts it, so verifying
@@ -142,9 +143,10 @@ def measure(target, head, top_k: int, max_tokens: int, context: int = 256, reps:
 
 
 def load_or_measure(target, head, top_k: int, max_tokens: int) -> CostModel:
-    """The cached cost model of this machine, model and dtype, measured (and cached) when there is none."""
+    """The cached cost model of this machine, model, dtype and head shape, measured (and cached) when there is none."""
+    hc = head.config
     key = {**machine_key(target.device), "model": target.name, "dtype": str(target.dtype).removeprefix("torch."),
-           "top_k": top_k}
+           "top_k": top_k, "head": f"{getattr(hc, 'layers', 1)} layer(s), draft vocabulary {hc.draft_vocab_size or hc.vocab_size}"}
     path = cache_path(key)
     model = CostModel.load(path, key)
     if model is None or model.sizes[-1] < max_tokens:

@@ -103,7 +103,7 @@ def test_cost_model_is_cached_per_machine_and_never_reused_elsewhere(tmp_path, m
     target, head = target_and_head(2)
     first = load_or_measure(target, head, 4, 9)
     assert first.key["model"] == target.name and first.key == {**machine_key(target.device), **{
-        k: first.key[k] for k in ("model", "dtype", "top_k")}}
+        k: first.key[k] for k in ("model", "dtype", "top_k", "head")}}
     assert first.sizes[-1] >= 9 and all(ms > 0 for ms in first.forward_ms) and first.level_ms > 0
     path = cache_path(first.key)
     assert path.exists() and load_or_measure(target, head, 4, 9) == first  # read back, not re-measured
