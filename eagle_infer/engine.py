@@ -78,6 +78,9 @@ class DecodeConfig:
             raise EagleError(f"unknown budget {self.budget!r}: expected one of {', '.join(BUDGETS)}")
         if self.budget == "auto" and (self.method != "eagle2" or not self.rerank):
             raise EagleError(f"budget 'auto' needs method eagle2 with rerank: got method {self.method!r}, rerank {self.rerank}")
+        if self.budget == "auto" and self.lookup:
+            raise EagleError("budget 'auto' does not combine with lookup=true (the merged tree ignores its choice): "
+                             "give depth and total_tokens numbers")
         if self.depth < 1:
             raise EagleError(f"depth {self.depth} is invalid: expected >= 1")
         if not 1 <= self.top_k <= vocab_size:

@@ -95,6 +95,7 @@ def test_infer_auto_keys_and_errors():
     target, head = target_and_head(2)
     one_line_error(lambda: Engine(target, head, DecodeConfig(method="eagle1", budget="auto")), "budget 'auto'", "eagle1")
     one_line_error(lambda: Engine(target, head, DecodeConfig(budget="sometimes")), "'sometimes'")
+    one_line_error(lambda: Engine(target, head, DecodeConfig(budget="auto", lookup=True)), "budget 'auto'", "lookup")
     one_line_error(lambda: Engine(target, head, DecodeConfig(total_tokens="many")), "total_tokens 'many'")
 
 
