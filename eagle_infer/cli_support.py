@@ -55,6 +55,20 @@ def launch(hydra_main) -> None:
     hydra_main()
 
 
+def register_resolvers() -> None:
+    """`${eagle_cache:}` in configs: the toolkit's cache root ($EAGLE_CACHE or ~/.cache/eagle-toolkit), where long
+    jobs keep what must outlive a checkout (converted models, feature shards, ablation runs)."""
+    from omegaconf import OmegaConf
+
+    from .target import cache_root
+
+    if not OmegaConf.has_resolver("eagle_cache"):
+        OmegaConf.register_new_resolver("eagle_cache", lambda: str(cache_root()))
+
+
+register_resolvers()
+
+
 def setup_logging() -> None:
     logging.basicConfig(level=logging.INFO, format="%(message)s", force=True)
     for noisy in ("httpx", "urllib3", "DeepSpeed", "torch.distributed", "datasets"):

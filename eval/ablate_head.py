@@ -6,7 +6,9 @@ measures τ on MT-bench first turns with the default EAGLE-2 tree through `eval.
 row (summary.json) is not retrained, an interrupted one continues from its DeepSpeed checkpoint, τ records resume.
 A row whose features hold fewer loss tokens than it asks for is reported as pending, never trained on less.
 
-Writes results/ablate-head/table.md|csv (held-out top-1 and simulated 0-α..6-α on the one held-out split, τ,
+Everything lives under the cache root ($EAGLE_CACHE or ~/.cache/eagle-toolkit)/ablate-head, so rows that take
+hours resume across sessions and checkouts: one directory per row (its DeepSpeed checkpoints, head, summary.json,
+τ records) and table.md|csv (held-out top-1 and simulated 0-α..6-α on the one held-out split, τ,
 training time), tau_vs_tokens.png (τ against training loss tokens per family of rows), and coverage.md: the share
 of the target's held-out argmax tokens inside draft vocabularies of 4k..32k ids, which justifies the recipe's size.
 """
@@ -21,15 +23,20 @@ import subprocess
 import sys
 from pathlib import Path
 
-import yaml
-
 from eagle_infer.cli_support import REPO, setup_logging
 from eagle_infer.errors import EagleError
 
 log = logging.getLogger("ablate")
-OUT = Path("results/ablate-head")
+OUT = Path()  # set by main: cache root / ablate-head
 ALPHAS = 7
 COVERAGE_SIZES = (4096, 8192, 16384, 32768)
+
+
+def _load_yaml(path: Path) -> dict:
+    """A YAML config with its ${...} interpolations resolved (${eagle_cache:} included)."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_container(OmegaConf.load(path), resolve=True)
 
 
 def load_spec(recipe: str) -> dict:
@@ -37,17 +44,21 @@ def load_spec(recipe: str) -> dict:
     if not path.exists():
         known = sorted(p.stem for p in (REPO / "conf" / "ablate").glob("*.yaml"))
         raise EagleError(f"no ablation spec for recipe {recipe!r}: known are {', '.join(known)}")
-    spec = yaml.safe_load(path.read_text())
+    spec = _load_yaml(path)
     names = [r["name"] for r in spec["rows"]]
     if len(set(names)) != len(names):
         raise EagleError(f"{path}: row names repeat: {names}")
     return spec
 
 
-def features_dir(recipe: str) -> Path:
-    """The recipe's feature directory (data.features_dir with the model name filled in)."""
-    raw = yaml.safe_load((REPO / "recipes" / f"{recipe}.yaml").read_text())
-    return Path(f"runs/{raw['model']['name']}/features")
+def recipe(name: str) -> dict:
+    return _load_yaml(REPO / "recipes" / f"{name}.yaml")
+
+
+def features_dir(name: str) -> Path:
+    """The recipe's feature directory (its data.features_dir; the training default otherwise)."""
+    raw = recipe(name)
+    return Path(raw.get("data", {}).get("features_dir") or f"runs/{raw['model']['name']}/features")
 
 
 def _run(cmd: list[str], log_path: Path) -> None:
@@ -71,45 +82,51 @@ def _loss_tokens(directory: Path) -> int:
     return Manifest.load(directory).loss_tokens if (directory / "manifest.json").exists() else 0
 
 
-def _fixed_features(spec: dict, recipe: str) -> Path:
+def _fixed_features(spec: dict, name: str) -> Path:
     """Featurize ShareGPT's own answers (the fixed-data row's features) once; resumes like any featurize."""
     root = Path(spec["fixed_features"])
     if not (root / "train" / "manifest.json").exists() or _loss_tokens(root / "train") == 0:
-        _run([sys.executable, "-m", "eagle_train.cli", f"recipes={recipe}", "stage=featurize",
+        _run([sys.executable, "-m", "eagle_train.cli", f"recipes={name}", "stage=featurize",
               "featurize.regenerate=false", "featurize.features=last", f"featurize.max_shards={spec['fixed_shards']}",
               f"data.features_dir={root}"], OUT / "logs" / "featurize-fixed.log")
     return root / "train"
 
 
-def train_row(spec: dict, recipe: str, row: dict) -> str:
+def train_row(spec: dict, name: str, row: dict) -> str:
     """Train the row's head unless done; returns "done" or why it is pending."""
     out = OUT / row["name"]
     if (out / "summary.json").exists():
         return "done"
     args = [a for a in row["overrides"] if a != "fixed"]
-    feats = features_dir(recipe) / "train"
+    feats = features_dir(name) / "train"
     if "fixed" in row["overrides"]:
-        feats = _fixed_features(spec, recipe)
+        feats = _fixed_features(spec, name)
         args.append(f"train.features={feats}")
     have = _loss_tokens(feats)
     if have < row["loss_tokens"]:
         return f"pending: {feats} holds {have} loss tokens, the row needs {row['loss_tokens']}"
     launcher = str(Path(sys.executable).parent / "deepspeed")
-    _run([launcher, "--num_gpus", "1", "--no_local_rank", "--module", "eagle_train.cli", f"recipes={recipe}",
+    _run([launcher, "--num_gpus", "1", "--no_local_rank", "--module", "eagle_train.cli", f"recipes={name}",
           "stage=train", f"train.out_dir={out}", f"train.max_loss_tokens={row['loss_tokens']}",
           "train.wandb_mode=disabled", *spec.get("train", []), *args], OUT / "logs" / f"{row['name']}.log")
     return "done"
 
 
 def tau_run(row: dict) -> str:
-    return f"ablate-head/{row['name']}-tau"
+    return f"{row['name']}-tau"
 
 
-def tau_row(spec: dict, recipe: str, row: dict) -> float | None:
-    """Measure τ of the row's head on the spec's benchmark (records resume)."""
-    model = yaml.safe_load((REPO / "recipes" / f"{recipe}.yaml").read_text())["model"]["name"]
+def tau_row(spec: dict, name: str, row: dict) -> float | None:
+    """Measure τ of the row's head on the spec's benchmark (records resume; a complete set is not rerun)."""
+    from eval.records import read_records
+
+    model = recipe(name)["model"]["name"]
     ev = spec["eval"]
-    _run([sys.executable, "-m", "eval.cli", f"model.name={model}", f"run={tau_run(row)}", "methods=[eagle2]",
+    records = OUT / tau_run(row) / "records.jsonl"
+    if records.exists() and len(read_records(records)) >= ev["questions"]:
+        return recorded_tau(row)
+    _run([sys.executable, "-m", "eval.cli", f"model.name={model}", f"results_dir={OUT}", f"run={tau_run(row)}",
+          "methods=[eagle2]",
           f"infer.head={OUT / row['name'] / 'head'}", f"bench.names=[{ev['bench']}]", f"bench.limit={ev['questions']}",
           "bench.max_turns=1", f"infer.max_new_tokens={ev['max_new_tokens']}", "wandb.mode=disabled"],
          OUT / "logs" / f"{row['name']}-tau.log")
@@ -121,7 +138,7 @@ def recorded_tau(row: dict) -> float | None:
     from eval.metrics import tau
     from eval.records import read_records
 
-    records = Path("results") / tau_run(row) / "records.jsonl"
+    records = OUT / tau_run(row) / "records.jsonl"
     return tau([c for r in read_records(records) for c in r["cycles"]]) if records.exists() else None
 
 
@@ -196,7 +213,7 @@ def plot(results: list[dict]) -> Path | None:
     return path
 
 
-def coverage(recipe: str) -> str:
+def coverage(name: str) -> str:
     """Share of the target's held-out argmax tokens (at loss positions) inside the draft vocabulary made from the
     training features' most frequent answer tokens, per vocabulary size."""
     import torch
@@ -205,8 +222,8 @@ def coverage(recipe: str) -> str:
     from eagle_train.features import read_samples
     from eagle_train.objective import frequent_tokens
 
-    root = features_dir(recipe)
-    model = yaml.safe_load((REPO / "recipes" / f"{recipe}.yaml").read_text())["model"]["name"]
+    root = features_dir(name)
+    model = recipe(name)["model"]["name"]
     target = load_target(model, "float32", "cpu")
     train, heldout = read_samples(root / "train"), read_samples(root / "heldout")
     with torch.no_grad():
@@ -232,6 +249,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--coverage", action="store_true", help="also write coverage.md")
     args = parser.parse_args(argv)
     setup_logging()
+    global OUT
+    from eagle_infer.target import cache_root
+
+    OUT = cache_root() / "ablate-head"
+    log.info("ablation runs in %s", OUT)
     try:
         spec = load_spec(args.recipe)
         wanted = [r for r in args.rows.split(",") if r]
