@@ -1,0 +1,60 @@
+"""make ablate-head's driver: spec checks, pending rows, resumed rows, the table, families for the plot."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import eval.ablate_head as ab
+from eagle_infer.errors import EagleError
+
+
+@pytest.fixture()
+def out(tmp_path, monkeypatch):
+    monkeypatch.setattr(ab, "OUT", tmp_path)
+    return tmp_path
+
+
+def test_shipped_spec_rows_compose():
+    spec = ab.load_spec("smollm2-135m")
+    names = [r["name"] for r in spec["rows"]]
+    assert "baseline" in names and len(set(names)) == len(names)
+    assert all(isinstance(r["loss_tokens"], int) and r["loss_tokens"] > 0 for r in spec["rows"])
+    assert "${" not in spec["fixed_features"]  # interpolations resolved
+    with pytest.raises(EagleError, match="no ablation spec for recipe 'nope'"):
+        ab.load_spec("nope")
+
+
+def test_families_group_data_sizes():
+    assert [ab.family(n) for n in ("regen-100k", "regen-300k", "baseline", "ttt3-100k", "ttt3", "eagle3-100k")] == [
+        "baseline", "baseline", "baseline", "ttt3", "ttt3", "eagle3"]
+
+
+def test_row_with_too_little_data_is_pending_not_trained(out, monkeypatch):
+    monkeypatch.setattr(ab, "_loss_tokens", lambda directory: 1234)
+    monkeypatch.setattr(ab, "_run", lambda *a, **k: pytest.fail("nothing may run"))
+    status = ab.train_row({"train": []}, "smollm2-135m", {"name": "big", "loss_tokens": 10_000, "overrides": []})
+    assert status.startswith("pending") and "1234" in status and "10000" in status
+
+
+def test_trained_row_is_not_retrained_and_table_reads_its_summary(out, monkeypatch):
+    row = {"name": "r", "loss_tokens": 100, "overrides": []}
+    (out / "r").mkdir()
+    summary = {"steps": 3, "train_s": 120.0, "conversations": 2, "loss_tokens": 101, "epochs": 2, "heldout/top1": 0.5,
+               **{f"heldout/alpha_{k}": 0.1 * k for k in range(7)}}
+    (out / "r" / "summary.json").write_text(json.dumps(summary))
+    monkeypatch.setattr(ab, "_run", lambda *a, **k: pytest.fail("a trained row is not retrained"))
+    assert ab.train_row({"train": []}, "smollm2-135m", row) == "done"
+    result = ab.row_result(row, "done", 1.75)
+    table = ab.write_table([result, ab.row_result({"name": "p"}, "pending: no data", None)])
+    assert "| r | 101 | 2 | 0.500 | 0.000 | 0.100 |" in table and "| 1.75 | 2.0 |" in table
+    assert "pending: no data" in table and (out / "table.csv").exists()
+    assert ab.plot([result]) is not None and (out / "tau_vs_tokens.png").exists()
+
+
+def test_unknown_row_is_one_line_error(capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("EAGLE_CACHE", str(tmp_path))
+    with pytest.raises(SystemExit) as exit_info:
+        ab.main(["--rows", "nope"])
+    assert exit_info.value.code == 2
+    assert "unknown ablation row 'nope'" in capsys.readouterr().err
