@@ -92,6 +92,15 @@ def _fixed_features(spec: dict, name: str) -> Path:
     return root / "train"
 
 
+def _free_port() -> int:
+    """A free local port for the launcher's rendezvous, so rows of two ablation processes can train side by side."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
 def train_row(spec: dict, name: str, row: dict) -> str:
     """Train the row's head unless done; returns "done" or why it is pending."""
     out = OUT / row["name"]
@@ -106,7 +115,8 @@ def train_row(spec: dict, name: str, row: dict) -> str:
     if have < row["loss_tokens"]:
         return f"pending: {feats} holds {have} loss tokens, the row needs {row['loss_tokens']}"
     launcher = str(Path(sys.executable).parent / "deepspeed")
-    _run([launcher, "--num_gpus", "1", "--no_local_rank", "--module", "eagle_train.cli", f"recipes={name}",
+    _run([launcher, "--num_gpus", "1", "--master_port", str(_free_port()), "--no_local_rank", "--module",
+          "eagle_train.cli", f"recipes={name}",
           "stage=train", f"train.out_dir={out}", f"train.max_loss_tokens={row['loss_tokens']}",
           "train.wandb_mode=disabled", *spec.get("train", []), *args], OUT / "logs" / f"{row['name']}.log")
     return "done"
