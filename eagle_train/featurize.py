@@ -1,7 +1,9 @@
 """Featurize: conversations -> target features in shards (see features.py), resumable shard by shard."""
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import importlib.util
 import json
 import logging
 import time
@@ -99,7 +101,7 @@ def regeneration_engine(target, cfg: FeaturizeConfig):
     """The engine that answers prompts for regeneration: vanilla greedy decoding, cfg.regenerate_batch_size rows."""
     from eagle_infer.engine import DecodeConfig, Engine
 
-    return Engine(target, None, DecodeConfig(method="vanilla", max_batch_size=max(1, cfg.regenerate_batch_size)))
+    return Engine(target, None, DecodeConfig(method="vanilla", max_batch_size=cfg.regenerate_batch_size))
 
 
 def _shard_done(out: Path, index: int) -> bool:
@@ -120,23 +122,18 @@ def _check_resume(manifest: Manifest, fresh: Manifest, out: Path) -> None:
             )
 
 
+@contextlib.contextmanager
 def _flash_attention(target):
-    """Context: the target runs flash-attention 2 inside (plain causal attention only) when on CUDA with flash-attn
-    installed; elsewhere, or for tree-masked verification, it keeps SDPA."""
-    import contextlib
-    import importlib.util
-
-    @contextlib.contextmanager
-    def switch():
-        use = target.device.type == "cuda" and importlib.util.find_spec("flash_attn") is not None
+    """Inside, the target runs flash-attention 2 (plain causal attention only) when on CUDA with flash-attn
+    installed; elsewhere, and always for tree-masked verification, it keeps SDPA."""
+    use = target.device.type == "cuda" and importlib.util.find_spec("flash_attn") is not None
+    if use:
+        target.model.set_attn_implementation("flash_attention_2")
+    try:
+        yield
+    finally:
         if use:
-            target.model.set_attn_implementation("flash_attention_2")
-        try:
-            yield
-        finally:
-            if use:
-                target.model.set_attn_implementation("sdpa")
-    return switch()
+            target.model.set_attn_implementation("sdpa")
 
 
 def featurize(conversations: list[list[Message]], target, out_dir: str | Path, cfg: FeaturizeConfig) -> Manifest:
@@ -147,6 +144,8 @@ def featurize(conversations: list[list[Message]], target, out_dir: str | Path, c
         raise EagleError(f"unknown overlong policy {cfg.overlong!r}: expected one of {', '.join(OVERLONG)}")
     if not 0 <= cfg.rank < cfg.world:
         raise EagleError(f"featurize rank {cfg.rank} of world {cfg.world} is invalid: expected 0 <= rank < world")
+    if cfg.max_shards is not None and cfg.max_shards < 1:
+        raise EagleError(f"featurize.max_shards {cfg.max_shards} is invalid: expected >= 1 or null (all shards)")
     if not conversations:
         raise EagleError("no usable conversation to featurize: check the dataset source and its filters")
     layers = cfg.feature_layers(target)

@@ -36,7 +36,6 @@ class RegenerateSettings:
     turns: int  # user turns kept; each is answered in turn
     max_new_tokens: int
     max_length: int  # a prompt leaving fewer than max_new_tokens of it is dropped (None in the output)
-    method: str = "vanilla"  # engine method; any lossless method gives the same greedy answers in float32
 
     def check(self) -> None:
         if not 0.0 <= self.fraction <= 1.0:
@@ -104,7 +103,7 @@ def regenerated_shard(chunk: list[list[Message]], index: int, out_dir: Path, eng
     if path.exists():
         saved = json.loads(path.read_text())
         for key, value in expected.items():
-            if key != "method" and saved.get(key) != value:
+            if saved.get(key) != value:
                 raise EagleError(
                     f"{str(path)!r} was regenerated with {key}={saved.get(key)!r}, not {value!r}: "
                     "use another features directory or delete that shard"

@@ -25,10 +25,10 @@ from pathlib import Path
 
 from eagle_infer.cli_support import REPO, setup_logging
 from eagle_infer.errors import EagleError
+from eagle_train.train import ALPHA_STEPS  # the held-out α positions every row reports
 
 log = logging.getLogger("ablate")
 OUT = Path()  # set by main: cache root / ablate-head
-ALPHAS = 7
 COVERAGE_SIZES = (4096, 8192, 16384, 32768)
 
 
@@ -158,7 +158,7 @@ def row_result(row: dict, status: str, tau_value: float | None) -> dict:
     result = {"row": row["name"], "status": status, "loss_tokens": summary.get("loss_tokens"),
               "epochs": summary.get("epochs"), "top1": summary.get("heldout/top1"), "tau": tau_value,
               "train_min": summary["train_s"] / 60 if "train_s" in summary else None}
-    for k in range(ALPHAS):
+    for k in range(ALPHA_STEPS):
         result[f"alpha_{k}"] = summary.get(f"heldout/alpha_{k}")
     return result
 
@@ -171,16 +171,16 @@ def _fmt(value, digits: int = 3) -> str:
 
 def write_table(results: list[dict]) -> str:
     OUT.mkdir(parents=True, exist_ok=True)
-    columns = ["row", "loss_tokens", "epochs", "top1"] + [f"alpha_{k}" for k in range(ALPHAS)] + ["tau", "train_min", "status"]
+    columns = ["row", "loss_tokens", "epochs", "top1"] + [f"alpha_{k}" for k in range(ALPHA_STEPS)] + ["tau", "train_min", "status"]
     with (OUT / "table.csv").open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=columns)
         writer.writeheader()
         writer.writerows({c: r.get(c) for c in columns} for r in results)
-    head = ["row", "loss tokens", "epochs", "held-out top-1"] + [f"{k}-α" for k in range(ALPHAS)] + ["τ", "train min", ""]
+    head = ["row", "loss tokens", "epochs", "held-out top-1"] + [f"{k}-α" for k in range(ALPHA_STEPS)] + ["τ", "train min", ""]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in results:
         cells = [r["row"], _fmt(r["loss_tokens"]), _fmt(r["epochs"]), _fmt(r["top1"])]
-        cells += [_fmt(r[f"alpha_{k}"]) for k in range(ALPHAS)]
+        cells += [_fmt(r[f"alpha_{k}"]) for k in range(ALPHA_STEPS)]
         cells += [_fmt(r["tau"], 2), _fmt(r["train_min"], 1), "" if r["status"] == "done" else r["status"]]
         lines.append("| " + " | ".join(cells) + " |")
     markdown = "\n".join(lines) + "\n"

@@ -231,6 +231,8 @@ def test_featurize_resume_with_other_layers_or_mix_is_refused(tiny_smol6, tmp_pa
     files = sorted(p.name for p in tmp_path.iterdir())
     with pytest.raises(EagleError, match=r"feature_layers=\[1, 2, 2\], not \[\]"):
         featurize(convs, tiny_smol6, tmp_path, dataclasses.replace(FEAT, features="last"))
+    with pytest.raises(EagleError, match="featurize.max_shards 0 is invalid"):
+        featurize(convs, tiny_smol6, tmp_path, dataclasses.replace(FEAT, max_shards=0))
     with pytest.raises(EagleError, match="regenerate=False, not True"):
         featurize(convs, tiny_smol6, tmp_path, dataclasses.replace(FEAT, regenerate=True, regenerate_max_new_tokens=8))
     assert sorted(p.name for p in tmp_path.iterdir()) == files  # nothing already featurized was lost
