@@ -5,6 +5,11 @@ The predicted feature goes through the target's frozen LM head. The head shares 
 a head of their own architecture. As in EAGLE, the first layer has no input norm (the fc output feeds attention
 directly); `layers` > 1 stacks more decoder layers (with their input norms) for a head of more capacity.
 
+Block "eagle3" is EAGLE-3's published draft model instead (what `load_head` builds from an EAGLE-3 checkpoint):
+no fc; one decoder layer whose attention reads [input_layernorm(embedding) ; hidden_norm(feature)] (2h wide) with
+the feature as its residual; its own final norm and LM head over the draft vocabulary (d2t). Its predicted
+feature is the layer's pre-norm output, fed back as is. This toolkit trains the "eagle" block only.
+
 Features: "last" heads read the target's post-norm last hidden state [.., H]. Fused (EAGLE-3) heads read the
 outputs of `feature_layers` side by side [.., k*H] and first project them to H (`fuse`, k*H -> H, no bias).
 Either way a head fed its own predicted feature [.., H] (drafting, training-time test) takes it as it is: the
@@ -33,6 +38,7 @@ from .kv_cache import KVCache
 from .tree import causal_mask
 
 INPUT_MODES = ("feature+shifted_token", "feature+token", "token", "feature")
+BLOCKS = ("eagle", "eagle3")
 CONFIG_FILE, WEIGHTS_FILE = "config.json", "model.safetensors"
 
 
@@ -50,6 +56,7 @@ class DraftHeadConfig:
     layers: int = 1  # decoder layers (EAGLE: 1)
     feature_layers: list = field(default_factory=list)  # target decoder layers fused as input ([] = last hidden)
     target_layers: int = 0  # the target's decoder layers (0 = not recorded, heads saved before it was)
+    block: str = "eagle"  # "eagle": fc + the target's decoder layer(s); "eagle3": EAGLE-3's midlayer + own LM head
 
     @property
     def fused(self) -> bool:
@@ -58,6 +65,10 @@ class DraftHeadConfig:
     def check(self) -> None:
         if self.layers < 1:
             raise EagleError(f"head.layers {self.layers} is invalid: expected >= 1")
+        if self.block not in BLOCKS:
+            raise EagleError(f"unknown draft head block {self.block!r}: expected one of {', '.join(BLOCKS)}")
+        if self.block == "eagle3" and self.layers != 1:
+            raise EagleError(f"an eagle3 draft head has one decoder layer, not {self.layers}")
 
     @property
     def token_shift(self) -> int:
@@ -89,8 +100,30 @@ class DraftHeadConfig:
                 raise EagleError(f"draft head {where} was trained for {field} {mine!r}, but the target has {theirs!r}")
 
 
+class Eagle3Layer(nn.Module):
+    """EAGLE-3's decoder layer, built from the target's own layer class with q/k/v projections widened to 2h:
+    attention reads [input_layernorm(embeds) ; hidden_norm(hidden)], and `hidden` is the residual."""
+
+    def __init__(self, layer: nn.Module, hidden_size: int, eps: float):
+        super().__init__()
+        attn = layer.self_attn
+        for name in ("q_proj", "k_proj", "v_proj"):
+            old = getattr(attn, name)
+            setattr(attn, name, nn.Linear(2 * hidden_size, old.out_features, bias=old.bias is not None))
+        self.self_attn, self.mlp = attn, layer.mlp
+        self.input_layernorm, self.post_attention_layernorm = layer.input_layernorm, layer.post_attention_layernorm
+        self.hidden_norm = type(layer.input_layernorm)(hidden_size, eps=eps)
+
+    def forward(self, embeds: torch.Tensor, hidden: torch.Tensor, **attention) -> torch.Tensor:
+        """embeds, hidden [B, T, H] -> [B, T, H]; `attention` goes to the target's attention module as is."""
+        both = torch.cat((self.input_layernorm(embeds), self.hidden_norm(hidden)), dim=-1)
+        hidden = hidden + self.self_attn(both, **attention)[0]
+        return hidden + self.mlp(self.post_attention_layernorm(hidden))
+
+
 class DraftHead(nn.Module):
-    """[fuse +] fc + decoder layer(s) of the target's class; embedding and LM head are borrowed from the target."""
+    """[fuse +] fc + decoder layer(s) of the target's class; embedding and LM head are borrowed from the target
+    (block "eagle3": fuse + EAGLE-3's layer, with a norm and LM head of its own)."""
 
     def __init__(self, config: DraftHeadConfig, target):
         super().__init__()
@@ -101,10 +134,18 @@ class DraftHead(nn.Module):
         layer_config._attn_implementation = target.config._attn_implementation
         h = config.hidden_size
         self.fuse = nn.Linear(len(config.feature_layers) * h, h, bias=False) if config.fused else None
-        self.fc = nn.Linear(2 * h, h, bias=config.fc_bias)
         layer_class = type(target.model.model.layers[0])
         self.layers = nn.ModuleList(layer_class(layer_config, layer_idx=i) for i in range(config.layers))
-        self.layers[0].input_layernorm = nn.Identity()
+        if config.block == "eagle3":
+            eps = getattr(target.config, "rms_norm_eps", 1e-6)
+            self.fc = None
+            self.layers[0] = Eagle3Layer(self.layers[0], h, eps)
+            self.norm = type(target.model.model.norm)(h, eps=eps)
+            self.lm_head = nn.Linear(h, config.draft_vocab_size or config.vocab_size, bias=False)
+        else:
+            self.fc = nn.Linear(2 * h, h, bias=config.fc_bias)
+            self.layers[0].input_layernorm = nn.Identity()
+            self.norm = self.lm_head = None
         self.rotary = type(target.model.model.rotary_emb)(config=layer_config)
         self._target = (target,)  # a tuple keeps the target's modules out of this module's parameters
         vd = config.draft_vocab_size
@@ -116,16 +157,21 @@ class DraftHead(nn.Module):
         """Draft from these token ids only ([Vd] long, distinct); Vd must equal config.draft_vocab_size."""
         if token_ids.numel() != self.config.draft_vocab_size:
             raise EagleError(f"draft vocabulary has {token_ids.numel()} ids, expected {self.config.draft_vocab_size}")
-        self.draft_vocab = token_ids.to(self.fc.weight.device)
+        self.draft_vocab = token_ids.to(self._weight.device)
         self._sub_weight = None
+
+    @property
+    def _weight(self) -> torch.Tensor:
+        """A weight of the head's own (its device and dtype are the head's)."""
+        return self.layers[0].mlp.down_proj.weight
 
     @property
     def target(self):
         return self._target[0]
 
     def new_cache(self, batch: int, max_len: int) -> KVCache:
-        return KVCache(self.config.layers, *self.target.kv_shape(batch)[1:], max_len, self.fc.weight.dtype,
-                       self.fc.weight.device)
+        return KVCache(self.config.layers, *self.target.kv_shape(batch)[1:], max_len, self._weight.dtype,
+                       self._weight.device)
 
     def forward(
         self,
@@ -155,11 +201,14 @@ class DraftHead(nn.Module):
             features = torch.zeros_like(features)
         elif mode == "feature":
             embeds = torch.zeros_like(embeds)
-        hidden = self.fc(torch.cat((embeds, features), dim=-1))
         if mask is None and cache is None:
-            mask = causal_mask(0, hidden.shape[1], hidden.dtype, hidden.device)
-        cos_sin = self.rotary(hidden, positions)
+            mask = causal_mask(0, features.shape[1], features.dtype, features.device)
+        cos_sin = self.rotary(features, positions)
         past = getattr(cache, "hf", cache)
+        if self.fc is None:  # eagle3
+            return self.layers[0](embeds, features, attention_mask=mask, position_ids=positions,
+                                  past_key_values=past, position_embeddings=cos_sin)
+        hidden = self.fc(torch.cat((embeds, features), dim=-1))
         for layer in self.layers:
             hidden = layer(hidden, attention_mask=mask, position_ids=positions, past_key_values=past,
                            position_embeddings=cos_sin)
@@ -167,12 +216,19 @@ class DraftHead(nn.Module):
 
     def draft_logits(self, predicted: torch.Tensor) -> torch.Tensor:
         """Predicted features [..., H] -> float32 logits [..., Vd] over the draft vocabulary (the target's frozen LM
-        head restricted to draft_vocab; the whole head when there is no subset)."""
+        head restricted to draft_vocab, or an eagle3 head's own norm and LM head)."""
+        if self.lm_head is not None:
+            return self.lm_head(self.norm(predicted)).float()
+        return self.target_draft_logits(predicted)
+
+    def target_draft_logits(self, features: torch.Tensor) -> torch.Tensor:
+        """Target features [..., H] -> float32 logits [..., Vd]: the target's frozen LM head restricted to
+        draft_vocab (the whole head when there is no subset); training's target distribution."""
         if self.draft_vocab is None:
-            return self.target.lm_head(predicted).float()
-        if self._sub_weight is None or self._sub_weight.device != predicted.device:
+            return self.target.lm_head(features).float()
+        if self._sub_weight is None or self._sub_weight.device != features.device:
             self._sub_weight = self.target.lm_head.weight.detach()[self.draft_vocab]
-        return torch.nn.functional.linear(predicted, self._sub_weight.to(predicted.dtype)).float()
+        return torch.nn.functional.linear(features, self._sub_weight.to(features.dtype)).float()
 
     def logits(self, predicted: torch.Tensor) -> torch.Tensor:
         """Predicted features [..., H] -> float32 logits [..., V]; -inf outside the draft vocabulary."""
@@ -217,6 +273,49 @@ def _from_eagle_keys(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return {k: v for k, v in state.items() if k.startswith(("fc.", "layers."))}
 
 
+# Key names of the published EAGLE-3 heads (SafeAILab EAGLE-3, SpecForge): midlayer.{self_attn,mlp}.*,
+# midlayer.{input_layernorm,hidden_norm,post_attention_layernorm}.weight, fc.weight (k*h -> h over the fused target
+# layers), norm.weight, lm_head.weight [Vd, h], d2t [Vd] (target id = draft id + d2t), t2d [V] (bool), and
+# sometimes embed_tokens.weight (ignored).
+def _is_eagle3(state: dict[str, torch.Tensor]) -> bool:
+    return any(k.startswith("midlayer.") for k in state)
+
+
+def _from_eagle3_keys(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    renamed = {"fc.weight": "fuse.weight", "norm.weight": "norm.weight", "lm_head.weight": "lm_head.weight"}
+    out = {"layers.0." + k[len("midlayer."):]: v for k, v in state.items() if k.startswith("midlayer.")}
+    out.update({renamed[k]: v for k, v in state.items() if k in renamed})
+    return out
+
+
+def _published_config(raw: dict, state: dict[str, torch.Tensor], target, where: str) -> DraftHeadConfig:
+    """The DraftHeadConfig of a published EAGLE-1/2/3 head (whose config.json is a LlamaConfig-style dict)."""
+    from .target import eagle3_layers
+
+    config = DraftHeadConfig(target.name, target.config.model_type, int(raw.get("hidden_size", -1)),
+                             int(raw.get("vocab_size", -1)), target_layers=target.config.num_hidden_layers)
+    checks = [("hidden size", config.hidden_size, target.hidden_size), ("vocabulary size", config.vocab_size, target.vocab_size)]
+    if "target_hidden_size" in raw:
+        checks.append(("target hidden size", int(raw["target_hidden_size"]), target.hidden_size))
+    if not _is_eagle3(state):
+        config.fc_bias, config.layers = "fc.bias" in state, _layer_count(state)
+    else:
+        config.block = "eagle3"
+        fc = state.get("fc.weight")
+        if fc is not None and fc.shape[1] != target.hidden_size:
+            config.feature_layers = list(eagle3_layers(target.config.num_hidden_layers))
+            checks.append(("fused feature width", fc.shape[1], len(config.feature_layers) * target.hidden_size))
+        lm_head = state.get("lm_head.weight")
+        draft = lm_head.shape[0] if lm_head is not None else -1
+        config.draft_vocab_size = draft if draft != config.vocab_size else 0
+        if config.draft_vocab_size and "d2t" not in state:
+            raise EagleError(f"EAGLE-3 head {where} drafts {draft} of {config.vocab_size} tokens but has no d2t map")
+    for field, value, expected in checks:
+        if value != expected:
+            raise EagleError(f"EAGLE head {where} has {field} {value}, but the target has {expected}")
+    return config
+
+
 def _upgrade_keys(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """Heads saved before `layers` existed named their one layer `layer.*`."""
     return {("layers.0." + k[len("layer."):] if k.startswith("layer.") else k): v for k, v in state.items()}
@@ -237,38 +336,39 @@ def _read_weights(directory: Path) -> dict[str, torch.Tensor]:
 
 
 def load_head(directory: str | Path, target) -> DraftHead:
-    """Load a head saved by this toolkit, or a published EAGLE-1/EAGLE-2 checkpoint directory, for `target`."""
+    """Load a head saved by this toolkit, or a published EAGLE-1/2 or EAGLE-3 checkpoint directory, for `target`."""
     directory = Path(directory)
+    where = repr(str(directory))
     if not directory.is_dir():
-        raise EagleError(f"draft head directory {str(directory)!r} does not exist")
+        raise EagleError(f"draft head directory {where} does not exist")
     if not (directory / CONFIG_FILE).exists():
-        raise EagleError(f"draft head directory {str(directory)!r} has no {CONFIG_FILE}")
+        raise EagleError(f"draft head directory {where} has no {CONFIG_FILE}")
     raw = json.loads((directory / CONFIG_FILE).read_text())
     state = _upgrade_keys(_read_weights(directory))
+    draft_vocab = None
     if "target" in raw:  # this toolkit's format
         known = set(DraftHeadConfig.__dataclass_fields__)
         config = DraftHeadConfig(**{k: v for k, v in raw.items() if k in known})
         config.check()
         config.check_matches(target, str(directory))
     else:  # published EAGLE head: its config is the target's LlamaConfig
-        state = _from_eagle_keys(state)
-        config = DraftHeadConfig(
-            target.name,
-            target.config.model_type,
-            int(raw.get("hidden_size", -1)),
-            int(raw.get("vocab_size", -1)),
-            fc_bias="fc.bias" in state,
-            layers=_layer_count(state),
-        )
-        for field, value in (("hidden size", config.hidden_size), ("vocabulary size", config.vocab_size)):
-            expected = target.hidden_size if field == "hidden size" else target.vocab_size
-            if value != expected:
-                raise EagleError(f"EAGLE head {str(directory)!r} has {field} {value}, but the target has {expected}")
+        config = _published_config(raw, state, target, where)
+        if config.block == "eagle3":
+            if config.draft_vocab_size:
+                d2t = state["d2t"].long()
+                draft_vocab = torch.arange(d2t.numel()) + d2t
+            state = _from_eagle3_keys(state)
+        else:
+            state = _from_eagle_keys(state)
     head = DraftHead(config, target)
     missing, unexpected = head.load_state_dict(state, strict=False)
-    missing = [k for k in missing if not k.startswith("rotary.")]
+    missing = [k for k in missing if not k.startswith("rotary.") and k != "draft_vocab"]
     if missing or unexpected:
         raise EagleError(
-            f"draft head {str(directory)!r} does not fit the target's layer: missing {missing[:3]}, unexpected {unexpected[:3]}"
+            f"draft head {where} does not fit the target's layer: missing {missing[:3]}, unexpected {unexpected[:3]}"
         )
+    if draft_vocab is not None:
+        if not (0 <= int(draft_vocab.min()) and int(draft_vocab.max()) < config.vocab_size):
+            raise EagleError(f"EAGLE-3 head {where} maps draft tokens outside the target's {config.vocab_size} ids")
+        head.set_draft_vocab(draft_vocab)
     return head.eval()

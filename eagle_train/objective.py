@@ -90,7 +90,7 @@ def _step_loss(head, predicted, goal_all, keep, w_reg, w_cls):
     n = max(int(keep.sum()), 1)
     reg = F.smooth_l1_loss(pred.float(), goal.float(), reduction="none").mean(-1).sum() / n
     with torch.no_grad():
-        target_p = head.draft_logits(goal).softmax(-1)
+        target_p = head.target_draft_logits(goal).softmax(-1)
     cls = -(target_p * head.draft_logits(pred).log_softmax(-1)).sum(-1).sum() / n
     return w_reg * reg + w_cls * cls, reg, cls, pred, goal
 
