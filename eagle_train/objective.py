@@ -85,14 +85,12 @@ def ttt_mask(n: int, step: int, dtype, device) -> torch.Tensor:
     return mask.masked_fill_(~allowed, torch.finfo(dtype).min)[None, None]
 
 
-def _step_loss(head, predicted, goal_all, keep, w_reg, w_cls):
-    pred, goal = predicted[keep], goal_all[keep].to(predicted.dtype)
-    n = max(int(keep.sum()), 1)
+def _step_loss(head, pred, goal, target_p, w_reg, w_cls):
+    """pred, goal [N, H] at one step's loss positions; target_p [N, Vd] the target's distribution there."""
+    n = max(pred.shape[0], 1)
     reg = F.smooth_l1_loss(pred.float(), goal.float(), reduction="none").mean(-1).sum() / n
-    with torch.no_grad():
-        target_p = head.target_draft_logits(goal).softmax(-1)
     cls = -(target_p * head.draft_logits(pred).log_softmax(-1)).sum(-1).sum() / n
-    return w_reg * reg + w_cls * cls, reg, cls, pred, goal
+    return w_reg * reg + w_cls * cls, reg, cls
 
 
 def ttt_outputs(head, feats, tokens, positions, steps: int) -> list[torch.Tensor]:
@@ -124,12 +122,16 @@ def losses(head, batch: Batch, noise: float = 0.0, objective: Objective = Object
     goal_all = batch.hidden[:, 1:-1]
     outputs = ttt_outputs(head, feats, tokens, positions, objective.ttt_steps)
     keep = weight > 0
-    total, reg, cls, pred0, goal0 = _step_loss(head, outputs[0], goal_all, keep, objective.w_reg, objective.w_cls)
+    goal0 = goal_all[keep].to(outputs[0].dtype)
+    with torch.no_grad():  # the target's distribution at every loss position, shared by all steps
+        target_p = head.target_draft_logits(goal0).softmax(-1)
+    column = torch.nonzero(keep)[:, 1]  # step k predicts only at positions >= k
+    pred0 = outputs[0][keep]
+    total, reg, cls = _step_loss(head, pred0, goal0, target_p, objective.w_reg, objective.w_cls)
     out = {"reg_loss": reg.detach(), "cls_loss": cls.detach(), "tokens": torch.tensor(float(keep.sum()))}
     for k, predicted in enumerate(outputs[1:], start=1):
-        keep_k = keep.clone()
-        keep_k[:, :k] = False
-        step = _step_loss(head, predicted, goal_all, keep_k, objective.w_reg, objective.w_cls)[0]
+        sel = column >= k
+        step = _step_loss(head, predicted[keep][sel], goal0[sel], target_p[sel], objective.w_reg, objective.w_cls)[0]
         total = total + objective.decay**k * step
         out[f"loss_{k}"] = step.detach()
     out["loss"] = total

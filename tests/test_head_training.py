@@ -21,7 +21,7 @@ from eagle_infer.target import eagle3_layers
 from eagle_infer.tree import additive_mask
 from eagle_train.featurize import FeaturizeConfig, featurize
 from eagle_train.features import Manifest, read_samples
-from eagle_train.objective import Objective, collate, losses, ttt_mask, ttt_outputs
+from eagle_train.objective import Objective, collate, head_inputs, losses, ttt_mask, ttt_outputs
 from eagle_train.regenerate import RegenerateSettings, is_regenerated, regenerated_shard
 from eagle_train.train import HeadConf, TrainConfig, build_head_config, objective, train, use_autocast
 from tests.oracles import one_thread, scaled_target, vanilla_tokens  # noqa: F401 (one_thread is autouse)
@@ -107,6 +107,18 @@ def test_ttt_loss_weights_and_regression_weight(tiny_smol6):
     out = losses(head, batch, objective=Objective(ttt_steps=2))
     expected = 1.0 * out["reg_loss"] + 0.1 * out["cls_loss"] + 0.8 * out["loss_1"] + 0.64 * out["loss_2"]
     torch.testing.assert_close(out["loss"].detach(), expected)
+    # Step 2's term from first principles: its outputs at loss positions >= 2 against the target's next feature
+    # and the target's LM-head distribution there.
+    feats, tokens, positions, weight = head_inputs(batch, 1)
+    with torch.no_grad():
+        pred = ttt_outputs(head, feats, tokens, positions, 2)[2]
+    keep = weight > 0
+    keep[:, :2] = False
+    pred, goal = pred[keep], batch.hidden[:, 1:-1][keep]
+    reg = torch.nn.functional.smooth_l1_loss(pred, goal, reduction="none").mean(-1).mean()
+    p = tiny_smol6.lm_head(goal).softmax(-1)
+    cls = -(p * tiny_smol6.lm_head(pred).log_softmax(-1)).sum(-1).mean()
+    torch.testing.assert_close(out["loss_2"], reg + 0.1 * cls)
     plain = losses(head, batch, objective=Objective(w_reg=0.0))
     torch.testing.assert_close(plain["loss"].detach(), 0.1 * plain["cls_loss"])
     assert "loss_1" not in plain
