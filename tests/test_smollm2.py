@@ -94,13 +94,12 @@ COPY_PROMPTS = [
 ]
 
 
-@pytest.mark.skipif(not (HEADS_DIR / "smollm2-135m" / "config.json").exists(), reason="no shipped head yet")
 def test_lookup_and_hybrid_trees_copy_and_stay_lossless(smol):
     """float32 greedy on prompts that make the answer copy long spans: prompt lookup alone and merged into EAGLE-2's
     tree give vanilla's tokens, alone and in a batch, and several tokens are accepted through copied nodes."""
     from eagle_infer.config import LookupConf
 
-    head = load_head(HEADS_DIR / "smollm2-135m", smol)
+    head = shipped_head(smol)
     stops = stop_ids(smol)
     prompts = [_ids(smol, t) for t in COPY_PROMPTS]
     expected = [Engine(smol, None, DecodeConfig(method="vanilla")).generate(p, 64, stop_ids=stops).tokens
