@@ -40,7 +40,11 @@ class EngineMethod:
     def __init__(self, name: str, target, infer: InferConf, head, lookup: LookupConf):
         self.name = name
         method, hybrid = engine_method(name)
-        self.engine = build_engine(replace(infer, method=method, lookup=hybrid), target, head, lookup)
+        settings = replace(infer, method=method, lookup=hybrid)
+        if not needs_head(name):  # vanilla and lookup grow no head tree: its settings ('auto' included) do not apply
+            defaults = InferConf()
+            settings = replace(settings, depth=defaults.depth, total_tokens=defaults.total_tokens)
+        self.engine = build_engine(settings, target, head, lookup)
 
     def generate_batch(self, prompts, max_new, sampling: SamplingParams, stops, seed, batch_size: int = 1) -> BatchResult:
         return self.engine.generate_batch(prompts, max_new, sampling, stops, seed=seed, batch_size=batch_size)

@@ -322,6 +322,11 @@ def test_eval_methods_and_lookup_share():
     assert pld.lookup == conf  # transformers' prompt lookup runs at the same max_ngram and num_tokens
     with pytest.raises(EagleError, match="'lookup\\+lookup'"):
         make_methods(["lookup+lookup"], target, InferConf(), head, None, "float32")
+    # An auto tree budget is EAGLE-2's: vanilla and lookup beside it in one table ignore it.
+    vanilla, lookup, eagle2 = make_methods(["vanilla", "lookup", "eagle2"], target,
+                                           InferConf(depth="auto", total_tokens="auto"), head, None, "float32")
+    assert (vanilla.engine.config.budget, lookup.engine.config.budget, eagle2.engine.config.budget) == ("fixed", "fixed",
+                                                                                                      "auto")
 
     def rec(method, cycles):
         return {"benchmark": "b", "method": method, "question_id": "1", "turns": [], "new_tokens": 4, "wall_s": 1.0,
