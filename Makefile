@@ -102,7 +102,7 @@ sweep-batch: $(STAMP)
 	$(PY) -m eval.sweep results/$(SWEEP)-batch
 
 # Which training choices make a head good, one factor at a time (rows in conf/ablate/$(MODEL).yaml): each row trains
-# a head (resumable), measures τ on 10 MT-bench first turns, and adds a line to results/ablate-head/table.md; also
+# a head (resumable), measures τ on 10 MT-bench first turns, and adds a line to <cache root>/ablate-head/table.md; also
 # the τ-vs-training-tokens plot and the draft-vocabulary coverage table. ROWS=a,b runs only those rows.
 ROWS ?=
 ablate-head: $(STAMP)

@@ -133,17 +133,17 @@ class DraftHead(nn.Module):
         layer_config.num_hidden_layers = config.layers
         layer_config._attn_implementation = target.config._attn_implementation
         h = config.hidden_size
+        # Creation order fixes which random weights a seeded head gets (random_head): fuse, fc, layers.
         self.fuse = nn.Linear(len(config.feature_layers) * h, h, bias=False) if config.fused else None
+        self.fc = nn.Linear(2 * h, h, bias=config.fc_bias) if config.block == "eagle" else None
         layer_class = type(target.model.model.layers[0])
         self.layers = nn.ModuleList(layer_class(layer_config, layer_idx=i) for i in range(config.layers))
         if config.block == "eagle3":
             eps = getattr(target.config, "rms_norm_eps", 1e-6)
-            self.fc = None
             self.layers[0] = Eagle3Layer(self.layers[0], h, eps)
             self.norm = type(target.model.model.norm)(h, eps=eps)
             self.lm_head = nn.Linear(h, config.draft_vocab_size or config.vocab_size, bias=False)
         else:
-            self.fc = nn.Linear(2 * h, h, bias=config.fc_bias)
             self.layers[0].input_layernorm = nn.Identity()
             self.norm = self.lm_head = None
         self.rotary = type(target.model.model.rotary_emb)(config=layer_config)
