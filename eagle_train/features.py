@@ -127,7 +127,7 @@ class Sample:
 
 
 def read_samples(directory: str | Path) -> list[Sample]:
-    """Every conversation of a feature directory, in shard order (memory-mapped, cheap to call)."""
+    """Every conversation of a feature directory, in shard order (every shard is read into memory)."""
     from safetensors.torch import load_file
 
     directory = Path(directory)
