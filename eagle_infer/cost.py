@@ -146,7 +146,7 @@ def load_or_measure(target, head, top_k: int, max_tokens: int) -> CostModel:
     """The cached cost model of this machine, model, dtype and head shape, measured (and cached) when there is none."""
     hc = head.config
     key = {**machine_key(target.device), "model": target.name, "dtype": str(target.dtype).removeprefix("torch."),
-           "top_k": top_k, "head": f"{getattr(hc, 'layers', 1)} layer(s), draft vocabulary {hc.draft_vocab_size or hc.vocab_size}"}
+           "top_k": top_k, "head": f"{hc.block} block, {hc.layers} layer(s), draft vocabulary {hc.draft_vocab_size or hc.vocab_size}"}
     path = cache_path(key)
     model = CostModel.load(path, key)
     if model is None or model.sizes[-1] < max_tokens:

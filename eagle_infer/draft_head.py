@@ -281,10 +281,20 @@ def _is_eagle3(state: dict[str, torch.Tensor]) -> bool:
     return any(k.startswith("midlayer.") for k in state)
 
 
-def _from_eagle3_keys(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    renamed = {"fc.weight": "fuse.weight", "norm.weight": "norm.weight", "lm_head.weight": "lm_head.weight"}
+def _d2t_ids(state: dict[str, torch.Tensor]) -> torch.Tensor:
+    """EAGLE-3's d2t offsets [Vd] -> the target ids of the draft tokens [Vd]."""
+    return torch.arange(state["d2t"].numel()) + state["d2t"].long()
+
+
+def _from_eagle3_keys(state: dict[str, torch.Tensor], subset: bool) -> dict[str, torch.Tensor]:
+    """EAGLE-3 names -> this head's: midlayer.* -> layers.0.*, fc -> fuse, d2t -> draft_vocab (target ids) when the
+    head drafts a subset of the vocabulary (a full-vocabulary head's d2t is all zeros)."""
     out = {"layers.0." + k[len("midlayer."):]: v for k, v in state.items() if k.startswith("midlayer.")}
-    out.update({renamed[k]: v for k, v in state.items() if k in renamed})
+    out.update({k: state[k] for k in ("norm.weight", "lm_head.weight") if k in state})
+    if "fc.weight" in state:
+        out["fuse.weight"] = state["fc.weight"]
+    if subset:
+        out["draft_vocab"] = _d2t_ids(state)
     return out
 
 
@@ -305,11 +315,15 @@ def _published_config(raw: dict, state: dict[str, torch.Tensor], target, where: 
         if fc is not None and fc.shape[1] != target.hidden_size:
             config.feature_layers = list(eagle3_layers(target.config.num_hidden_layers))
             checks.append(("fused feature width", fc.shape[1], len(config.feature_layers) * target.hidden_size))
-        lm_head = state.get("lm_head.weight")
-        draft = lm_head.shape[0] if lm_head is not None else -1
+        lm_head = state.get("lm_head.weight")  # absent: reported as missing when the weights are loaded
+        draft = lm_head.shape[0] if lm_head is not None else config.vocab_size
         config.draft_vocab_size = draft if draft != config.vocab_size else 0
         if config.draft_vocab_size and "d2t" not in state:
             raise EagleError(f"EAGLE-3 head {where} drafts {draft} of {config.vocab_size} tokens but has no d2t map")
+        if "d2t" in state:
+            ids = _d2t_ids(state)
+            if int(ids.min()) < 0 or int(ids.max()) >= config.vocab_size:
+                raise EagleError(f"EAGLE-3 head {where} maps draft tokens outside the target's {config.vocab_size} ids")
     for field, value, expected in checks:
         if value != expected:
             raise EagleError(f"EAGLE head {where} has {field} {value}, but the target has {expected}")
@@ -345,7 +359,6 @@ def load_head(directory: str | Path, target) -> DraftHead:
         raise EagleError(f"draft head directory {where} has no {CONFIG_FILE}")
     raw = json.loads((directory / CONFIG_FILE).read_text())
     state = _upgrade_keys(_read_weights(directory))
-    draft_vocab = None
     if "target" in raw:  # this toolkit's format
         known = set(DraftHeadConfig.__dataclass_fields__)
         config = DraftHeadConfig(**{k: v for k, v in raw.items() if k in known})
@@ -353,22 +366,13 @@ def load_head(directory: str | Path, target) -> DraftHead:
         config.check_matches(target, str(directory))
     else:  # published EAGLE head: its config is the target's LlamaConfig
         config = _published_config(raw, state, target, where)
-        if config.block == "eagle3":
-            if config.draft_vocab_size:
-                d2t = state["d2t"].long()
-                draft_vocab = torch.arange(d2t.numel()) + d2t
-            state = _from_eagle3_keys(state)
-        else:
-            state = _from_eagle_keys(state)
+        state = (_from_eagle3_keys(state, config.draft_vocab_size > 0) if config.block == "eagle3"
+                 else _from_eagle_keys(state))
     head = DraftHead(config, target)
     missing, unexpected = head.load_state_dict(state, strict=False)
-    missing = [k for k in missing if not k.startswith("rotary.") and k != "draft_vocab"]
+    missing = [k for k in missing if not k.startswith("rotary.")]
     if missing or unexpected:
         raise EagleError(
             f"draft head {where} does not fit the target's layer: missing {missing[:3]}, unexpected {unexpected[:3]}"
         )
-    if draft_vocab is not None:
-        if not (0 <= int(draft_vocab.min()) and int(draft_vocab.max()) < config.vocab_size):
-            raise EagleError(f"EAGLE-3 head {where} maps draft tokens outside the target's {config.vocab_size} ids")
-        head.set_draft_vocab(draft_vocab)
     return head.eval()

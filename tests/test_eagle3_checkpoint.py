@@ -114,6 +114,12 @@ def test_eagle3_checkpoint_computes_eagle3s_draft_model(target, tmp_path):
         torch.testing.assert_close(head.draft_logits(out), want_logits, rtol=1e-4, atol=1e-4)
         full = head.logits(out)
     assert torch.isinf(full[..., ~w["t2d"]]).all() and torch.equal(full[..., w["t2d"]], head.draft_logits(out))
+    # Saved in this toolkit's format (block, draft vocabulary and all), it loads back computing the same.
+    head.save(tmp_path / "saved", dtype=torch.float32)
+    again = load_head(tmp_path / "saved", target)
+    assert again.config.block == "eagle3" and torch.equal(again.draft_vocab, head.draft_vocab)
+    with torch.no_grad():
+        torch.testing.assert_close(again.draft_logits(again(aux, tokens, positions)), want_logits, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("config", [DecodeConfig(method="eagle2", depth=4, top_k=4, total_tokens=12),
@@ -126,18 +132,29 @@ def test_eagle3_checkpoint_decodes_losslessly(target, tmp_path, config):
     assert [engine.generate(p, 20).tokens for p in prompts] == [vanilla_tokens(target, p, 20) for p in prompts]
 
 
-def test_eagle3_checkpoint_for_another_target_is_refused(target, tmp_path):
-    eagle3_checkpoint(tmp_path / "wide", target, hidden_size=128)
-    with pytest.raises(EagleError, match="hidden size 128, but the target has 64"):
-        load_head(tmp_path / "wide", target)
-    eagle3_checkpoint(tmp_path / "th", target, target_hidden_size=4096)
-    with pytest.raises(EagleError, match="target hidden size 4096, but the target has 64"):
-        load_head(tmp_path / "th", target)
-    eagle3_checkpoint(tmp_path / "vocab", target, vocab_size=128256)
-    with pytest.raises(EagleError, match="vocabulary size 128256, but the target has 96"):
-        load_head(tmp_path / "vocab", target)
-    state = eagle3_checkpoint(tmp_path / "no-d2t", target)
-    del state["d2t"]
-    save_file(state, str(tmp_path / "no-d2t" / "model.safetensors"))
-    with pytest.raises(EagleError, match="drafts 40 of 96 tokens but has no d2t map"):
-        load_head(tmp_path / "no-d2t", target)
+def _drop(key):
+    def edit(state):
+        del state[key]
+    return edit
+
+
+def _shift_d2t(state):
+    state["d2t"] = state["d2t"] + VOCAB
+
+
+@pytest.mark.parametrize("overrides,edit,needle", [
+    ({"hidden_size": 128}, None, "hidden size 128, but the target has 64"),
+    ({"target_hidden_size": 4096}, None, "target hidden size 4096, but the target has 64"),
+    ({"vocab_size": 128256}, None, "vocabulary size 128256, but the target has 96"),
+    ({}, _drop("d2t"), "drafts 40 of 96 tokens but has no d2t map"),
+    ({}, _shift_d2t, "maps draft tokens outside the target's 96 ids"),
+    ({}, _drop("lm_head.weight"), "missing .*lm_head.weight"),
+], ids=["hidden", "target-hidden", "vocab", "no-d2t", "bad-d2t", "no-lm-head"])
+def test_eagle3_checkpoint_that_does_not_fit_is_refused_in_one_line(target, tmp_path, overrides, edit, needle):
+    state = eagle3_checkpoint(tmp_path / "e3", target, **overrides)
+    if edit is not None:
+        edit(state)
+        save_file(state, str(tmp_path / "e3" / "model.safetensors"))
+    with pytest.raises(EagleError, match=needle) as err:
+        load_head(tmp_path / "e3", target)
+    assert "\n" not in str(err.value)
