@@ -58,7 +58,9 @@ class InferConf:
     head: str = "shipped"
     depth: Any = 6  # or "auto": up to AUTO_MAX_DEPTH levels, stopping per cycle when a level cannot pay
     top_k: int = 8
-    total_tokens: Any = 32  # or "auto": up to AUTO_MAX_TOKENS nodes, as many per cycle as pay (eagle_infer/cost.py)
+    # or "auto": up to AUTO_MAX_TOKENS nodes, as many per cycle as pay (eagle_infer/cost.py); for method lookup,
+    # "auto" verifies as much of the copied chains (up to lookup.num_tokens x branches) as pays
+    total_tokens: Any = 32
     static_paths: Optional[list[Any]] = None
     expand_by: str = "value"
     rerank: bool = True

@@ -110,7 +110,7 @@ def _median_ms(fn, reps: int, device) -> float:
 @torch.inference_mode()
 def measure(target, head, top_k: int, max_tokens: int, context: int = 256, reps: int = 3) -> CostModel:
     """Time target forwards of 1.. max_tokens tokens (the SIZES up to the first one >= max_tokens) over a `context`
-    token cache, and one draft level of top_k nodes (head forward, draft logits, top-k)."""
+    token cache, and one draft level of top_k nodes (head forward, draft logits, top-k; 0 ms without a head)."""
     from .drafting import DraftRoot, TreeFeeder
     from .tree import causal_mask
 
@@ -127,6 +127,8 @@ def measure(target, head, top_k: int, max_tokens: int, context: int = 256, reps:
         positions = (context + torch.arange(t, device=device))[None]
         mask = causal_mask(context, t, target.dtype, device)
         forward_ms.append(_median_ms(lambda: target.forward(ids, positions, cache, mask, last_only=t == 1), reps, device))
+    if head is None:  # prompt lookup drafts without a head: nothing to time per level
+        return CostModel({}, sizes, forward_ms, 0.0, context)
     head_cache = head.new_cache(1, context + top_k + 1)
     head_cache.lengths[0] = context
     root = DraftRoot(feats[:, -1], [0], [context], [0])
@@ -144,9 +146,10 @@ def measure(target, head, top_k: int, max_tokens: int, context: int = 256, reps:
 
 def load_or_measure(target, head, top_k: int, max_tokens: int) -> CostModel:
     """The cached cost model of this machine, model, dtype and head shape, measured (and cached) when there is none."""
-    hc = head.config
+    hc = None if head is None else head.config
+    shape = "none" if hc is None else f"{hc.block} block, {hc.layers} layer(s), draft vocabulary {hc.draft_vocab_size or hc.vocab_size}"
     key = {**machine_key(target.device), "model": target.name, "dtype": str(target.dtype).removeprefix("torch."),
-           "top_k": top_k, "head": f"{hc.block} block, {hc.layers} layer(s), draft vocabulary {hc.draft_vocab_size or hc.vocab_size}"}
+           "top_k": top_k, "head": shape}
     path = cache_path(key)
     model = CostModel.load(path, key)
     if model is None or model.sizes[-1] < max_tokens:

@@ -42,6 +42,7 @@ class TreeFeeder:
 
     def __init__(self, head: DraftHead | None, cache: KVCache | None, root: DraftRoot):
         self.head, self.cache, self.root = head, cache, root
+        self.levels = 0  # feed() calls so far: head forwards of one tree level each
         self.prefix = list(cache.lengths) if cache is not None else []
         b, h = root.feature.shape
         device = root.feature.device
@@ -97,6 +98,7 @@ class TreeFeeder:
         positions = (self._bases + depth - 1).expand(b, m)
         out = self.head(parent_feat, fed_tokens, positions, self.cache, mask)
         self.cache.advance(m)
+        self.levels += 1
         self.outputs = torch.cat([self.outputs, out], 1)
         self.tokens = torch.cat([self.tokens, tokens], 1)
         return torch.log_softmax(self.head.draft_logits(out), dim=-1)
@@ -163,7 +165,7 @@ def draft_chain(feeder: TreeFeeder, depth: int) -> list[DraftTree]:
 
 def draft_dynamic(
     feeder: TreeFeeder, depth: int, top_k: int, total_tokens: int, expand_by: str = "value", rerank: bool = True,
-    budget=None,
+    budget=None, extra: torch.Tensor | None = None,
 ) -> list[DraftTree]:
     """EAGLE-2: grow `depth` levels, expanding the top_k newest nodes by path value (sum of draft log-probs) or by
     their own confidence; then keep the `total_tokens` best candidates by value (ties prefer shallower, then earlier
@@ -173,6 +175,8 @@ def draft_dynamic(
 
     budget (a cost.Budget, with rerank): per cycle, stop drafting before a level that cannot pay and keep the number
     of candidates that maximises expected tokens per second instead of total_tokens (one small host read per level).
+    extra: [B, E] path log-values of candidates another drafter proposes for the same verification (prompt lookup's
+    copies, -inf padding): the budget counts them beside the head's, so strong copies stop the head sooner.
     """
     device = feeder.root.feature.device
     root_lp = feeder.root_logp()
@@ -185,9 +189,10 @@ def draft_dynamic(
     slot_of = torch.full((b, n_all), -1, dtype=torch.long, device=device)  # fed slot of each expanded candidate
     frontier = torch.arange(k, device=device).expand(b, k)  # [B, k] candidates chosen for expansion, newest level
     chosen, n_cand = [frontier], k
+    others = [] if extra is None else [extra.to(device)]
     for d in range(2, depth + 1):
         if budget is not None:
-            values = torch.cat(c_val, 1)
+            values = torch.cat(c_val + others, 1)
             mass = float(c_own[-1].exp().view(b, -1, k).sum(-1).mean())  # top-k children's mass per expanded node
             if not budget.draft_on(values, values.gather(1, frontier), d - 1, mass):
                 break
@@ -210,7 +215,7 @@ def draft_dynamic(
         n_cand += k * k
     values = torch.cat(c_val, 1)
     if budget is not None:
-        total_tokens = budget.nodes(values, len(chosen))
+        total_tokens = budget.nodes(torch.cat([values] + others, 1), len(chosen))
     if rerank:
         keep = torch.sort(-values, dim=1, stable=True).indices[:, :total_tokens].sort(dim=1).values
     else:

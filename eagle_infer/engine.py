@@ -46,9 +46,9 @@ class DecodeConfig:
     at once. batch_token_budget: most tokens one verification forward holds over the whole batch (B rows x (tree +
     root)); the tree shrinks to fit as the batch grows (EAGLE notes smaller trees suit larger batches); 0 = off.
     lookup: merge prompt lookup (settings lookup_conf) into the head's tree within the same budget.
-    budget: "fixed" verifies total_tokens nodes every cycle; "auto" (EAGLE-2 only) treats depth and total_tokens as
-    caps and picks, per cycle, the depth and the number of nodes from a cost model measured on this machine
-    (eagle_infer/cost.py)."""
+    budget: "fixed" verifies total_tokens nodes every cycle; "auto" (EAGLE-2, with or without lookup, and lookup
+    alone) treats depth and total_tokens (lookup: num_tokens x branches) as caps and picks, per cycle, the depth and
+    the number of nodes from a cost model measured on this machine (eagle_infer/cost.py)."""
 
     method: str = "eagle2"
     depth: int = 6
@@ -76,11 +76,9 @@ class DecodeConfig:
                                  "infer.depth / infer.total_tokens)")
         if self.budget not in BUDGETS:
             raise EagleError(f"unknown budget {self.budget!r}: expected one of {', '.join(BUDGETS)}")
-        if self.budget == "auto" and (self.method != "eagle2" or not self.rerank):
-            raise EagleError(f"budget 'auto' needs method eagle2 with rerank: got method {self.method!r}, rerank {self.rerank}")
-        if self.budget == "auto" and self.lookup:
-            raise EagleError("budget 'auto' does not combine with lookup=true (the merged tree ignores its choice): "
-                             "give depth and total_tokens numbers")
+        if self.budget == "auto" and self.method != "lookup" and (self.method != "eagle2" or not self.rerank):
+            raise EagleError(f"budget 'auto' needs method eagle2 with rerank, or lookup: got method {self.method!r}, "
+                             f"rerank {self.rerank}")
         if self.depth < 1:
             raise EagleError(f"depth {self.depth} is invalid: expected >= 1")
         if not 1 <= self.top_k <= vocab_size:
@@ -285,7 +283,7 @@ class Engine:
         if config.method not in HEADLESS and head is None:
             raise EagleError(f"method {config.method!r} needs a draft head: give head=<dir> or head=random")
         if config.budget == "auto" and cost is None:
-            cost = load_or_measure(target, head, config.top_k, 1 + config.total_tokens)
+            cost = load_or_measure(target, head, config.top_k, 1 + config.tree_size())
         self.target, self.head, self.config, self.drafter, self.cost = target, head, config, drafter, cost
         self._budgets: dict[tuple[int, int], Budget] = {}  # per (batch, max nodes), built once from `cost`
 
@@ -377,8 +375,11 @@ class Engine:
             self._budgets[batch, max_nodes] = Budget(self.cost, batch, max_nodes)
         return self._budgets[batch, max_nodes]
 
-    def _draft(self, feeder: TreeFeeder, config: DecodeConfig, copies: list[list[DraftTree]] | None) -> list[DraftTree]:
-        """One tree per row: the head's (or the custom drafter's), merged with the row's lookup chains `copies`."""
+    def _draft(self, feeder: TreeFeeder, config: DecodeConfig, copies: list[DraftTree] | None) -> list[DraftTree]:
+        """One tree per row: the head's (or the custom drafter's), merged with the row's lookup tree `copies[b]`. An
+        auto budget sees the copies' values while the head drafts and then cuts each merged tree to the number of
+        nodes that maximises expected tokens per ms (levels paid: the head's; none for lookup alone)."""
+        auto = self._auto_budget(feeder.root.batch, config.tree_size()) if config.budget == "auto" else None
         if self.drafter is not None:
             heads = self.drafter(feeder)
         elif config.method == "lookup":
@@ -388,13 +389,15 @@ class Engine:
         elif config.method == "eagle1":
             heads = draft_static(feeder, config.paths())
         else:
-            auto = self._auto_budget(feeder.root.batch, config.total_tokens) if config.budget == "auto" else None
+            extra = None if auto is None or copies is None else _log_values(copies)
             heads = draft_dynamic(feeder, config.depth, config.top_k, config.total_tokens, config.expand_by, config.rerank,
-                                  auto)
+                                  auto, extra)
         trees = heads
         if copies is not None and len(heads) == len(copies):
-            trees = [merge_trees(([] if head is None else [head]) + c, config.tree_size(), self.target.device)
+            trees = [merge_trees(([] if head is None else [head]) + [c], config.tree_size(), self.target.device)
                      for head, c in zip(heads, copies)]
+            if auto is not None:  # the head has drafted: choose how many of the merged candidates to verify
+                trees = _cut(trees, auto, 0 if config.method == "lookup" else 1 + feeder.levels)
         budget, largest = self.config.tree_budget(feeder.root.batch), max((len(t) for t in trees), default=0)
         if len(trees) != feeder.root.batch or largest > budget:
             raise EagleError(
@@ -530,8 +533,9 @@ class _BatchRun:
         feeder = TreeFeeder(self.head, self.head_cache, root)
         copies = None
         if config.uses_lookup:
-            copies = [lookup_chains(self.prompts[r.index] + r.out.tokens, config.lookup_conf, r.rates, device)
-                      for r in rows]
+            conf = config.lookup_conf
+            copies = [merge_trees(lookup_chains(self.prompts[r.index] + r.out.tokens, conf, r.rates, device),
+                                  conf.num_tokens * conf.branches, device) for r in rows]  # every chain, prefixes shared
         trees = self.engine._draft(feeder, config, copies)
         feeder.reset()
         _sync(device)
@@ -604,6 +608,21 @@ class _BatchRun:
                 r.feature, r.pending = predicted[b, m - 1], None
         _sync(device)
         self.carry_s = time.perf_counter() - t0
+
+
+def _log_values(trees: list[DraftTree]) -> torch.Tensor:
+    """[B, max N] path log-values of each row's tree (EAGLE-2's values, -inf padding), on the host."""
+    width = max((len(t) for t in trees), default=0)
+    rows = [t.path_values() + [0.0] * (width - len(t)) for t in trees]
+    return torch.tensor(rows, dtype=torch.float64).reshape(len(trees), width).log()
+
+
+def _cut(trees: list[DraftTree], auto: Budget, levels: int) -> list[DraftTree]:
+    """Every row's tree cut to the best n nodes by path value, n chosen by the auto budget over the whole batch."""
+    if not any(len(t) for t in trees):
+        return trees
+    n = auto.nodes(_log_values(trees), levels)
+    return [merge_trees([t], n, t.tokens.device) if len(t) > n else t for t in trees]
 
 
 @dataclass

@@ -42,9 +42,21 @@ class DraftTree:
             out[p + 1].append(i)
         return out
 
+    def path_values(self) -> list[float]:
+        """EAGLE-2's value of each node: the product of probs from depth 1 down to it."""
+        return path_values(self.parents.tolist(), self.probs.tolist())
+
     def ancestor_mask(self) -> torch.Tensor:
         """Bool [N+1, N+1] over flattened indices: row j may attend column c iff c is j or an ancestor of j."""
         return ancestor_masks(self.parents[None].cpu())[0]
+
+
+def path_values(parents: list[int], probs: list[float]) -> list[float]:
+    """Products of probs along each node's path from depth 1 (parents[i] < i, -1 = child of the root)."""
+    values: list[float] = []
+    for par, prob in zip(parents, probs):
+        values.append(prob * (1.0 if par < 0 else values[par]))
+    return values
 
 
 def ancestor_masks(parents: torch.Tensor) -> torch.Tensor:

@@ -41,9 +41,11 @@ class EngineMethod:
         self.name = name
         method, hybrid = engine_method(name)
         settings = replace(infer, method=method, lookup=hybrid)
-        if not needs_head(name):  # vanilla and lookup grow no head tree: its settings ('auto' included) do not apply
+        if not needs_head(name):
+            # No head tree: depth does not apply; total_tokens=auto does to lookup (it cuts the copies per cycle)
             defaults = InferConf()
-            settings = replace(settings, depth=defaults.depth, total_tokens=defaults.total_tokens)
+            auto = method == "lookup" and settings.total_tokens == "auto"
+            settings = replace(settings, depth=defaults.depth, total_tokens="auto" if auto else defaults.total_tokens)
         self.engine = build_engine(settings, target, head, lookup)
 
     def generate_batch(self, prompts, max_new, sampling: SamplingParams, stops, seed, batch_size: int = 1) -> BatchResult:

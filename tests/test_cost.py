@@ -4,6 +4,7 @@ machine is never reused."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 import torch
@@ -14,6 +15,7 @@ from eagle_infer.engine import DecodeConfig, Engine
 from tests.oracles import one_thread, vanilla_tokens  # noqa: F401 (autouse fixture)
 from tests.test_engine_errors import one_line_error
 from tests.test_engine_lossless import CASES, case, target_and_head
+from tests.test_lookup import copy_prompt, target_and_head as lookup_target_and_head
 
 SIZES = [1, 2, 4, 8, 16, 32, 64, 128]
 
@@ -77,13 +79,68 @@ def test_auto_budget_is_lossless_and_follows_the_cost(per_token, level_ms):
         assert {d for _, d in sizes} == {1}  # no level beyond the root's can pay
 
 
-def test_auto_budget_batch_equals_its_batch_of_one():
-    config = DecodeConfig(method="eagle2", depth=4, top_k=4, total_tokens=16, budget="auto")
+@pytest.mark.parametrize("method", ["eagle2", "lookup", "eagle2+lookup"])
+def test_auto_budget_batch_equals_its_batch_of_one(method):
+    config = DecodeConfig(method=method.split("+")[0], depth=4, top_k=4, total_tokens=16, budget="auto",
+                          lookup=method.endswith("+lookup"))
     target, head = target_and_head(2)
-    prompts = [list(case(2, 1, 40)[0]), list(case(2, 7, 20)[0])]
+    prompts = [copy_prompt(1, 9), list(case(2, 1, 40)[0]), list(case(2, 7, 20)[0])]
     engine = Engine(target, head, config, cost=cost(0.3))
-    batch = engine.generate_batch(prompts, 20, batch_size=2)
-    assert [r.tokens for r in batch.results] == [vanilla_tokens(target, p, 20) for p in prompts]
+    singles = [engine.generate(p, 20).tokens for p in prompts]
+    assert singles == [vanilla_tokens(target, p, 20) for p in prompts]
+    assert [r.tokens for r in engine.generate_batch(prompts, 20, batch_size=2).results] == singles
+
+
+LOOKUP_AUTO = {
+    "lookup": DecodeConfig(method="lookup"),
+    "eagle2+lookup": DecodeConfig(method="eagle2", depth=3, top_k=4, total_tokens=12, lookup=True),
+}
+
+
+@pytest.mark.parametrize("per_token,level_ms", [(0.0, 0.0), (0.3, 1.0), (50.0, 1.0)])
+@pytest.mark.parametrize("name", LOOKUP_AUTO)
+def test_auto_budget_with_lookup_is_lossless_and_follows_the_cost(name, per_token, level_ms):
+    """Prompt lookup under an auto budget: the copies' path values (their measured acceptance rates) compete with
+    the head's candidates for the verified nodes. With free verification and drafting it verifies what the fixed
+    budget does, cycle for cycle; with dear verification one node at most; output is always vanilla's."""
+    fixed = LOOKUP_AUTO[name]
+    auto = replace(fixed, budget="auto")
+    sizes = []
+    for seed, prompt in ((2, copy_prompt(1)), (3, copy_prompt(2, 9))):
+        target, head = lookup_target_and_head(seed)
+        head = None if fixed.method == "lookup" else head
+        result = Engine(target, head, auto, cost=cost(per_token, level_ms)).generate(prompt, 40)
+        assert result.tokens == vanilla_tokens(target, prompt, 40)
+        assert all(c.tree_size <= fixed.tree_size() for c in result.cycles)
+        if per_token == 0:
+            same = Engine(target, head, fixed).generate(prompt, 40)
+            assert [c.tree_size for c in result.cycles] == [c.tree_size for c in same.cycles]
+        sizes += [c.tree_size for c in result.cycles]
+    if per_token == 50:
+        assert set(sizes) <= {0, 1}
+    else:
+        assert max(sizes) > 1
+
+
+def test_strong_copies_stop_the_head_sooner():
+    """draft_dynamic's `extra`: with an auto budget, likely copied candidates (path values near 1) never make the head
+    draft deeper, and at some level cost they make a level not pay that pays without them."""
+    from eagle_infer.drafting import DraftRoot, TreeFeeder, draft_dynamic
+
+    target, head = target_and_head(2)
+    cache = head.new_cache(1, 64)
+    root = DraftRoot(torch.randn(1, target.hidden_size, generator=torch.Generator().manual_seed(0)), [3], [0], [0])
+
+    def levels(extra, level_ms):
+        feeder = TreeFeeder(head, cache, root)
+        draft_dynamic(feeder, 5, 4, 24, budget=Budget(cost(0.0, level_ms), 1, 24), extra=extra)
+        feeder.reset()
+        return feeder.levels
+
+    copies = torch.full((1, 10), 0.95).log().cumsum(-1)  # a 10-token chain, each copy accepted at 0.95
+    pairs = [(levels(copies, ms), levels(None, ms)) for ms in 10.0 ** torch.arange(-8, 2).double()]
+    assert all(with_copies <= alone for with_copies, alone in pairs)
+    assert any(with_copies < alone for with_copies, alone in pairs), pairs
 
 
 def test_infer_auto_keys_and_errors():
@@ -95,7 +152,8 @@ def test_infer_auto_keys_and_errors():
     target, head = target_and_head(2)
     one_line_error(lambda: Engine(target, head, DecodeConfig(method="eagle1", budget="auto")), "budget 'auto'", "eagle1")
     one_line_error(lambda: Engine(target, head, DecodeConfig(budget="sometimes")), "'sometimes'")
-    one_line_error(lambda: Engine(target, head, DecodeConfig(budget="auto", lookup=True)), "budget 'auto'", "lookup")
+    one_line_error(lambda: Engine(target, head, DecodeConfig(method="chain", budget="auto", lookup=True)),
+                   "budget 'auto'", "'chain'")
     one_line_error(lambda: Engine(target, head, DecodeConfig(total_tokens="many")), "total_tokens 'many'")
 
 
@@ -116,3 +174,6 @@ def test_cost_model_is_cached_per_machine_and_never_reused_elsewhere(tmp_path, m
     again = load_or_measure(target, head, 4, 9)
     assert again.level_ms != 12345.0 and again.key == first.key
     assert json.loads(path.read_text())["key"] == first.key
+    # Prompt lookup alone drafts without a head: its model has no level cost and a key of its own.
+    headless = load_or_measure(target, None, 4, 9)
+    assert headless.level_ms == 0.0 and headless.key["head"] == "none" and cache_path(headless.key) != path

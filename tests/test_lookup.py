@@ -304,7 +304,8 @@ def test_engine_samples_follow_the_target(name, temperature):
 # Eval: method names and the lookup share.
 
 
-def test_eval_methods_and_lookup_share():
+def test_eval_methods_and_lookup_share(tmp_path, monkeypatch):
+    monkeypatch.setenv("EAGLE_CACHE", str(tmp_path))  # the auto methods below measure and cache a cost model
     from eagle_infer.errors import EagleError
     from eval.methods import engine_method, make_methods, needs_head
     from eval.metrics import summarize
@@ -322,11 +323,11 @@ def test_eval_methods_and_lookup_share():
     assert pld.lookup == conf  # transformers' prompt lookup runs at the same max_ngram and num_tokens
     with pytest.raises(EagleError, match="'lookup\\+lookup'"):
         make_methods(["lookup+lookup"], target, InferConf(), head, None, "float32")
-    # An auto tree budget is EAGLE-2's: vanilla and lookup beside it in one table ignore it.
-    vanilla, lookup, eagle2 = make_methods(["vanilla", "lookup", "eagle2"], target,
-                                           InferConf(depth="auto", total_tokens="auto"), head, None, "float32")
-    assert (vanilla.engine.config.budget, lookup.engine.config.budget, eagle2.engine.config.budget) == ("fixed", "fixed",
-                                                                                                      "auto")
+    # An auto tree budget: vanilla beside it in one table ignores it, lookup cuts its copies by it, the hybrid too.
+    vanilla, lookup, eagle2, hybrid = make_methods(["vanilla", "lookup", "eagle2", "eagle2+lookup"], target,
+                                                   InferConf(depth="auto", total_tokens="auto"), head, None, "float32")
+    assert [m.engine.config.budget for m in (vanilla, lookup, eagle2, hybrid)] == ["fixed", "auto", "auto", "auto"]
+    assert lookup.engine.config.tree_size() == LookupConf().num_tokens and lookup.engine.cost.level_ms == 0.0
 
     def rec(method, cycles):
         return {"benchmark": "b", "method": method, "question_id": "1", "turns": [], "new_tokens": 4, "wall_s": 1.0,
