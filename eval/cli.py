@@ -89,9 +89,9 @@ def evaluate(conf: EvalRunConf, out: Path) -> str:
     from .benchmarks import load_benchmark
     from .harness import HarnessSettings, run
     from .methods import make_methods, needs_head
-    from .metrics import summarize
+    from .metrics import cycle_split, summarize
     from .records import RecordWriter, read_records
-    from .report import log_wandb, plot_all, write_table
+    from .report import log_wandb, plot_all, write_cycles, write_table
 
     unknown = [b for b in conf.bench.names if b not in BENCHMARKS]
     if unknown:
@@ -126,6 +126,7 @@ def evaluate(conf: EvalRunConf, out: Path) -> str:
     records = [r for r in read_records(out / "records.jsonl") if r["method"] in conf.methods and r["benchmark"] in benchmarks]
     rows = summarize(records)
     markdown = write_table(rows, out, str(target.dtype).removeprefix("torch."))
+    write_cycles(cycle_split(records), out)
     plots = plot_all(records, rows, out)
     log_wandb(rows, plots, out.name, OmegaConf.to_container(OmegaConf.structured(conf)), conf.wandb.mode, conf.wandb.project)
     return markdown

@@ -2,7 +2,7 @@
 
 For runs of the same model and settings split by benchmark (e.g. run side by side on two machines or cores):
 their records are concatenated into OUT/records.jsonl (a (benchmark, method, question) present twice is an
-error), then OUT gets table.md, table.csv and the plots, exactly as a single run would.
+error), then OUT gets table.md, table.csv, cycles.md and the plots, exactly as a single run would.
 """
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from pathlib import Path
 
 from eagle_infer.errors import EagleError
 
-from .metrics import summarize
+from .metrics import cycle_split, summarize
 from .records import read_records, record_key
-from .report import plot_all, write_table
+from .report import plot_all, write_cycles, write_table
 
 
 def merge(out: Path, runs: list[Path]) -> str:
@@ -33,6 +33,7 @@ def merge(out: Path, runs: list[Path]) -> str:
     (out / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     rows = summarize(records)
     markdown = write_table(rows, out)
+    write_cycles(cycle_split(records), out)
     plot_all(records, rows, out)
     return markdown
 

@@ -124,13 +124,38 @@ def calibration(records: list[dict], bins: int = 10) -> list[Bucket]:
     ]
 
 
-def draft_verify_split(records: list[dict]) -> dict[str, tuple[float, float]]:
-    """Per method with cycles, (mean draft_s, mean verify_s) per cycle."""
-    return {
-        method: (_mean([cycle["draft_s"] for cycle in cycles]), _mean([cycle["verify_s"] for cycle in cycles]))
-        for method, cycles in _cycles_by_method(records).items()
-        if cycles
-    }
+@dataclass
+class CycleRow:
+    """Where one (benchmark, method)'s time goes, per cycle (means; None for peers, which keep no cycles):
+    draft and verify ms, tree nodes verified, draft tokens accepted and how many of them prompt lookup proposed;
+    ms_per_token: wall time over new tokens, for every method."""
+
+    benchmark: str
+    method: str
+    cycles: int
+    draft_ms: float | None
+    verify_ms: float | None
+    tree_nodes: float | None
+    accepted: float | None
+    copied_accepted: float | None
+    ms_per_token: float | None
+
+
+def cycle_split(records: list[dict]) -> list[CycleRow]:
+    """One CycleRow per (benchmark, method) in record order, then per method over all benchmarks (`ALL`)."""
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for record in records:
+        groups.setdefault((record["benchmark"], record["method"]), []).append(record)
+        groups.setdefault((ALL, record["method"]), []).append(record)
+    rows = []
+    for (benchmark, method), group in sorted(groups.items(), key=lambda item: item[0][0] == ALL):
+        cycles = [cycle for record in group for cycle in record["cycles"]]
+        mean = lambda key, scale=1.0: _mean([scale * cycle.get(key, 0) for cycle in cycles])  # noqa: E731
+        speed = _tok_s(group)
+        rows.append(CycleRow(benchmark, method, len(cycles), mean("draft_s", 1000.0), mean("verify_s", 1000.0),
+                             mean("tree_size"), mean("accepted"), mean("lookup_accepted"),
+                             1000.0 / speed if speed else None))
+    return rows
 
 
 def _tested_nodes(records: list[dict]):

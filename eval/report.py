@@ -1,4 +1,4 @@
-"""Results output: table.csv / table.md, PNG plots (matplotlib Agg, no pyplot state) and an optional wandb log."""
+"""Results output: table.csv / table.md, cycles.md, PNG plots (matplotlib Agg, no pyplot state) and an optional wandb log."""
 from __future__ import annotations
 
 import csv
@@ -7,7 +7,7 @@ from dataclasses import astuple, fields
 from pathlib import Path
 
 from eagle_infer.errors import EagleError
-from eval.metrics import ALL, ALPHA_POSITIONS, ROW_COLUMNS, Row, accept_length_hist, calibration
+from eval.metrics import ALL, ALPHA_POSITIONS, ROW_COLUMNS, CycleRow, Row, accept_length_hist, calibration
 
 WANDB_MODES = ("offline", "online", "disabled")
 _MD_COLUMNS = ("benchmark", "method", "speedup", "vs HF", "τ", "tok/s", "identical", "from lookup")
@@ -49,6 +49,27 @@ def write_table(rows: list[Row], out_dir: str | os.PathLike, dtype: str | None =
     if dtype in ("bfloat16", "float16"):
         markdown += "\n" + HALF_PRECISION_NOTE.format(dtype=dtype) + "\n"
     (out / "table.md").write_text(markdown, encoding="utf-8")
+    return markdown
+
+
+_CYCLE_COLUMNS = ("benchmark", "method", "cycles", "draft ms/cycle", "verify ms/cycle", "tree nodes", "accepted/cycle",
+                  "copied accepted/cycle", "ms/token")
+
+
+def write_cycles(rows: list[CycleRow], out_dir: str | os.PathLike) -> str:
+    """Write `cycles.md`, where each method's time goes per cycle (draft time includes the head's pass over the
+    tokens accepted in the previous cycle; transformers' peers keep no cycles, only their ms/token); return it."""
+    lines = [_md_line(_CYCLE_COLUMNS), _md_line(["---"] * len(_CYCLE_COLUMNS))]
+    lines += [
+        _md_line([row.benchmark, row.method, str(row.cycles) if row.cycles else "—", _fmt(row.draft_ms, "{:.1f}"),
+                  _fmt(row.verify_ms, "{:.1f}"), _fmt(row.tree_nodes, "{:.1f}"), _fmt(row.accepted, "{:.2f}"),
+                  _fmt(row.copied_accepted, "{:.2f}"), _fmt(row.ms_per_token, "{:.1f}")])
+        for row in rows
+    ]
+    markdown = "\n".join(lines) + "\n"
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "cycles.md").write_text(markdown, encoding="utf-8")
     return markdown
 
 

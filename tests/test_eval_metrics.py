@@ -1,8 +1,10 @@
 """eval.metrics on hand-made records with hand-computed expectations."""
+from dataclasses import replace
+
 import pytest
 
 from eagle_infer.errors import EagleError
-from eval.metrics import ROW_COLUMNS, accept_length_hist, alpha, calibration, draft_verify_split, summarize, tau
+from eval.metrics import ROW_COLUMNS, accept_length_hist, alpha, calibration, cycle_split, summarize, tau
 
 
 def cycle(depth, accepted, conf=(), hit=(), draft_s=0.0, verify_s=0.0):
@@ -122,10 +124,13 @@ def test_hist_calibration_split():
     assert accept_length_hist(records) == {"eagle2": [1, 0, 1]}
     buckets = calibration(records, bins=2)
     assert [(b.low, b.high, b.n, b.rate) for b in buckets] == [(0.0, 0.5, 1, 0.0), (0.5, 1.0, 4, 0.5)]
-    split = draft_verify_split(records)
-    assert split["eagle2"] == (pytest.approx(0.2), pytest.approx(0.4))
-    assert split["vanilla"] == (0.0, 0.2)
-    assert "hf_generate" not in split
+    split = {(row.benchmark, row.method): row for row in cycle_split(records)}
+    eagle2, vanilla, hf = split["gsm8k", "eagle2"], split["gsm8k", "vanilla"], split["gsm8k", "hf_generate"]
+    assert (eagle2.cycles, eagle2.draft_ms, eagle2.verify_ms) == (2, pytest.approx(200.0), pytest.approx(400.0))
+    assert (eagle2.tree_nodes, eagle2.accepted, eagle2.ms_per_token) == (6.0, 1.0, pytest.approx(125.0))
+    assert (vanilla.cycles, vanilla.draft_ms, vanilla.verify_ms) == (1, 0.0, pytest.approx(200.0))
+    assert (hf.cycles, hf.draft_ms, hf.ms_per_token) == (0, None, pytest.approx(250.0))
+    assert split["all", "eagle2"] == replace(eagle2, benchmark="all")
     bad = [record("gsm8k", "eagle2", "1", 1, 1.0, [], [cycle(1, 0, conf=[1.5], hit=[False])])]
     with pytest.raises(EagleError, match="1.5"):
         calibration(bad)
