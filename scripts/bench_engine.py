@@ -38,7 +38,6 @@ from eagle_infer.chat import Message, prompt_ids, stop_ids  # noqa: E402
 from eagle_infer.config import InferConf, build_engine, shipped_head_dir  # noqa: E402
 from eagle_infer.errors import EagleError  # noqa: E402
 from eagle_infer.target import load_target  # noqa: E402
-from eagle_infer.tree import causal_mask  # noqa: E402
 from eval.benchmarks import load_benchmark  # noqa: E402
 
 FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile", "avx512_fp16")
@@ -93,19 +92,19 @@ def step_weight_bytes(target) -> int:
 
 
 def forward_ms(target, k: int, prefix: int, reps: int) -> float:
-    """Median ms of one forward of k tokens with a causal mask over a `prefix`-token cache."""
+    """Median ms of one plain causal forward of k tokens over a `prefix`-token cache: mask=None, so transformers
+    builds the causal mask itself, its fastest path (a tree verification must pass its tree mask on top)."""
     cache = target.new_cache(1, prefix + k)
     ids = torch.randint(100, 1000, (1, prefix), device=target.device)
     target.forward(ids, torch.arange(prefix, device=target.device)[None], cache)
     cache.advance(prefix)
     x = torch.randint(100, 1000, (1, k), device=target.device)
     pos = (prefix + torch.arange(k, device=target.device))[None]
-    mask = causal_mask(prefix, k, target.dtype, target.device)
     times = []
     for i in range(reps + 2):
         _sync(target.device)
         start = time.perf_counter()
-        target.forward(x, pos, cache, mask, last_only=k == 1)
+        target.forward(x, pos, cache, None, last_only=k == 1)
         _sync(target.device)
         if i >= 2:
             times.append((time.perf_counter() - start) * 1000)
