@@ -500,8 +500,8 @@ class _BatchRun:
             self.rows[b] = None
 
     # Target forwards whose attention is plain causal (vanilla steps, and chains verified in rows of equal length)
-    # pass mask=None: transformers then builds the causal mask itself, which measured 4-10 % faster per forward on
-    # SmolLM2 (CPU) than the same mask passed in; trees and rows of unequal length need the explicit mask.
+    # pass mask=None: transformers then builds the causal mask itself, its own fastest path (scripts/bench_engine.py
+    # times bare forwards that way); trees and rows of unequal length need the explicit mask.
     def _vanilla_cycle(self) -> None:
         target, device, rows = self.target, self.target.device, list(self.rows)
         t0 = time.perf_counter()
