@@ -29,7 +29,7 @@ from .errors import EagleError
 from .kv_cache import KVCache
 from .lookup import CopyRates, lookup_chains
 from .merge import merge_trees
-from .tree import DEFAULT_STATIC_PATHS, DraftTree, additive_mask, ancestor_masks, causal_mask, check_paths
+from .tree import DEFAULT_STATIC_PATHS, DraftTree, additive_mask, ancestor_masks, causal_mask, check_paths, path_values
 from .verify import Acceptance, SamplingParams, argmax, sample_token, target_probs, verify_greedy, verify_sampling
 
 METHODS = ("vanilla", "chain", "eagle1", "eagle2", "lookup")
@@ -418,7 +418,7 @@ class _BatchRun:
         self.drafting = engine.config.method != "vanilla"
         self.uses_head = engine.config.method not in HEADLESS
         self.feature_layers = tuple(self.head.config.feature_layers) if self.uses_head else ()  # a fused head's inputs
-        config = engine.config  # whose trees are always one chain: verified under plain causal attention (see _mask)
+        config = engine.config  # methods whose trees are always one chain, verified causally (_target_mask)
         self.chains = (config.method == "chain" and not config.lookup) or (
             config.method == "lookup" and config.lookup_conf.branches == 1)
         self.cache = self.target.new_cache(size, max_len)
@@ -499,16 +499,21 @@ class _BatchRun:
             self._finish(request)
             self.rows[b] = None
 
-    # Target forwards whose attention is plain causal (vanilla steps, and chains verified in rows of equal length)
-    # pass mask=None: transformers then builds the causal mask itself, its own fastest path (scripts/bench_engine.py
-    # times bare forwards that way); trees and rows of unequal length need the explicit mask.
+    def _target_mask(self, lengths: list[int], allowed: torch.Tensor, causal: bool) -> torch.Tensor | None:
+        """The target's additive mask over `allowed` (bool [T, S] or [B, T, S], see tree.additive_mask), or None
+        when the new tokens attend plainly causally (`causal`) and every row is equally long: transformers then
+        builds the causal mask itself, its own fastest path (scripts/bench_engine.py times bare forwards that way)."""
+        if causal and min(lengths) == max(lengths):
+            return None
+        return additive_mask(allowed, lengths, self.target.dtype, self.target.device)
+
     def _vanilla_cycle(self) -> None:
         target, device, rows = self.target, self.target.device, list(self.rows)
         t0 = time.perf_counter()
         lengths = list(self.cache.lengths)
         ids = torch.tensor([[r.root] for r in rows], device=device)
         positions = torch.tensor(lengths, device=device)[:, None]
-        mask = None if min(lengths) == max(lengths) else causal_mask(lengths, 1, target.dtype, device)
+        mask = self._target_mask(lengths, torch.ones(1, 1, dtype=torch.bool), causal=True)
         logits, _ = target.forward(ids, positions, self.cache, mask, last_only=True)
         self.cache.advance(1)
         if self.sampling.greedy:
@@ -548,8 +553,7 @@ class _BatchRun:
         t1 = time.perf_counter()
 
         batch = _verification_input(trees, root, device)
-        causal = self.chains and min(lengths) == max(lengths) and len({len(t) for t in trees}) == 1
-        mask = None if causal else additive_mask(batch.allowed, lengths, target.dtype, device)
+        mask = self._target_mask(lengths, batch.allowed, causal=self.chains and len({len(t) for t in trees}) == 1)
         logits, tree_feats = target.forward(batch.ids, batch.positions, self.cache, mask,
                                             feature_layers=self.feature_layers)
         if self.sampling.greedy:
@@ -620,7 +624,7 @@ class _BatchRun:
 def _log_values(trees: list[DraftTree]) -> torch.Tensor:
     """[B, max N] path log-values of each row's tree (EAGLE-2's values, -inf padding), on the host."""
     width = max((len(t) for t in trees), default=0)
-    rows = [t.path_values() + [0.0] * (width - len(t)) for t in trees]
+    rows = [path_values(t.parents.tolist(), t.probs.tolist()) + [0.0] * (width - len(t)) for t in trees]
     return torch.tensor(rows, dtype=torch.float64).reshape(len(trees), width).log()
 
 

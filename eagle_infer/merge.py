@@ -3,7 +3,7 @@
 Nodes with the same token under the same merged parent become one node, so siblings stay distinct, as the
 verifier's sequential rejection over deterministically chosen candidates requires. A merged node's prob is the
 highest own prob over the input trees that hold it, and its value is EAGLE-2's path value in the merged tree (the
-product of the probs from depth 1 down to it, `DraftTree.path_values`); the `budget` highest values survive, ties
+product of the probs from depth 1 down to it, `tree.path_values`); the `budget` highest values survive, ties
 going to the shallower, then the earlier node. Values never grow down a path, so every survivor's parent survives,
 and cutting a merged tree again (`merge_trees([tree], n)`) keeps the n best by the same values.
 """

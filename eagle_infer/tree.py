@@ -42,10 +42,6 @@ class DraftTree:
             out[p + 1].append(i)
         return out
 
-    def path_values(self) -> list[float]:
-        """EAGLE-2's value of each node: the product of probs from depth 1 down to it."""
-        return path_values(self.parents.tolist(), self.probs.tolist())
-
     def ancestor_mask(self) -> torch.Tensor:
         """Bool [N+1, N+1] over flattened indices: row j may attend column c iff c is j or an ancestor of j."""
         return ancestor_masks(self.parents[None].cpu())[0]

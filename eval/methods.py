@@ -42,10 +42,10 @@ class EngineMethod:
         method, hybrid = engine_method(name)
         settings = replace(infer, method=method, lookup=hybrid)
         if not needs_head(name):
-            # No head tree: depth does not apply; total_tokens=auto does to lookup (it cuts the copies per cycle)
+            # No head tree: depth does not apply; total_tokens does to lookup only ('auto' cuts its copies per cycle)
             defaults = InferConf()
-            auto = method == "lookup" and settings.total_tokens == "auto"
-            settings = replace(settings, depth=defaults.depth, total_tokens="auto" if auto else defaults.total_tokens)
+            total = settings.total_tokens if method == "lookup" else defaults.total_tokens
+            settings = replace(settings, depth=defaults.depth, total_tokens=total)
         self.engine = build_engine(settings, target, head, lookup)
 
     def generate_batch(self, prompts, max_new, sampling: SamplingParams, stops, seed, batch_size: int = 1) -> BatchResult:

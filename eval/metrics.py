@@ -82,11 +82,7 @@ def summarize(records: list[dict], baseline_method: str = "vanilla", hf_method: 
     duplicates = [key for key, count in Counter(map(record_key, records)).items() if count > 1]
     if duplicates:
         raise EagleError(f"duplicate records for {duplicates[0]}; expected one per (benchmark, method, question_id)")
-    groups: dict[tuple[str, str], list[dict]] = {}
-    for record in records:
-        groups.setdefault((record["benchmark"], record["method"]), []).append(record)
-    for method in dict.fromkeys(record["method"] for record in records):
-        groups[(ALL, method)] = [record for record in records if record["method"] == method]
+    groups = _groups(records)
     return [
         _row(
             benchmark,
@@ -143,12 +139,8 @@ class CycleRow:
 
 def cycle_split(records: list[dict]) -> list[CycleRow]:
     """One CycleRow per (benchmark, method) in record order, then per method over all benchmarks (`ALL`)."""
-    groups: dict[tuple[str, str], list[dict]] = {}
-    for record in records:
-        groups.setdefault((record["benchmark"], record["method"]), []).append(record)
-        groups.setdefault((ALL, record["method"]), []).append(record)
     rows = []
-    for (benchmark, method), group in sorted(groups.items(), key=lambda item: item[0][0] == ALL):
+    for (benchmark, method), group in _groups(records).items():
         cycles = [cycle for record in group for cycle in record["cycles"]]
         mean = lambda key, scale=1.0: _mean([scale * cycle.get(key, 0) for cycle in cycles])  # noqa: E731
         speed = _tok_s(group)
@@ -156,6 +148,16 @@ def cycle_split(records: list[dict]) -> list[CycleRow]:
                              mean("tree_size"), mean("accepted"), mean("lookup_accepted"),
                              1000.0 / speed if speed else None))
     return rows
+
+
+def _groups(records: list[dict]) -> dict[tuple[str, str], list[dict]]:
+    """Records per (benchmark, method) in order of first appearance, then per (ALL, method) over every benchmark."""
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for record in records:
+        groups.setdefault((record["benchmark"], record["method"]), []).append(record)
+    for method in dict.fromkeys(record["method"] for record in records):
+        groups[(ALL, method)] = [record for record in records if record["method"] == method]
+    return groups
 
 
 def _tested_nodes(records: list[dict]):

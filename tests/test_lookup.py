@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from dataclasses import replace
 from functools import lru_cache
 
 import pytest
 import torch
 
 from eagle_infer.config import InferConf, LookupConf, decode_config
+from eagle_infer.cost import CostModel
 from eagle_infer.draft_head import random_head
 from eagle_infer.engine import DecodeConfig, Engine
 from eagle_infer.lookup import CopyRates, continuations, lookup_chains
@@ -283,21 +285,31 @@ SAMPLED = {
     "eagle2+lookup": DecodeConfig(method="eagle2", depth=2, top_k=2, total_tokens=4, lookup=True,
                                   lookup_conf=LookupConf(num_tokens=2, branches=2)),
 }
+SAMPLED["lookup-auto"] = replace(SAMPLED["lookup"], budget="auto")
+SAMPLED["eagle2+lookup-auto"] = replace(SAMPLED["eagle2+lookup"], budget="auto")
+# A synthetic cost model under which a fourth verified node never pays (a forward of 5 tokens costs 19 ms, of 4
+# tokens 12): the auto budget cuts the 4-node trees to 1-3 nodes, a number that varies by cycle.
+SAMPLING_COST = CostModel({}, [1, 2, 4, 8], [10.0, 11.0, 12.0, 40.0], 0.5)
 
 
-@pytest.mark.parametrize("name,temperature", [("lookup", 0.7), ("eagle2+lookup", 0.7), ("eagle2+lookup", 1.3)])
+@pytest.mark.parametrize("name,temperature", [("lookup", 0.7), ("eagle2+lookup", 0.7), ("eagle2+lookup", 1.3),
+                                              ("lookup-auto", 0.7), ("eagle2+lookup-auto", 1.3)])
 def test_engine_samples_follow_the_target(name, temperature):
     target, head = small()
     params = SamplingParams(temperature=temperature)
-    engine = Engine(target, head, SAMPLED[name])
-    counts, copied = Counter(), 0
+    config = SAMPLED[name]
+    engine = Engine(target, head, config, cost=SAMPLING_COST if config.budget == "auto" else None)
+    counts, copied, sizes = Counter(), 0, set()
     for seed in range(N_SAMPLES):
         result = engine.generate(list(COPY_PROMPT), GENERATED, sampling=params, seed=seed)
         counts[tuple(result.tokens)] += 1
         copied += sum(c.lookup_accepted for c in result.cycles)
+        sizes |= {c.tree_size for c in result.cycles}
     same, p_value, stat = same_distribution(counts, exact_joint(params, COPY_PROMPT))
     assert same, (name, temperature, p_value, stat)
     assert copied >= 0.2 * N_SAMPLES  # copied tokens do get accepted, so their acceptance branch is tested
+    if config.budget == "auto":  # the per-cycle cut is exercised: trees of several sizes, all below the 4 nodes
+        assert len(sizes) > 1 and max(sizes) < config.tree_size() == 4, sizes
 
 
 # ----------------------------------------------------------------------------------------------------------------
