@@ -101,7 +101,7 @@ def plan(cfg: TrainRunConf) -> str:
              f"(fraction {cfg.featurize.regenerate_fraction}, {cfg.featurize.regenerate_max_new_tokens} new tokens) "
              f"-> {cfg.data.features_dir}",
              f"train: epochs {cfg.train.epochs}, max_steps {cfg.train.max_steps}, micro batch {cfg.train.batch_size}, "
-             f"lr {cfg.train.lr}, betas {list(cfg.train.betas)}, warmup {cfg.train.warmup_steps}, clip {cfg.train.grad_clip}, "
+             f"lr {cfg.train.lr}, betas {list(cfg.train.betas)}, warmup {cfg.train.warmup_steps} then {cfg.train.lr_schedule}, clip {cfg.train.grad_clip}, "
              f"noise {cfg.train.noise}, w_cls {cfg.train.w_cls}, w_reg {cfg.train.w_reg}, ttt_steps {cfg.train.ttt_steps}, "
              f"input {cfg.train.input_mode} -> {cfg.train.out_dir}",
              f"head: layers {cfg.head.layers}, features {cfg.head.features}",
@@ -130,8 +130,9 @@ def main(cfg) -> None:
         return
     from eagle_infer.target import load_target
 
-    dtype = train_dtype(conf.train) if conf.stage == "train" else conf.model.dtype
-    target = load_target(conf.model.name, dtype, conf.model.device)
+    training = conf.stage == "train"
+    dtype = train_dtype(conf.train) if training else conf.model.dtype
+    target = load_target(conf.model.name, dtype, conf.model.device, "off" if training else conf.model.pack)
     if conf.stage == "featurize":
         run_featurize(conf, target)
     elif conf.stage == "regenerate":

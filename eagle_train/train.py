@@ -44,6 +44,7 @@ class TrainConfig:
     betas: list[float] = field(default_factory=lambda: [0.9, 0.95])
     weight_decay: float = 0.0
     warmup_steps: int = 100
+    lr_schedule: str = "constant"  # after warmup: constant | linear (to 0, EAGLE-1's) | cosine (to 0)
     grad_clip: float = 0.5
     noise: float = 0.1  # U(-noise, noise) on input features
     draft_vocab_size: int = 0  # 0 = full vocabulary; else the most frequent training tokens (EAGLE-3 style)
@@ -111,6 +112,20 @@ def use_autocast(mode: str, dtype: torch.dtype, device: torch.device) -> bool:
     return mode == "on" or resolve_dtype("auto", device) == torch.bfloat16
 
 
+def lr_scheduler(cfg: TrainConfig, total_steps: int) -> dict:
+    """DeepSpeed's scheduler block: linear warmup to cfg.lr over warmup_steps, then cfg.lr_schedule."""
+    warmup = max(1, min(cfg.warmup_steps, total_steps))
+    if cfg.lr_schedule == "constant":
+        return {"type": "WarmupLR", "params": {"warmup_min_lr": 0.0, "warmup_max_lr": cfg.lr, "warmup_num_steps": warmup, "warmup_type": "linear"}}
+    if cfg.lr_schedule == "linear":
+        return {"type": "WarmupDecayLR", "params": {"total_num_steps": max(total_steps, warmup + 1), "warmup_min_lr": 0.0, "warmup_max_lr": cfg.lr,
+                                                    "warmup_num_steps": warmup, "warmup_type": "linear"}}
+    if cfg.lr_schedule == "cosine":
+        return {"type": "WarmupCosineLR", "params": {"total_num_steps": max(total_steps, warmup + 1), "warmup_min_ratio": 0.0, "warmup_num_steps": warmup,
+                                                     "cos_min_ratio": 0.0, "warmup_type": "linear"}}
+    raise EagleError(f"unknown train.lr_schedule {cfg.lr_schedule!r}: expected constant, linear or cosine")
+
+
 def read_ds_config(path: str, cfg: TrainConfig, total_steps: int) -> dict:
     """The DeepSpeed JSON (ZeRO stage, precision, accumulation) plus the optimizer/scheduler from TrainConfig."""
     try:
@@ -126,10 +141,7 @@ def read_ds_config(path: str, cfg: TrainConfig, total_steps: int) -> dict:
     ds.pop("train_batch_size", None)
     ds["gradient_clipping"] = cfg.grad_clip
     ds["optimizer"] = {"type": "AdamW", "params": {"lr": cfg.lr, "betas": list(cfg.betas), "weight_decay": cfg.weight_decay}}
-    ds["scheduler"] = {
-        "type": "WarmupLR",
-        "params": {"warmup_min_lr": 0.0, "warmup_max_lr": cfg.lr, "warmup_num_steps": max(1, min(cfg.warmup_steps, total_steps)), "warmup_type": "linear"},
-    }
+    ds["scheduler"] = lr_scheduler(cfg, total_steps)
     ds.setdefault("steps_per_print", 10**9)
     return ds
 

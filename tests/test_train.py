@@ -283,6 +283,38 @@ def test_gradient_accumulation_steps_match_optimizer_steps(features, tiny_smol, 
     assert (engines[-1].global_steps, engines[-1].micro_steps) == (6, 12)
 
 
+@pytest.mark.parametrize("schedule", ["constant", "linear", "cosine"])
+def test_lr_schedule_after_warmup(features, tiny_smol, deepspeed_cpu_env, tmp_path, monkeypatch, schedule):
+    """Warmup reaches cfg.lr; then constant stays there, linear and cosine decay to 0 at the last step."""
+    import deepspeed
+
+    engines, real = [], deepspeed.initialize
+
+    def initialize(*args, **kwargs):
+        out = real(*args, **kwargs)
+        engines.append(out[0])
+        return out
+
+    monkeypatch.setattr(deepspeed, "initialize", initialize)
+    lrs = []
+    real_losses = train_mod.losses
+
+    def record_lr(head, batch, *args, **kwargs):
+        if head.training:
+            lrs.append(engines[-1].get_lr()[0])
+        return real_losses(head, batch, *args, **kwargs)
+
+    monkeypatch.setattr(train_mod, "losses", record_lr)
+    train(train_config(features, tmp_path / "run", max_steps=12, warmup_steps=2, lr_schedule=schedule, heldout=None), tiny_smol)
+    assert len(lrs) == 12 and max(lrs) == pytest.approx(1e-3, rel=0.05)
+    after = lrs[lrs.index(max(lrs)):]  # DeepSpeed's schedule lags the optimizer step by one
+    assert len(after) >= 9
+    if schedule == "constant":
+        assert after == pytest.approx([1e-3] * len(after))
+    else:
+        assert all(a > b for a, b in zip(after, after[1:])) and after[-1] < 0.25e-3
+
+
 # --- refusals and bad input ----------------------------------------------------------------------------------------
 
 
@@ -317,6 +349,11 @@ def test_bad_deepspeed_config(features, tiny_smol, deepspeed_cpu_env, tmp_path, 
         train(train_config(features, tmp_path / "out", deepspeed_config=str(path)), tiny_smol)
     message = str(err.value)
     assert "\n" not in message and str(path) in message
+
+
+def test_unknown_lr_schedule(features, tiny_smol, deepspeed_cpu_env, tmp_path):
+    with pytest.raises(EagleError, match="unknown train.lr_schedule 'step': expected constant, linear or cosine"):
+        train(train_config(features, tmp_path / "out", lr_schedule="step"), tiny_smol)
 
 
 def test_featurize_nothing(tiny_smol, tmp_path):
