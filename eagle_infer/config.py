@@ -18,6 +18,9 @@ class ModelConf:
     name: str = "smollm2-135m"
     dtype: str = "auto"  # bfloat16 on GPUs and CPUs with native bfloat16 matmuls, else float32 (see target.resolve_dtype)
     device: str = "auto"
+    # auto | on | off: linear weights packed once for oneDNN, bfloat16 on CPUs with native bfloat16 matmuls
+    # (eagle_infer.packed; auto packs exactly there)
+    pack: str = "auto"
 
 
 @dataclass

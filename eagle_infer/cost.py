@@ -145,12 +145,15 @@ def measure(target, head, top_k: int, max_tokens: int, context: int = 256, reps:
 
 
 def load_or_measure(target, head, top_k: int, max_tokens: int) -> CostModel:
-    """The cached cost model of this machine, model, dtype and head shape, measured (and cached) when there is none."""
+    """The cached cost model of this machine, model, dtype, weight packing and head shape, measured (and cached)
+    when there is none."""
     hc = None if head is None else head.config
     shape = "none" if hc is None else (
         f"{hc.block} block, {hc.layers} layer(s), draft vocabulary {hc.draft_vocab_size or hc.vocab_size}")
     key = {**machine_key(target.device), "model": target.name, "dtype": str(target.dtype).removeprefix("torch."),
            "top_k": top_k, "head": shape}
+    if target.packed:  # packed weights change every cost (unpacked keys stay as they were)
+        key["packed"] = True
     path = cache_path(key)
     model = CostModel.load(path, key)
     if model is None or model.sizes[-1] < max_tokens:

@@ -151,14 +151,23 @@ class DraftHead(nn.Module):
         vd = config.draft_vocab_size
         self.register_buffer("draft_vocab", torch.arange(vd, dtype=torch.long) if vd else None)
         self.to(device=target.device, dtype=target.dtype)
-        self._sub_weight = None
+        self.packed = False  # see pack()
+        self._sub_weight = self._sub_packed = None
 
     def set_draft_vocab(self, token_ids: torch.Tensor) -> None:
         """Draft from these token ids only ([Vd] long, distinct); Vd must equal config.draft_vocab_size."""
         if token_ids.numel() != self.config.draft_vocab_size:
             raise EagleError(f"draft vocabulary has {token_ids.numel()} ids, expected {self.config.draft_vocab_size}")
         self.draft_vocab = token_ids.to(self._weight.device)
-        self._sub_weight = None
+        self._sub_weight = self._sub_packed = None
+
+    def pack(self) -> None:
+        """Pack the head's linear weights, and its draft-vocabulary rows of the target's LM head, for inference on a
+        packed target (eagle_infer.packed); training never packs."""
+        from .packed import pack_linears
+
+        pack_linears(self)
+        self.packed, self._sub_weight, self._sub_packed = True, None, None
 
     @property
     def _weight(self) -> torch.Tensor:
@@ -227,7 +236,12 @@ class DraftHead(nn.Module):
         if self.draft_vocab is None:
             return self.target.lm_head(features).float()
         if self._sub_weight is None or self._sub_weight.device != features.device:
+            from .packed import PackedLinear
+
             self._sub_weight = self.target.lm_head.weight.detach()[self.draft_vocab]
+            self._sub_packed = PackedLinear(self._sub_weight) if self.packed else None
+        if self._sub_packed is not None and features.dtype == self._sub_weight.dtype:
+            return self._sub_packed(features).float()
         return torch.nn.functional.linear(features, self._sub_weight.to(features.dtype)).float()
 
     def logits(self, predicted: torch.Tensor) -> torch.Tensor:
@@ -375,4 +389,6 @@ def load_head(directory: str | Path, target) -> DraftHead:
         raise EagleError(
             f"draft head {where} does not fit the target's layer: missing {missing[:3]}, unexpected {unexpected[:3]}"
         )
+    if target.packed:
+        head.pack()
     return head.eval()

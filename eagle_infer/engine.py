@@ -156,6 +156,7 @@ class CycleStats:
     batch: int = 1  # requests in the cycle's batched forwards (the times are the batch's, shared by all of them)
     lookup_size: int = 0  # tree nodes proposed by prompt lookup (alone or together with the head)
     lookup_accepted: int = 0  # accepted tokens among them
+    head_forwards: int = 0  # draft-head forwards in draft_s: one per level fed, plus feeding last cycle's accepted tokens
 
 
 @dataclass
@@ -428,6 +429,7 @@ class _BatchRun:
         self.results: list[GenerationResult | None] = [None] * len(prompts)
         self.configs: dict[int, DecodeConfig] = {}
         self.carry_s = 0.0  # head time spent after the last verification, counted in the next cycle's draft time
+        self.carry_forwards = 0  # ... and its head forwards
 
     def run(self) -> list[GenerationResult]:
         self._refill()
@@ -580,7 +582,8 @@ class _BatchRun:
             request.root = acc.bonus
         _sync(device)
         draft_s, verify_s = self.carry_s + t1 - t0, time.perf_counter() - t1
-        self.carry_s = 0.0
+        head_forwards = self.carry_forwards + feeder.levels
+        self.carry_s, self.carry_forwards = 0.0, 0
         for b, (request, tree, acc) in enumerate(zip(rows, trees, outcomes)):
             probs, on_path, tokens = host_probs[b], set(acc.path), host_tokens[b]
             copied = [] if tree.copied is None else tree.copied.tolist()
@@ -588,7 +591,7 @@ class _BatchRun:
                 CycleStats(
                     len(tree), tree.depth, len(acc.path), draft_s, verify_s,
                     [probs[i] for i in acc.tested], [i in on_path for i in acc.tested], len(rows),
-                    sum(copied), sum(copied[i] for i in acc.path) if copied else 0,
+                    sum(copied), sum(copied[i] for i in acc.path) if copied else 0, head_forwards,
                 )
             )
             self._emit(b, request, [tokens[i] for i in acc.path] + [acc.bonus])
@@ -618,7 +621,7 @@ class _BatchRun:
             if m:
                 r.feature, r.pending = predicted[b, m - 1], None
         _sync(device)
-        self.carry_s = time.perf_counter() - t0
+        self.carry_s, self.carry_forwards = time.perf_counter() - t0, 1
 
 
 def _log_values(trees: list[DraftTree]) -> torch.Tensor:

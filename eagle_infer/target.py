@@ -158,6 +158,7 @@ class Target:
     template: str
     dtype: torch.dtype
     device: torch.device
+    packed: bool = False  # linear weights packed for oneDNN (eagle_infer.packed); a loaded head is packed alike
 
     @property
     def config(self):
@@ -230,14 +231,18 @@ class Target:
         return out.last_hidden_state, taps.fused() if feature_layers else None
 
 
-def load_target(model: str, dtype: str = "auto", device: str = "auto") -> Target:
-    """Load a target by registry name, hub id or local directory; refuse non-Llama-family architectures."""
+def load_target(model: str, dtype: str = "auto", device: str = "auto", pack: str = "off") -> Target:
+    """Load a target by registry name, hub id or local directory; refuse non-Llama-family architectures. pack:
+    auto | on | off, whether to pack its linear weights for inference (eagle_infer.packed; never for training)."""
+    from .packed import pack_linears, resolve_pack
+
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     _quiet_transformers()
     name, source, template = resolve_source(model)
     torch_device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, torch_device)
+    packed = resolve_pack(pack, torch_dtype, torch_device)
     try:
         config = AutoConfig.from_pretrained(source)
     except OSError as err:
@@ -251,5 +256,7 @@ def load_target(model: str, dtype: str = "auto", device: str = "auto") -> Target
         )
     hf_model = AutoModelForCausalLM.from_pretrained(source, dtype=torch_dtype, attn_implementation="sdpa")
     hf_model.to(torch_device).eval().requires_grad_(False)
+    if packed:
+        pack_linears(hf_model)
     tokenizer = AutoTokenizer.from_pretrained(source)
-    return Target(name, hf_model, tokenizer, template, torch_dtype, torch_device)
+    return Target(name, hf_model, tokenizer, template, torch_dtype, torch_device, packed)

@@ -108,7 +108,7 @@ def make_methods(names: list[str], target, infer: InferConf, head, assistant_mod
             raise EagleError("method 'assisted' needs eval.assistant_model=<smaller model of the same tokenizer>")
         from eagle_infer.target import load_target
 
-        assistant = load_target(assistant_model, dtype, str(target.device))
+        assistant = load_target(assistant_model, dtype, str(target.device), "on" if target.packed else "off")
     methods = []
     for name in names:
         base, _, label = name.partition(":")

@@ -3,10 +3,12 @@
 Prints, for the machine's native dtype (model.dtype=auto) unless --dtypes says otherwise:
   (a) the machine: CPU model and the flags that decide matmul speed, threads, measured memory read bandwidth, and
       the weights-read floor of a one-token step (bytes of weights a step reads / bandwidth);
-  (b) one target forward of k tokens over a fixed prefix, k = 1..64 (eager);
+  (b) one target forward of k tokens over a fixed prefix, k = 1..64 (eager; with packed weights, model.pack, also
+      the same target unpacked, as transformers loads it);
   (c) the engine against bare forwards: its vanilla step vs one bare one-token forward (and the ms it spends around
-      the target forward inside the step), its draft time per tree level (a cycle's draft time / its tree depth: one
-      head forward, draft logits and top-k per level) vs that forward, its verification of N tree tokens vs one bare
+      the target forward inside the step), its draft time per level (a cycle's draft time / the head forwards it
+      paid: one per level fed plus one feeding the last cycle's accepted tokens; each with draft logits and top-k)
+      vs that forward, its verification of N tree tokens vs one bare
       forward of N + 1 tokens (bare forwards are timed between the prompts' runs, so drift hits both alike);
   (d) tokens/s of transformers' generate, the engine's vanilla decoding and EAGLE-2 on MT-bench first turns, with
       τ and the cycle split (draft / verify) for the head (shipped if present, else random).
@@ -15,7 +17,7 @@ another name and measures its engine in the same run, interleaved prompt by prom
 Writes results/bench-engine.json.
 
 usage: python scripts/bench_engine.py [--model smollm2-135m] [--dtypes auto] [--prompts 3] [--max-new 128]
-       [--depth 6 --top-k 8 --total-tokens 32] [--baseline DIR]
+       [--depth 6 --top-k 8 --total-tokens 32] [--pack auto] [--baseline DIR]
 """
 from __future__ import annotations
 
@@ -172,7 +174,8 @@ class Runs:
         d["verify"] += [c.verify_s for c in result.cycles]
         d["forward"] += forwards[1:]  # the prefill's first
         d["sizes"] += [c.tree_size for c in result.cycles]
-        d["per_level"] += [c.draft_s / max(c.tree_depth, 1) for c in result.cycles]
+        # a level = one head forward (a baseline engine that does not count them leaves this empty)
+        d["per_level"] += [c.draft_s / c.head_forwards for c in result.cycles if getattr(c, "head_forwards", 0)]
         d["tau"].append(result.tau)
         d["outputs"].append(result.tokens)
 
@@ -185,7 +188,8 @@ class Runs:
         return self.data[name]["tokens"] / self.data[name]["wall"]
 
     def step_ms(self, name: str, part: str) -> float:
-        return 1000 * statistics.median(self.data[name][part])
+        values = self.data[name][part]
+        return 1000 * statistics.median(values) if values else float("nan")
 
 
 def engines(config_module, target, head: str, args):
@@ -199,7 +203,8 @@ def engines(config_module, target, head: str, args):
 
 
 def bench_dtype(dtype: str, args) -> dict:
-    target = load_target(args.model, dtype)
+    target = load_target(args.model, dtype, pack=args.pack)
+    plain = load_target(args.model, dtype) if target.packed else None  # as transformers loads it: unpacked weights
     dtype_name = str(target.dtype).removeprefix("torch.")
     head = args.head
     if head == "shipped":
@@ -218,6 +223,7 @@ def bench_dtype(dtype: str, args) -> dict:
     floor_ms = weights / (bandwidth * 1e9) * 1000
     with torch.inference_mode():
         fwd = {k: forward_ms(target, k, 300, args.reps) for k in SIZES}
+        fwd_plain = {k: forward_ms(plain, k, 300, args.reps) for k in SIZES} if plain else {}
 
     methods = {"this": engines(sys.modules["eagle_infer.config"], target, head, args)}
     if args.baseline:
@@ -227,14 +233,17 @@ def bench_dtype(dtype: str, args) -> dict:
         vanilla.generate(prompts[0], 8, stop_ids=stops)
         eagle2.generate(prompts[0], 8, stop_ids=stops)
         timer.take()
-    hf_generate(target, prompts[0], 8, stops)
+    for model in filter(None, (target, plain)):
+        hf_generate(model, prompts[0], 8, stops)
     runs, bare_1, bare_n = Runs(), [], []
     tree = args.total_tokens if isinstance(args.total_tokens, int) else 16
     for ids in prompts * args.rounds:  # interleaved per prompt: machine drift hits every method and bare forward alike
-        n, dt = hf_generate(target, ids, args.max_new, stops)
-        runs.data.setdefault("hf_generate", {"tokens": 0, "wall": 0.0})
-        runs.data["hf_generate"]["tokens"] += n
-        runs.data["hf_generate"]["wall"] += dt
+        for name, model in (("hf_generate", target), ("hf_generate_unpacked", plain)):
+            if model is not None:
+                n, dt = hf_generate(model, ids, args.max_new, stops)
+                runs.data.setdefault(name, {"tokens": 0, "wall": 0.0})
+                runs.data[name]["tokens"] += n
+                runs.data[name]["wall"] += dt
         for prefix, (vanilla, eagle2, timer) in methods.items():
             runs.add(f"{prefix} vanilla", vanilla.generate(ids, args.max_new, stop_ids=stops), timer.take())
             runs.add(f"{prefix} eagle2", eagle2.generate(ids, args.max_new, stop_ids=stops), timer.take())
@@ -256,16 +265,19 @@ def bench_dtype(dtype: str, args) -> dict:
             "draft_level_vs_step": per_level / bare_1,
             "verify_ms_per_cycle": runs.step_ms(e, "verify"), "verify_vs_bare": runs.step_ms(e, "verify") / bare_n,
             "vanilla_tok_s": runs.tok_s(v), "eagle2_tok_s": runs.tok_s(e), "eagle2_vs_vanilla": runs.tok_s(e) / runs.tok_s(v),
-            "vanilla_vs_hf": runs.tok_s(v) / runs.tok_s("hf_generate"), "eagle2_tau": statistics.mean(runs.data[e]["tau"]),
+            "vanilla_vs_hf": runs.tok_s(v) / runs.tok_s("hf_generate"),
+            "vanilla_vs_hf_unpacked": runs.tok_s(v) / runs.tok_s("hf_generate_unpacked") if plain else None, "eagle2_tau": statistics.mean(runs.data[e]["tau"]),
             "eagle2_identical_to_vanilla": sum(a == b for a, b in zip(runs.data[e]["outputs"], runs.data[v]["outputs"])),
         }
     return {
         "machine": info, "model": target.name, "dtype": dtype_name, "head": head, "prompts": len(prompts) * args.rounds,
         "max_new_tokens": args.max_new, "read_bandwidth_gbs": bandwidth, "step_weight_mb": weights / 1e6,
-        "weights_floor_ms": floor_ms, "forward_ms": {str(k): v for k, v in fwd.items()},
+        "weights_floor_ms": floor_ms, "packed": target.packed, "forward_ms": {str(k): v for k, v in fwd.items()},
+        "forward_ms_unpacked": {str(k): v for k, v in fwd_plain.items()},
         "context": context, "tree_size": tree, "bare_forward_1_ms": bare_1, f"bare_forward_{tree + 1}_ms": bare_n,
         "eagle2": {"depth": args.depth, "top_k": args.top_k, "total_tokens": args.total_tokens},
         "hf_generate_tok_s": runs.tok_s("hf_generate"), "engine": engine,
+        "hf_generate_unpacked_tok_s": runs.tok_s("hf_generate_unpacked") if plain else None,
     }
 
 
@@ -279,7 +291,13 @@ def print_tables(r: dict) -> None:
     fwd = r["forward_ms"]
     print("| k tokens (300-token cache) | " + " | ".join(fwd) + " |")
     print("|---|" + "---|" * len(fwd))
-    print("| forward ms | " + " | ".join(f"{v:.1f}" for v in fwd.values()) + " |\n")
+    if r["packed"]:
+        plain = r["forward_ms_unpacked"]
+        print("| forward ms, packed weights (the engine's) | " + " | ".join(f"{v:.1f}" for v in fwd.values()) + " |")
+        print("| forward ms, unpacked (as transformers loads it) | " + " | ".join(f"{plain[k]:.1f}" for k in fwd) + " |")
+        print("| packed speedup | " + " | ".join(f"{plain[k] / fwd[k]:.2f}x" for k in fwd) + " |\n")
+    else:
+        print("| forward ms | " + " | ".join(f"{v:.1f}" for v in fwd.values()) + " |\n")
     n = r["tree_size"] + 1
     print(f"Engine against bare forwards at a {r['context']}-token mean context, measured between the prompts' runs "
           f"(bare 1 token {r['bare_forward_1_ms']:.1f} ms, "
@@ -294,7 +312,9 @@ def print_tables(r: dict) -> None:
         (f"verify ms per cycle (vs bare {n}-token forward)", lambda e: f"{e['verify_ms_per_cycle']:.1f} ({e['verify_vs_bare']:.2f}x)"),
         ("verify: ms around its target forward", lambda e: f"{e['verify_overhead_ms']:.2f}"),
         ("draft + verify ms per cycle", lambda e: f"{e['draft_ms_per_cycle']:.1f} + {e['verify_ms_per_cycle']:.1f}"),
-        ("vanilla tok/s (vs transformers generate)", lambda e: f"{e['vanilla_tok_s']:.1f} ({e['vanilla_vs_hf']:.2f}x)"),
+        ("vanilla tok/s (vs transformers generate, same target)", lambda e: f"{e['vanilla_tok_s']:.1f} ({e['vanilla_vs_hf']:.2f}x)"),
+        *([("vanilla vs transformers generate as it loads the model (unpacked)",
+            lambda e: f"{e['vanilla_vs_hf_unpacked']:.2f}x")] if r["packed"] else []),
         ("EAGLE-2 tok/s (vs vanilla)", lambda e: f"{e['eagle2_tok_s']:.1f} ({e['eagle2_vs_vanilla']:.2f}x)"),
         ("EAGLE-2 τ", lambda e: f"{e['eagle2_tau']:.2f}"),
         ("EAGLE-2 = vanilla output", lambda e: f"{e['eagle2_identical_to_vanilla']}/{r['prompts']}"),
@@ -302,7 +322,9 @@ def print_tables(r: dict) -> None:
     print("| | " + " | ".join(cols) + " |\n|---|" + "---|" * len(cols))
     for label, fmt in rows:
         print(f"| {label} | " + " | ".join(fmt(r["engine"][c]) for c in cols) + " |")
-    print(f"\ntransformers generate: {r['hf_generate_tok_s']:.1f} tok/s")
+    print(f"\ntransformers generate: {r['hf_generate_tok_s']:.1f} tok/s on the engine's target"
+          + (f" (packed weights); {r['hf_generate_unpacked_tok_s']:.1f} tok/s as transformers loads it (unpacked)"
+             if r["packed"] else ""))
 
 
 def main() -> None:
@@ -320,6 +342,7 @@ def main() -> None:
     ap.add_argument("--depth", type=int_or_auto, default=InferConf.depth)
     ap.add_argument("--top-k", type=int, default=InferConf.top_k)
     ap.add_argument("--total-tokens", type=int_or_auto, default=InferConf.total_tokens, help="a number or auto")
+    ap.add_argument("--pack", default="auto", help="the engine target's model.pack: auto, on or off")
     ap.add_argument("--baseline", default="", help="another checkout whose engine is measured alongside")
     args = ap.parse_args()
 

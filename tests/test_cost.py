@@ -177,3 +177,6 @@ def test_cost_model_is_cached_per_machine_and_never_reused_elsewhere(tmp_path, m
     # Prompt lookup alone drafts without a head: its model has no level cost and a key of its own.
     headless = load_or_measure(target, None, 4, 9)
     assert headless.level_ms == 0.0 and headless.key["head"] == "none" and cache_path(headless.key) != path
+    # Packed weights (model.pack) change every cost: a packed target never reads the unpacked target's model.
+    packed = load_or_measure(replace(target, packed=True), head, 4, 9)
+    assert packed.key == {**first.key, "packed": True} and cache_path(packed.key) != path

@@ -1,0 +1,72 @@
+"""Linear weights reordered once into oneDNN's blocked layout (what inductor's freezing does for a compiled model),
+for bfloat16 inference on CPUs with native bfloat16 matmuls.
+
+A decode step multiplies a few rows by every weight of the model, so it is bound by how fast the matmul kernel
+streams weights; eager `F.linear` hands oneDNN a plain weight on every call, the packed form skips that preparation
+(scripts/bench_engine.py prints packed and unpacked forwards side by side). Packing changes the order of bfloat16 accumulations, so logits move by bfloat16 rounding, as they
+already do between forwards of different widths; every method of a run shares the one packed target, so the
+comparisons stay exact. float32 is never packed (measured slower), so float32 outputs are unchanged bit for bit.
+Memory: the packed copy doubles the weights' footprint.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from .errors import EagleError
+
+PACK_CHOICES = ("auto", "on", "off")
+ROWS_HINT = 32  # rows the reorder is tuned for: a verified tree's size (one-token steps run as fast with it)
+
+
+def pack_available() -> bool:
+    return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+
+
+def resolve_pack(name: str, dtype: torch.dtype, device: torch.device) -> bool:
+    """'auto': pack bfloat16 weights on a CPU with native bfloat16 matmuls; 'on' wherever oneDNN can (bfloat16 on
+    a CPU); 'off' never."""
+    from .target import cpu_has_bf16_matmul
+
+    if name not in PACK_CHOICES:
+        raise EagleError(f"unknown model.pack {name!r}: expected one of {', '.join(PACK_CHOICES)}")
+    if name == "off":
+        return False
+    possible = device.type == "cpu" and dtype == torch.bfloat16 and pack_available()
+    if name == "on" and not possible:
+        raise EagleError(f"model.pack=on needs bfloat16 on a CPU with oneDNN, not {str(dtype).removeprefix('torch.')} "
+                         f"on {device.type}: use model.pack=auto or off")
+    return possible and (name == "on" or cpu_has_bf16_matmul())
+
+
+class PackedLinear(torch.nn.Module):
+    """y = x W^T + b with W packed for oneDNN. `weight` and `bias` stay the original parameters (tied weights stay
+    tied; code reading them directly is unaffected); a forward that needs gradients uses them unpacked."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None):
+        super().__init__()
+        self.out_features, self.in_features = weight.shape
+        self.weight, self.bias = weight, bias
+        self._packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), ROWS_HINT)
+
+    @classmethod
+    def of(cls, linear: torch.nn.Linear) -> "PackedLinear":
+        return cls(linear.weight, linear.bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad):
+            return F.linear(x, self.weight, self.bias)
+        y = torch.ops.mkldnn._linear_pointwise(x.reshape(-1, self.in_features), self._packed, self.bias, "none", [], "")
+        return y.view(*x.shape[:-1], self.out_features)
+
+
+def pack_linears(module: torch.nn.Module) -> int:
+    """Replace every nn.Linear under `module` (in place) by a PackedLinear; returns how many."""
+    count = 0
+    for name, child in module.named_children():
+        if isinstance(child, torch.nn.Linear):
+            setattr(module, name, PackedLinear.of(child))
+            count += 1
+        else:
+            count += pack_linears(child)
+    return count

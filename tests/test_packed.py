@@ -1,0 +1,77 @@
+"""Packed linear weights (eagle_infer.packed): same products as F.linear up to bfloat16 rounding, parameters kept,
+gradients unpacked, the engine unchanged on a packed target, and the model.pack setting's choices and errors."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from eagle_infer.draft_head import random_head
+from eagle_infer.engine import DecodeConfig, Engine
+from eagle_infer.errors import EagleError
+from eagle_infer.packed import PackedLinear, pack_available, pack_linears, resolve_pack
+from tests.tiny import tiny_target
+
+needs_bf16_pack = pytest.mark.skipif(
+    not (pack_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()), reason="oneDNN bfloat16 not available"
+)
+CPU = torch.device("cpu")
+
+
+@needs_bf16_pack
+@pytest.mark.parametrize("rows", [1, 8, 33])
+def test_packed_linear_matches_linear(rows):
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(96, 160).to(torch.bfloat16).requires_grad_(False)
+    packed = PackedLinear.of(linear)
+    assert packed.weight is linear.weight and packed.bias is linear.bias
+    x = torch.randn(2, rows, 192, dtype=torch.bfloat16)[..., ::2]  # 3-D and not contiguous
+    want = x.float() @ linear.weight.float().T + linear.bias.float()
+    with torch.inference_mode():
+        got = packed(x)
+    assert got.shape == (2, rows, 160) and got.dtype == torch.bfloat16
+    torch.testing.assert_close(got.float(), want, atol=0.05, rtol=0.02)
+
+
+@needs_bf16_pack
+def test_packed_linear_gradients_use_the_plain_weight():
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(32, 16).to(torch.bfloat16)
+    packed = PackedLinear.of(linear)
+    x = torch.randn(4, 32, dtype=torch.bfloat16, requires_grad=True)
+    packed(x).float().sum().backward()
+    want = x.grad.clone()
+    x.grad = None
+    linear(x).float().sum().backward()
+    assert torch.equal(x.grad, want)
+
+
+@needs_bf16_pack
+def test_engine_on_a_packed_target():
+    """Packing swaps every linear layer of target and head; greedy EAGLE-2 on the packed target still equals vanilla
+    decoding on it, and the logits stay within bfloat16 rounding of the unpacked model's."""
+    target = tiny_target(vocab=96, dtype=torch.bfloat16)
+    ids = torch.tensor([[1, 5, 9, 14, 3, 7]])
+    with torch.inference_mode():
+        before = target.model(ids).logits
+    head = random_head(target, seed=1)
+    assert pack_linears(target.model) == 2 * 7 + 1 and pack_linears(head) == 1 + 7
+    target.packed, head.packed = True, True
+    with torch.inference_mode():
+        after = target.model(ids).logits
+    assert (after.argmax(-1) == before.argmax(-1)).float().mean() >= 0.8
+    assert (after.float() - before.float()).abs().max() < 0.1 * before.float().abs().max()
+    prompt = [1, 5, 9, 14, 3, 7, 11]
+    vanilla = Engine(target, None, DecodeConfig(method="vanilla")).generate(prompt, 24)
+    eagle2 = Engine(target, head, DecodeConfig(method="eagle2", depth=3, top_k=3, total_tokens=8)).generate(prompt, 24)
+    assert eagle2.tokens == vanilla.tokens and len(vanilla.tokens) == 24
+
+
+def test_resolve_pack():
+    assert resolve_pack("off", torch.bfloat16, CPU) is False
+    assert resolve_pack("auto", torch.float32, CPU) is False  # float32 is never packed
+    assert resolve_pack("auto", torch.bfloat16, torch.device("cuda")) is False
+    with pytest.raises(EagleError) as err:
+        resolve_pack("on", torch.float32, CPU)
+    assert "model.pack=on" in str(err.value) and "float32" in str(err.value) and "\n" not in str(err.value)
+    with pytest.raises(EagleError, match="unknown model.pack 'yes': expected one of auto, on, off"):
+        resolve_pack("yes", torch.bfloat16, CPU)
