@@ -259,11 +259,8 @@ def test_resume_after_crash(features, tiny_smol, deepspeed_cpu_env, reference_ru
     assert_same_weights(out_dir, reference_run)
 
 
-def test_gradient_accumulation_steps_match_optimizer_steps(features, tiny_smol, deepspeed_cpu_env, tmp_path,
-                                                           monkeypatch):
-    """With gradient_accumulation_steps=2 (conf/deepspeed/zero2_bf16.json) and an odd number of micro batches per
-    epoch, the counted steps must equal DeepSpeed's optimizer steps (epochs are cut to a multiple of the
-    accumulation), so checkpoints never fall mid-accumulation and max_steps is exact."""
+def ds_engines(monkeypatch) -> list:
+    """The DeepSpeed engines that train() creates from now on, in order (deepspeed.initialize is wrapped)."""
     import deepspeed
 
     engines, real = [], deepspeed.initialize
@@ -274,6 +271,15 @@ def test_gradient_accumulation_steps_match_optimizer_steps(features, tiny_smol, 
         return out
 
     monkeypatch.setattr(deepspeed, "initialize", initialize)
+    return engines
+
+
+def test_gradient_accumulation_steps_match_optimizer_steps(features, tiny_smol, deepspeed_cpu_env, tmp_path,
+                                                           monkeypatch):
+    """With gradient_accumulation_steps=2 (conf/deepspeed/zero2_bf16.json) and an odd number of micro batches per
+    epoch, the counted steps must equal DeepSpeed's optimizer steps (epochs are cut to a multiple of the
+    accumulation), so checkpoints never fall mid-accumulation and max_steps is exact."""
+    engines = ds_engines(monkeypatch)
     ds = tmp_path / "accum2.json"
     ds.write_text(json.dumps({"gradient_accumulation_steps": 2, "zero_optimization": {"stage": 0}}))
     # 20 conversations, micro batch 4: 5 micro batches per epoch.
@@ -286,16 +292,7 @@ def test_gradient_accumulation_steps_match_optimizer_steps(features, tiny_smol, 
 @pytest.mark.parametrize("schedule", ["constant", "linear", "cosine"])
 def test_lr_schedule_after_warmup(features, tiny_smol, deepspeed_cpu_env, tmp_path, monkeypatch, schedule):
     """Warmup reaches cfg.lr; then constant stays there, linear and cosine decay to 0 at the last step."""
-    import deepspeed
-
-    engines, real = [], deepspeed.initialize
-
-    def initialize(*args, **kwargs):
-        out = real(*args, **kwargs)
-        engines.append(out[0])
-        return out
-
-    monkeypatch.setattr(deepspeed, "initialize", initialize)
+    engines = ds_engines(monkeypatch)
     lrs = []
     real_losses = train_mod.losses
 
