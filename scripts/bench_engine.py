@@ -25,6 +25,7 @@ import argparse
 import importlib
 import importlib.util
 import json
+import math
 import platform
 import statistics
 import sys
@@ -80,6 +81,17 @@ def read_bandwidth_gbs(device: torch.device, mib: int = 512, reps: int = 5) -> f
         _sync(device)
         best = min(best, time.perf_counter() - start)
     return x.numel() * 4 / best / 1e9
+
+
+def level_weight_bytes(head) -> int:
+    """Bytes one draft level reads: the head's own parameters and, without an LM head of its own, the rows of the
+    target's LM head over its draft vocabulary (the target's embedding rows it reads are negligible)."""
+    total = sum(p.numel() * p.element_size() for p in head.parameters())
+    if head.lm_head is None:
+        lm = head.target.lm_head.weight
+        rows = head.config.draft_vocab_size or lm.shape[0]
+        total += rows * lm.shape[1] * lm.element_size()
+    return total
 
 
 def step_weight_bytes(target) -> int:
@@ -235,6 +247,7 @@ def bench_dtype(dtype: str, args) -> dict:
         timer.take()
     for model in filter(None, (target, plain)):
         hf_generate(model, prompts[0], 8, stops)
+    level_bytes = level_weight_bytes(methods["this"][1].head)
     runs, bare_1, bare_n = Runs(), [], []
     tree = args.total_tokens if isinstance(args.total_tokens, int) else 16
     for ids in prompts * args.rounds:  # interleaved per prompt: machine drift hits every method and bare forward alike
@@ -272,7 +285,8 @@ def bench_dtype(dtype: str, args) -> dict:
     return {
         "machine": info, "model": target.name, "dtype": dtype_name, "head": head, "prompts": len(prompts) * args.rounds,
         "max_new_tokens": args.max_new, "read_bandwidth_gbs": bandwidth, "step_weight_mb": weights / 1e6,
-        "weights_floor_ms": floor_ms, "packed": target.packed, "forward_ms": {str(k): v for k, v in fwd.items()},
+        "weights_floor_ms": floor_ms, "level_weight_mb": level_bytes / 1e6,
+        "level_floor_ms": level_bytes / (bandwidth * 1e9) * 1000, "packed": target.packed, "forward_ms": {str(k): v for k, v in fwd.items()},
         "forward_ms_unpacked": {str(k): v for k, v in fwd_plain.items()},
         "context": context, "tree_size": tree, "bare_forward_1_ms": bare_1, f"bare_forward_{tree + 1}_ms": bare_n,
         "eagle2": {"depth": args.depth, "top_k": args.top_k, "total_tokens": args.total_tokens},
@@ -287,7 +301,8 @@ def print_tables(r: dict) -> None:
     print(f"\n## bench-engine: {r['model']} {r['dtype']} on {where} ({m['device']}, {m['threads']} threads, "
           f"flags: {' '.join(m['flags']) or 'none of ' + ' '.join(FLAGS)})\n")
     print(f"memory read bandwidth {r['read_bandwidth_gbs']:.1f} GB/s; a one-token step reads {r['step_weight_mb']:.0f} MB "
-          f"of weights: floor {r['weights_floor_ms']:.1f} ms\n")
+          f"of weights: floor {r['weights_floor_ms']:.1f} ms; a draft level reads {r['level_weight_mb']:.1f} MB: floor "
+          f"{r['level_floor_ms']:.2f} ms\n")
     fwd = r["forward_ms"]
     print("| k tokens (300-token cache) | " + " | ".join(fwd) + " |")
     print("|---|" + "---|" * len(fwd))
@@ -301,14 +316,16 @@ def print_tables(r: dict) -> None:
     n = r["tree_size"] + 1
     print(f"Engine against bare forwards at a {r['context']}-token mean context, measured between the prompts' runs "
           f"(bare 1 token {r['bare_forward_1_ms']:.1f} ms, "
-          f"bare {n} tokens {r[f'bare_forward_{n}_ms']:.1f} ms), {r['prompts']} MT-bench prompts, {r['max_new_tokens']} "
+          f"bare {n} tokens {r[f'bare_forward_{n}_ms']:.1f} ms, on this engine's target"
+          f"{', packed; a baseline loads its own target' if r['packed'] else ''}), {r['prompts']} MT-bench prompts, {r['max_new_tokens']} "
           f"new tokens, {r['head']} head, depth {r['eagle2']['depth']}, top_k {r['eagle2']['top_k']}, total_tokens "
           f"{r['eagle2']['total_tokens']}:\n")
     cols = list(r["engine"])
     rows = [
         ("vanilla step ms (vs bare 1-token forward)", lambda e: f"{e['vanilla_step_ms']:.1f} ({e['vanilla_step_vs_bare']:.2f}x)"),
         ("vanilla step: ms around its target forward", lambda e: f"{e['vanilla_overhead_ms']:.2f}"),
-        ("draft ms per level (vs bare 1-token forward)", lambda e: f"{e['draft_ms_per_level']:.2f} ({e['draft_level_vs_step'] * 100:.1f} %)"),
+        ("draft ms per level (vs bare 1-token forward)", lambda e: "– (head forwards not counted)"
+         if math.isnan(e["draft_ms_per_level"]) else f"{e['draft_ms_per_level']:.2f} ({e['draft_level_vs_step'] * 100:.1f} %)"),
         (f"verify ms per cycle (vs bare {n}-token forward)", lambda e: f"{e['verify_ms_per_cycle']:.1f} ({e['verify_vs_bare']:.2f}x)"),
         ("verify: ms around its target forward", lambda e: f"{e['verify_overhead_ms']:.2f}"),
         ("draft + verify ms per cycle", lambda e: f"{e['draft_ms_per_cycle']:.1f} + {e['verify_ms_per_cycle']:.1f}"),
