@@ -6,7 +6,8 @@ streams weights; eager `F.linear` hands oneDNN a plain weight on every call, the
 (scripts/bench_engine.py prints packed and unpacked forwards side by side). Packing changes the order of bfloat16 accumulations, so logits move by bfloat16 rounding, as they
 already do between forwards of different widths; every method of a run shares the one packed target, so the
 comparisons stay exact. float32 is never packed (measured slower), so float32 outputs are unchanged bit for bit.
-Memory: the packed copy doubles the weights' footprint.
+Memory: the packed copy doubles the weights' footprint, so model.pack=auto skips packing (with a warning) where the
+copy would take more than half of the memory available.
 """
 from __future__ import annotations
 
@@ -58,6 +59,11 @@ class PackedLinear(torch.nn.Module):
             return F.linear(x, self.weight, self.bias)
         y = torch.ops.mkldnn._linear_pointwise(x.reshape(-1, self.in_features), self._packed, self.bias, "none", [], "")
         return y.view(*x.shape[:-1], self.out_features)
+
+
+def linear_bytes(module: torch.nn.Module) -> int:
+    """Bytes of the weights pack_linears(module) would copy."""
+    return sum(m.weight.numel() * m.weight.element_size() for m in module.modules() if isinstance(m, torch.nn.Linear))
 
 
 def pack_linears(module: torch.nn.Module) -> int:

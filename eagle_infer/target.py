@@ -7,6 +7,7 @@ i.e. exactly what the LM head sees, or, for a fused (EAGLE-3) head, the outputs 
 from __future__ import annotations
 
 import importlib.util
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +17,8 @@ import torch
 from .errors import EagleError
 from .kv_cache import KVCache
 from .registry import MODELS, lookup
+
+log = logging.getLogger(__name__)
 
 SUPPORTED_ARCHITECTURES = ("llama", "mistral", "qwen2")
 def eagle3_layers(num_layers: int) -> tuple[int, int, int]:
@@ -234,7 +237,8 @@ class Target:
 def load_target(model: str, dtype: str = "auto", device: str = "auto", pack: str = "off") -> Target:
     """Load a target by registry name, hub id or local directory; refuse non-Llama-family architectures. pack:
     auto | on | off, whether to pack its linear weights for inference (eagle_infer.packed; never for training)."""
-    from .packed import pack_linears, resolve_pack
+    from .engine import available_memory
+    from .packed import linear_bytes, pack_linears, resolve_pack
 
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
@@ -256,6 +260,10 @@ def load_target(model: str, dtype: str = "auto", device: str = "auto", pack: str
         )
     hf_model = AutoModelForCausalLM.from_pretrained(source, dtype=torch_dtype, attn_implementation="sdpa")
     hf_model.to(torch_device).eval().requires_grad_(False)
+    if packed and pack == "auto" and 2 * linear_bytes(hf_model) > available_memory(torch_device):
+        log.warning("model.pack=auto: not packing %s, the packed copy of its weights would take more than half of the "
+                    "available memory", name)
+        packed = False
     if packed:
         pack_linears(hf_model)
     tokenizer = AutoTokenizer.from_pretrained(source)

@@ -9,6 +9,7 @@ from eagle_infer.draft_head import random_head
 from eagle_infer.engine import DecodeConfig, Engine
 from eagle_infer.errors import EagleError
 from eagle_infer.packed import PackedLinear, pack_available, pack_linears, resolve_pack
+from eagle_infer.target import cpu_has_bf16_matmul, load_target
 from tests.tiny import tiny_target
 
 needs_bf16_pack = pytest.mark.skipif(
@@ -75,3 +76,18 @@ def test_resolve_pack():
     assert "model.pack=on" in str(err.value) and "float32" in str(err.value) and "\n" not in str(err.value)
     with pytest.raises(EagleError, match="unknown model.pack 'yes': expected one of auto, on, off"):
         resolve_pack("yes", torch.bfloat16, CPU)
+
+
+@pytest.mark.skipif(not (pack_available() and cpu_has_bf16_matmul()), reason="auto packs only on CPUs with native bfloat16")
+def test_load_target_packs_where_auto_says_and_memory_allows(tmp_path, smol_tok, monkeypatch):
+    import eagle_infer.engine as engine_mod
+    from tests.conftest import make_tiny_smol
+
+    make_tiny_smol(smol_tok).model.save_pretrained(tmp_path)
+    smol_tok.save_pretrained(tmp_path)
+    packed = load_target(str(tmp_path), "bfloat16", "cpu", "auto")
+    assert packed.packed and isinstance(packed.lm_head, PackedLinear)
+    assert not load_target(str(tmp_path), "bfloat16", "cpu", "off").packed
+    assert not load_target(str(tmp_path), "float32", "cpu", "auto").packed
+    monkeypatch.setattr(engine_mod, "available_memory", lambda device: 1 << 20)  # the packed copy would not fit
+    assert not load_target(str(tmp_path), "bfloat16", "cpu", "auto").packed
