@@ -4,7 +4,7 @@ Prints, for the machine's native dtype (model.dtype=auto) unless --dtypes says o
   (a) the machine: CPU model and the flags that decide matmul speed, threads, measured memory read bandwidth, and
       the weights-read floor of a one-token step (bytes of weights a step reads / bandwidth);
   (b) one target forward of k tokens over a fixed prefix, k = 1..64 (eager; with packed weights, model.pack, also
-      the same target unpacked, as transformers loads it);
+      the same target unpacked, as transformers loads it), and the time of its linear layers' products alone;
   (c) the engine against bare forwards: its vanilla step vs one bare one-token forward (and the ms it spends around
       the target forward inside the step), its draft time per level (a cycle's draft time / the head forwards it
       paid: one per level fed plus one feeding the last cycle's accepted tokens; each with draft logits and top-k)
@@ -103,6 +103,25 @@ def step_weight_bytes(target) -> int:
     if emb.data_ptr() != target.lm_head.weight.data_ptr():
         total -= emb.numel() * emb.element_size()
     return total
+
+
+def matmul_ms(target, k: int, reps: int) -> float:
+    """Median ms of the products alone that a forward of k tokens runs: every linear layer of the target (LM head
+    included), in model order, each on a [k, in] input; the rest of a forward is attention and small ops."""
+    from eagle_infer.packed import PackedLinear
+
+    layers = [m for m in target.model.modules() if isinstance(m, (torch.nn.Linear, PackedLinear))]
+    inputs = [torch.randn(k, m.in_features, dtype=target.dtype, device=target.device) for m in layers]
+    times = []
+    for i in range(reps + 2):
+        _sync(target.device)
+        start = time.perf_counter()
+        for m, x in zip(layers, inputs):
+            m(x)
+        _sync(target.device)
+        if i >= 2:
+            times.append((time.perf_counter() - start) * 1000)
+    return statistics.median(times)
 
 
 def forward_ms(target, k: int, prefix: int, reps: int) -> float:
@@ -236,6 +255,7 @@ def bench_dtype(dtype: str, args) -> dict:
     with torch.inference_mode():
         fwd = {k: forward_ms(target, k, 300, args.reps) for k in SIZES}
         fwd_plain = {k: forward_ms(plain, k, 300, args.reps) for k in SIZES} if plain else {}
+        products = {k: matmul_ms(target, k, args.reps) for k in SIZES}
 
     methods = {"this": engines(sys.modules["eagle_infer.config"], target, head, args)}
     if args.baseline:
@@ -288,6 +308,7 @@ def bench_dtype(dtype: str, args) -> dict:
         "weights_floor_ms": floor_ms, "level_weight_mb": level_bytes / 1e6,
         "level_floor_ms": level_bytes / (bandwidth * 1e9) * 1000, "packed": target.packed, "forward_ms": {str(k): v for k, v in fwd.items()},
         "forward_ms_unpacked": {str(k): v for k, v in fwd_plain.items()},
+        "matmul_ms": {str(k): v for k, v in products.items()},
         "context": context, "tree_size": tree, "bare_forward_1_ms": bare_1, f"bare_forward_{tree + 1}_ms": bare_n,
         "eagle2": {"depth": args.depth, "top_k": args.top_k, "total_tokens": args.total_tokens},
         "hf_generate_tok_s": runs.tok_s("hf_generate"), "engine": engine,
@@ -310,9 +331,11 @@ def print_tables(r: dict) -> None:
         plain = r["forward_ms_unpacked"]
         print("| forward ms, packed weights (the engine's) | " + " | ".join(f"{v:.1f}" for v in fwd.values()) + " |")
         print("| forward ms, unpacked (as transformers loads it) | " + " | ".join(f"{plain[k]:.1f}" for k in fwd) + " |")
-        print("| packed speedup | " + " | ".join(f"{plain[k] / fwd[k]:.2f}x" for k in fwd) + " |\n")
+        print("| packed speedup | " + " | ".join(f"{plain[k] / fwd[k]:.2f}x" for k in fwd) + " |")
     else:
-        print("| forward ms | " + " | ".join(f"{v:.1f}" for v in fwd.values()) + " |\n")
+        print("| forward ms | " + " | ".join(f"{v:.1f}" for v in fwd.values()) + " |")
+    products = r["matmul_ms"]
+    print("| of which the linear layers' products alone | " + " | ".join(f"{products[k]:.1f}" for k in fwd) + " |\n")
     n = r["tree_size"] + 1
     print(f"Engine against bare forwards at a {r['context']}-token mean context, measured between the prompts' runs "
           f"(bare 1 token {r['bare_forward_1_ms']:.1f} ms, "
