@@ -135,7 +135,9 @@ def tau_row(spec: dict, name: str, row: dict) -> float | None:
     records = OUT / tau_run(row) / "records.jsonl"
     if records.exists() and len(read_records(records)) >= ev["questions"]:
         return recorded_tau(row)
-    _run([sys.executable, "-m", "eval.cli", f"model.name={model}", f"results_dir={OUT}", f"run={tau_run(row)}",
+    # Unpacked weights (model.pack=off): τ is a property of the head, so it must not depend on the CPU's kernels.
+    _run([sys.executable, "-m", "eval.cli", f"model.name={model}", "model.pack=off", f"results_dir={OUT}",
+          f"run={tau_run(row)}",
           "methods=[eagle2]",
           f"infer.head={OUT / row['name'] / 'head'}", f"bench.names=[{ev['bench']}]", f"bench.limit={ev['questions']}",
           "bench.max_turns=1", f"infer.max_new_tokens={ev['max_new_tokens']}", "wandb.mode=disabled"],
