@@ -124,7 +124,8 @@ def calibration(records: list[dict], bins: int = 10) -> list[Bucket]:
 class CycleRow:
     """Where one (benchmark, method)'s time goes, per cycle (means; None for peers, which keep no cycles):
     draft and verify ms, tree nodes verified, draft tokens accepted and how many of them prompt lookup proposed;
-    ms_per_token: wall time over new tokens, for every method."""
+    ms_per_head_forward: draft time over the draft head's forwards (one per level fed, plus feeding the accepted
+    tokens; None without a head or in records that predate the count); ms_per_token: wall time over new tokens."""
 
     benchmark: str
     method: str
@@ -134,6 +135,7 @@ class CycleRow:
     tree_nodes: float | None
     accepted: float | None
     copied_accepted: float | None
+    ms_per_head_forward: float | None
     ms_per_token: float | None
 
 
@@ -144,8 +146,10 @@ def cycle_split(records: list[dict]) -> list[CycleRow]:
         cycles = [cycle for record in group for cycle in record["cycles"]]
         mean = lambda key, scale=1.0: _mean([scale * cycle.get(key, 0) for cycle in cycles])  # noqa: E731
         speed = _tok_s(group)
+        forwards = sum(cycle.get("head_forwards", 0) for cycle in cycles)
+        per_forward = 1000.0 * sum(cycle["draft_s"] for cycle in cycles) / forwards if forwards else None
         rows.append(CycleRow(benchmark, method, len(cycles), mean("draft_s", 1000.0), mean("verify_s", 1000.0),
-                             mean("tree_size"), mean("accepted"), mean("lookup_accepted"),
+                             mean("tree_size"), mean("accepted"), mean("lookup_accepted"), per_forward,
                              1000.0 / speed if speed else None))
     return rows
 

@@ -53,7 +53,7 @@ def write_table(rows: list[Row], out_dir: str | os.PathLike, dtype: str | None =
 
 
 _CYCLE_COLUMNS = ("benchmark", "method", "cycles", "draft ms/cycle", "verify ms/cycle", "tree nodes", "accepted/cycle",
-                  "copied accepted/cycle", "ms/token")
+                  "copied accepted/cycle", "ms/head forward", "ms/token")
 
 
 def write_cycles(rows: list[CycleRow], out_dir: str | os.PathLike) -> str:
@@ -63,7 +63,8 @@ def write_cycles(rows: list[CycleRow], out_dir: str | os.PathLike) -> str:
     lines += [
         _md_line([row.benchmark, row.method, str(row.cycles) if row.cycles else "—", _fmt(row.draft_ms, "{:.1f}"),
                   _fmt(row.verify_ms, "{:.1f}"), _fmt(row.tree_nodes, "{:.1f}"), _fmt(row.accepted, "{:.2f}"),
-                  _fmt(row.copied_accepted, "{:.2f}"), _fmt(row.ms_per_token, "{:.1f}")])
+                  _fmt(row.copied_accepted, "{:.2f}"), _fmt(row.ms_per_head_forward, "{:.2f}"),
+                  _fmt(row.ms_per_token, "{:.1f}")])
         for row in rows
     ]
     markdown = "\n".join(lines) + "\n"

@@ -201,6 +201,18 @@ def test_stream_receives_exactly_the_output():
     assert chunks == [[t] for t in full[:9]] and result.tokens == list(full[:9])
 
 
+def test_cycles_count_their_head_forwards():
+    """A fixed-depth EAGLE-2 cycle pays one head forward per level: depth - 1 fed levels, plus, from the second
+    cycle on, the forward over the previous cycle's accepted tokens (the prompt's is prefill); vanilla pays none."""
+    seed, prompt_len, max_new = CASES[0]
+    target, head = target_and_head(seed)
+    prompt, _ = case(seed, prompt_len, max_new)
+    result = run(target, head, DecodeConfig(method="eagle2", depth=3, top_k=2, total_tokens=4), prompt, 12)
+    assert [c.head_forwards for c in result.cycles] == [2] + [3] * (len(result.cycles) - 1)
+    vanilla = run(target, None, DecodeConfig(method="vanilla"), prompt, 4)
+    assert {c.head_forwards for c in vanilla.cycles} == {0}
+
+
 def test_draft_vocabulary_head_matches_vanilla():
     """A head drafting from a 6-id subset (top_k 8 > 6: some candidates have probability 0) stays lossless."""
     seed, prompt_len, max_new = CASES[0]

@@ -7,8 +7,9 @@ from eagle_infer.errors import EagleError
 from eval.metrics import ROW_COLUMNS, accept_length_hist, alpha, calibration, cycle_split, summarize, tau
 
 
-def cycle(depth, accepted, conf=(), hit=(), draft_s=0.0, verify_s=0.0):
+def cycle(depth, accepted, conf=(), hit=(), draft_s=0.0, verify_s=0.0, head_forwards=0):
     return {
+        "head_forwards": head_forwards,
         "tree_size": depth * 2,
         "tree_depth": depth,
         "accepted": accepted,
@@ -115,8 +116,8 @@ def test_summarize_without_baseline_and_duplicates():
 def test_hist_calibration_split():
     records = [
         record("gsm8k", "eagle2", "1", 8, 1.0, [], [
-            cycle(3, 2, conf=[0.95, 0.05, 0.5], hit=[True, False, True], draft_s=0.1, verify_s=0.3),
-            cycle(3, 0, conf=[1.0, 0.55], hit=[False, False], draft_s=0.3, verify_s=0.5),
+            cycle(3, 2, conf=[0.95, 0.05, 0.5], hit=[True, False, True], draft_s=0.1, verify_s=0.3, head_forwards=3),
+            cycle(3, 0, conf=[1.0, 0.55], hit=[False, False], draft_s=0.3, verify_s=0.5, head_forwards=5),
         ]),
         record("gsm8k", "vanilla", "1", 8, 2.0, [], [cycle(0, 0, verify_s=0.2)]),
         record("gsm8k", "hf_generate", "1", 8, 2.0, []),
@@ -128,7 +129,9 @@ def test_hist_calibration_split():
     eagle2, vanilla, hf = split["gsm8k", "eagle2"], split["gsm8k", "vanilla"], split["gsm8k", "hf_generate"]
     assert (eagle2.cycles, eagle2.draft_ms, eagle2.verify_ms) == (2, pytest.approx(200.0), pytest.approx(400.0))
     assert (eagle2.tree_nodes, eagle2.accepted, eagle2.ms_per_token) == (6.0, 1.0, pytest.approx(125.0))
+    assert eagle2.ms_per_head_forward == pytest.approx(400.0 / 8)  # 0.4 s of drafting over 8 head forwards
     assert (vanilla.cycles, vanilla.draft_ms, vanilla.verify_ms) == (1, 0.0, pytest.approx(200.0))
+    assert vanilla.ms_per_head_forward is None and hf.ms_per_head_forward is None
     assert (hf.cycles, hf.draft_ms, hf.ms_per_token) == (0, None, pytest.approx(250.0))
     assert split["all", "eagle2"] == replace(eagle2, benchmark="all")
     bad = [record("gsm8k", "eagle2", "1", 1, 1.0, [], [cycle(1, 0, conf=[1.5], hit=[False])])]
