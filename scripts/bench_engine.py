@@ -124,6 +124,22 @@ def matmul_ms(target, k: int, reps: int) -> float:
     return statistics.median(times)
 
 
+@torch.inference_mode()
+def same_logits(a, b, k: int, prefix: int = 300) -> bool:
+    """Whether two targets give bit-for-bit equal logits for one forward of k tokens over the same cache (a's
+    prefill of `prefix` tokens, copied for b, so only the k-token forward is compared)."""
+    ids = torch.randint(100, 1000, (1, prefix + k), generator=torch.Generator().manual_seed(k)).to(a.device)
+    pos = torch.arange(prefix + k, device=a.device)[None]
+    cache = a.new_cache(1, prefix + k)
+    a.forward(ids[:, :prefix], pos[:, :prefix], cache)
+    cache.advance(prefix)
+    copy = b.new_cache(1, prefix + k)
+    copy.k.copy_(cache.k)
+    copy.v.copy_(cache.v)
+    copy.advance(prefix)
+    return torch.equal(*(t.forward(ids[:, prefix:], pos[:, prefix:], c)[0] for t, c in ((a, cache), (b, copy))))
+
+
 def forward_ms(target, k: int, prefix: int, reps: int) -> float:
     """Median ms of one plain causal forward of k tokens over a `prefix`-token cache: mask=None, so transformers
     builds the causal mask itself, its fastest path (a tree verification must pass its tree mask on top)."""
@@ -256,6 +272,7 @@ def bench_dtype(dtype: str, args) -> dict:
         fwd = {k: forward_ms(target, k, 300, args.reps) for k in SIZES}
         fwd_plain = {k: forward_ms(plain, k, 300, args.reps) for k in SIZES} if plain else {}
         products = {k: matmul_ms(target, k, args.reps) for k in SIZES}
+        same = {k: same_logits(target, plain, k) for k in SIZES} if plain else {}
 
     methods = {"this": engines(sys.modules["eagle_infer.config"], target, head, args)}
     if args.baseline:
@@ -309,6 +326,7 @@ def bench_dtype(dtype: str, args) -> dict:
         "level_floor_ms": level_bytes / (bandwidth * 1e9) * 1000, "packed": target.packed, "forward_ms": {str(k): v for k, v in fwd.items()},
         "forward_ms_unpacked": {str(k): v for k, v in fwd_plain.items()},
         "matmul_ms": {str(k): v for k, v in products.items()},
+        "packed_logits_equal": {str(k): v for k, v in same.items()},
         "context": context, "tree_size": tree, "bare_forward_1_ms": bare_1, f"bare_forward_{tree + 1}_ms": bare_n,
         "eagle2": {"depth": args.depth, "top_k": args.top_k, "total_tokens": args.total_tokens},
         "hf_generate_tok_s": runs.tok_s("hf_generate"), "engine": engine,
@@ -332,6 +350,8 @@ def print_tables(r: dict) -> None:
         print("| forward ms, packed weights (the engine's) | " + " | ".join(f"{v:.1f}" for v in fwd.values()) + " |")
         print("| forward ms, unpacked (as transformers loads it) | " + " | ".join(f"{plain[k]:.1f}" for k in fwd) + " |")
         print("| packed speedup | " + " | ".join(f"{plain[k] / fwd[k]:.2f}x" for k in fwd) + " |")
+        same = r["packed_logits_equal"]
+        print("| packed logits = unpacked, bit for bit | " + " | ".join("yes" if same[k] else "no" for k in fwd) + " |")
     else:
         print("| forward ms | " + " | ".join(f"{v:.1f}" for v in fwd.values()) + " |")
     products = r["matmul_ms"]
