@@ -237,10 +237,10 @@ class Target:
 def load_target(model: str, dtype: str = "auto", device: str = "auto", pack: str = "off") -> Target:
     """Load a target by registry name, hub id or local directory; refuse non-Llama-family architectures. pack:
     auto | on | off, whether to pack its linear weights for inference (eagle_infer.packed; never for training)."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
     from .engine import available_memory
     from .packed import linear_bytes, pack_linears, resolve_pack
-
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     _quiet_transformers()
     name, source, template = resolve_source(model)
