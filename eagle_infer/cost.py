@@ -93,7 +93,8 @@ def cache_path(key: dict) -> Path:
     return cache_root() / "cost-models" / f"{key['model']}-{name}.json"
 
 
-def _median_ms(fn, reps: int, device) -> float:
+def median_ms(fn, reps: int, device) -> float:
+    """Median ms of fn() over reps calls after one warm-up call (CUDA synchronised around each)."""
     times = []
     for i in range(reps + 1):
         if device.type == "cuda":
@@ -126,7 +127,7 @@ def measure(target, head, top_k: int, max_tokens: int, context: int = 256, reps:
         ids = torch.randint(0, target.vocab_size, (1, t), device=device)
         positions = (context + torch.arange(t, device=device))[None]
         mask = causal_mask(context, t, target.dtype, device)
-        forward_ms.append(_median_ms(lambda: target.forward(ids, positions, cache, mask, last_only=t == 1), reps, device))
+        forward_ms.append(median_ms(lambda: target.forward(ids, positions, cache, mask, last_only=t == 1), reps, device))
     if head is None:  # prompt lookup drafts without a head: nothing to time per level
         return CostModel({}, sizes, forward_ms, 0.0, context)
     head_cache = head.new_cache(1, context + top_k + 1)
@@ -140,7 +141,7 @@ def measure(target, head, top_k: int, max_tokens: int, context: int = 256, reps:
         feeder.top(feeder.feed(parents, tokens, 1), top_k)
         feeder.reset()
 
-    level_ms = _median_ms(level, reps * 2, device)
+    level_ms = median_ms(level, reps * 2, device)
     return CostModel({}, sizes, forward_ms, level_ms, context)
 
 

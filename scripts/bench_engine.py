@@ -39,6 +39,7 @@ sys.path.insert(0, str(REPO))
 
 from eagle_infer.chat import Message, prompt_ids, stop_ids  # noqa: E402
 from eagle_infer.config import InferConf, build_engine, shipped_head_dir  # noqa: E402
+from eagle_infer.cost import median_ms  # noqa: E402
 from eagle_infer.errors import EagleError  # noqa: E402
 from eagle_infer.target import load_target  # noqa: E402
 from eval.benchmarks import load_benchmark  # noqa: E402
@@ -112,16 +113,7 @@ def matmul_ms(target, k: int, reps: int) -> float:
 
     layers = [m for m in target.model.modules() if isinstance(m, (torch.nn.Linear, PackedLinear))]
     inputs = [torch.randn(k, m.in_features, dtype=target.dtype, device=target.device) for m in layers]
-    times = []
-    for i in range(reps + 2):
-        _sync(target.device)
-        start = time.perf_counter()
-        for m, x in zip(layers, inputs):
-            m(x)
-        _sync(target.device)
-        if i >= 2:
-            times.append((time.perf_counter() - start) * 1000)
-    return statistics.median(times)
+    return median_ms(lambda: [m(x) for m, x in zip(layers, inputs)], reps, target.device)
 
 
 @torch.inference_mode()
@@ -149,15 +141,7 @@ def forward_ms(target, k: int, prefix: int, reps: int) -> float:
     cache.advance(prefix)
     x = torch.randint(100, 1000, (1, k), device=target.device)
     pos = (prefix + torch.arange(k, device=target.device))[None]
-    times = []
-    for i in range(reps + 2):
-        _sync(target.device)
-        start = time.perf_counter()
-        target.forward(x, pos, cache, None, last_only=k == 1)
-        _sync(target.device)
-        if i >= 2:
-            times.append((time.perf_counter() - start) * 1000)
-    return statistics.median(times)
+    return median_ms(lambda: target.forward(x, pos, cache, None, last_only=k == 1), reps, target.device)
 
 
 def hf_generate(target, ids: list[int], max_new: int, stops: list[int]) -> tuple[int, float]:
