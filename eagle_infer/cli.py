@@ -58,7 +58,8 @@ def main(cfg) -> None:
         raise EagleError(f"unknown output {conf.output!r}: expected one of {', '.join(OUTPUTS)}")
     from .target import load_target
 
-    target = load_target(conf.model.name, conf.model.dtype, conf.model.device, conf.model.pack)
+    target = load_target(conf.model.name, conf.model.dtype, conf.model.device, conf.model.pack,
+                         conf.infer.compile)
     engine = build_engine(conf.infer, target, lookup=conf.lookup)
     ids, stops = prompt_and_stops(target, conf.chat, conf.prompt)
     show = conf.output == "text" and conf.stream

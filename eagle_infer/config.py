@@ -77,6 +77,9 @@ class InferConf:
     max_batch_size: int = 16
     batch_token_budget: int = 0
     budget: str = "fixed"  # "auto" when depth or total_tokens is "auto" (then they are caps)
+    # decode through the target's forward compiled by torch.compile (eagle_infer/compiled.py); off by default: on
+    # the CPUs measured it pays per step but costs minutes of compiling per process (README, "Compiled forward")
+    compile: bool = False
 
 
 def shipped_head_dir(model_name: str) -> Path:

@@ -146,7 +146,7 @@ def measure(target, head, top_k: int, max_tokens: int, context: int = 256, reps:
 
 
 def load_or_measure(target, head, top_k: int, max_tokens: int) -> CostModel:
-    """The cached cost model of this machine, model, dtype, weight packing and head shape, measured (and cached)
+    """The cached cost model of this machine, model, dtype, weight packing, compiling and head shape, measured (and cached)
     when there is none."""
     hc = None if head is None else head.config
     shape = "none" if hc is None else (
@@ -155,6 +155,8 @@ def load_or_measure(target, head, top_k: int, max_tokens: int) -> CostModel:
            "top_k": top_k, "head": shape}
     if target.packed:  # packed weights change every cost (unpacked keys stay as they were)
         key["packed"] = True
+    if target.compiled is not None:  # so does a compiled forward
+        key["compiled"] = True
     path = cache_path(key)
     model = CostModel.load(path, key)
     if model is None or model.sizes[-1] < max_tokens:

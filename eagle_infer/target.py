@@ -1,8 +1,9 @@
 """Target models: loading by registry name / hub id / local directory, and the adapter the engine drives.
 
-The adapter runs a Llama-family causal LM over a `KVCache` with explicit position ids and an optional additive
-tree mask, and returns logits plus the features the draft head needs: the last hidden state after the final norm,
-i.e. exactly what the LM head sees, or, for a fused (EAGLE-3) head, the outputs of a few decoder layers side by side.
+The adapter runs a Llama-family causal LM's decoder stack (`decode`, eagerly or compiled) over a `KVCache` with
+explicit position ids and an optional additive tree mask, and returns logits plus the features the draft head
+needs: the last hidden state after the final norm, i.e. exactly what the LM head sees, or, for a fused (EAGLE-3)
+head, the outputs of a few decoder layers side by side.
 """
 from __future__ import annotations
 
@@ -14,9 +15,11 @@ from pathlib import Path
 
 import torch
 
+from .compiled import STATIC_ROUND, CompiledForward
 from .errors import EagleError
 from .kv_cache import KVCache
 from .registry import MODELS, lookup
+from .tree import causal_mask
 
 log = logging.getLogger(__name__)
 
@@ -151,6 +154,26 @@ def resolve_source(model: str) -> tuple[str, str, str]:
     )
 
 
+def decode(model, input_ids, positions, mask, past, feature_layers: tuple[int, ...], last_only: bool):
+    """The decoder stack of a transformers causal LM `model` over a transformers Cache `past` (arguments as in
+    Target.forward): (logits [B, T or 1, V] float32, features). What the compiled forward compiles."""
+    inner = model.model
+    hidden = inner.embed_tokens(input_ids)
+    rotary = inner.rotary_emb(hidden, position_ids=positions)
+    taps = {}
+    for index, layer in enumerate(inner.layers[: model.config.num_hidden_layers]):
+        hidden = layer(hidden, attention_mask=mask, position_ids=positions, past_key_values=past, use_cache=True,
+                       position_embeddings=rotary)
+        if index in feature_layers:
+            taps[index] = hidden
+    last = inner.norm(hidden)
+    head_in = last[:, -1:] if last_only else last
+    # Flattened to 2-D: a [1, 1, H] input after a multi-token forward sends the LM head through a batched matmul
+    # that first copies the whole weight (seen: +0.5 s per prefill on a CPU).
+    logits = model.get_output_embeddings()(head_in.reshape(-1, head_in.shape[-1])).view(*head_in.shape[:-1], -1).float()
+    return logits, torch.cat([taps[i] for i in feature_layers], -1) if feature_layers else last
+
+
 @dataclass
 class Target:
     """A loaded target: the HF causal LM, its tokenizer, and how to talk to it."""
@@ -161,7 +184,10 @@ class Target:
     template: str
     dtype: torch.dtype
     device: torch.device
-    packed: bool = False  # linear weights packed for oneDNN (eagle_infer.packed); a loaded head is packed alike
+    # linear weights run packed for oneDNN (eagle_infer.packed, or inductor's freezing when compiled); a loaded
+    # head is packed alike
+    packed: bool = False
+    compiled: CompiledForward | None = None  # the decode forward compiled (eagle_infer.compiled), over static caches
 
     @property
     def config(self):
@@ -194,7 +220,11 @@ class Target:
         return cfg.num_hidden_layers, batch, cfg.num_key_value_heads, head_dim
 
     def new_cache(self, batch: int, max_len: int) -> KVCache:
-        return KVCache(*self.kv_shape(batch), max_len, self.dtype, self.device)
+        """A cache of at least max_len positions: static and rounded up to STATIC_ROUND when compiled."""
+        if self.compiled is None:
+            return KVCache(*self.kv_shape(batch), max_len, self.dtype, self.device)
+        max_len = -(-max_len // STATIC_ROUND) * STATIC_ROUND
+        return KVCache(*self.kv_shape(batch), max_len, self.dtype, self.device, static=True)
 
     @torch.inference_mode()
     def forward(
@@ -212,16 +242,17 @@ class Target:
         Returns logits [B, T or 1, V] (float32) and features: [B, T, H] post-norm last hidden states, or with
         feature_layers the outputs of those decoder layers concatenated, [B, T, len(feature_layers) * H].
         """
-        with _LayerOutputs(self.model, feature_layers) as taps:
-            out = self.model.model(
-                input_ids=input_ids, position_ids=positions, attention_mask=mask, past_key_values=cache.hf, use_cache=True
-            )
-        last = out.last_hidden_state
-        head_in = last[:, -1:] if last_only else last
-        # Flattened to 2-D: a [1, 1, H] input after a multi-token forward sends the LM head through a batched matmul
-        # that first copies the whole weight (seen: +0.5 s per prefill on a CPU).
-        logits = self.lm_head(head_in.reshape(-1, head_in.shape[-1])).view(*head_in.shape[:-1], -1).float()
-        return logits, taps.fused() if feature_layers else last
+        t, layers = input_ids.shape[1], self.config.num_hidden_layers
+        if any(not 0 <= i < layers for i in feature_layers):
+            raise EagleError(f"feature layers {list(feature_layers)} are invalid: the target has decoder layers "
+                             f"0..{layers - 1}")
+        if cache.static:
+            mask = cache.static_mask(mask, t, self.dtype)
+        elif mask is None and t > 1 and max(cache.lengths) > 0:  # (else SDPA's own causal mask is right)
+            mask = causal_mask(cache.lengths, t, self.dtype, self.device)
+        if self.compiled is not None and cache.static:
+            return self.compiled(input_ids, positions, mask, cache.hf, tuple(feature_layers), last_only)
+        return decode(self.model, input_ids, positions, mask, cache.hf, tuple(feature_layers), last_only)
 
     @torch.inference_mode()
     def features(
@@ -234,9 +265,11 @@ class Target:
         return out.last_hidden_state, taps.fused() if feature_layers else None
 
 
-def load_target(model: str, dtype: str = "auto", device: str = "auto", pack: str = "off") -> Target:
+def load_target(model: str, dtype: str = "auto", device: str = "auto", pack: str = "off",
+                compile: bool = False) -> Target:
     """Load a target by registry name, hub id or local directory; refuse non-Llama-family architectures. pack:
-    auto | on | off, whether to pack its linear weights for inference (eagle_infer.packed; never for training)."""
+    auto | on | off, whether to pack its linear weights for inference (eagle_infer.packed; never for training).
+    compile: decode through a compiled forward (eagle_infer.compiled), whose freezing packs the weights itself."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     from .engine import available_memory
@@ -264,7 +297,16 @@ def load_target(model: str, dtype: str = "auto", device: str = "auto", pack: str
         log.warning("model.pack=auto: not packing %s, the packed copy of its weights would take more than half of the "
                     "available memory", name)
         packed = False
-    if packed:
+    if packed and not compile:
         pack_linears(hf_model)
     tokenizer = AutoTokenizer.from_pretrained(source)
-    return Target(name, hf_model, tokenizer, template, torch_dtype, torch_device, packed)
+    target = Target(name, hf_model, tokenizer, template, torch_dtype, torch_device, packed)
+    return compiled(target) if compile else target
+
+
+def compiled(target: Target) -> Target:
+    """The same target decoding through a compiled forward (eagle_infer.compiled) over static caches."""
+    from dataclasses import replace
+
+    return replace(target, compiled=CompiledForward(target.model, decode, target.device,
+                                                       "the target's forward"))

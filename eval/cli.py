@@ -100,7 +100,8 @@ def evaluate(conf: EvalRunConf, out: Path) -> str:
     if conf.threads:
         torch.set_num_threads(conf.threads)
     benchmarks = {b: load_benchmark(b, data_dir(conf.bench), conf.bench.limit, conf.bench.seed) for b in conf.bench.names}
-    target = load_target(conf.model.name, conf.model.dtype, conf.model.device, conf.model.pack)
+    target = load_target(conf.model.name, conf.model.dtype, conf.model.device, conf.model.pack,
+                         conf.infer.compile)
     unlabelled = any(":" not in m and needs_head(m) for m in conf.methods)  # EAGLE methods drafting with the run's head
     head = build_head(replace(conf.infer, method="eagle2"), target) if unlabelled else None
     methods = make_methods(conf.methods, target, conf.infer, head, conf.assistant_model, conf.model.dtype, conf.heads,

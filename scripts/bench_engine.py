@@ -12,12 +12,15 @@ Prints, for the machine's native dtype (model.dtype=auto) unless --dtypes says o
       forward of N + 1 tokens (bare forwards are timed between the prompts' runs, so drift hits both alike);
   (d) tokens/s of transformers' generate, the engine's vanilla decoding and EAGLE-2 on MT-bench first turns, with
       τ and the cycle split (draft / verify) for the head (shipped if present, else random).
+--compile adds the compiled target (infer.compile, eagle_infer/compiled.py): its forward per size and an engine
+column "compiled" decoding through it and a compiled head step, with the compile time of both (warm-up, excluded
+from every timing) and how many graphs were compiled after warm-up (0 expected).
 --baseline DIR loads the eagle_infer package of another checkout (e.g. `git worktree add /tmp/base main`) under
 another name and measures its engine in the same run, interleaved prompt by prompt: a before/after table.
 Writes results/bench-engine.json.
 
 usage: python scripts/bench_engine.py [--model smollm2-135m] [--dtypes auto] [--prompts 3] [--max-new 128]
-       [--depth 6 --top-k 8 --total-tokens 32] [--pack auto] [--baseline DIR]
+       [--depth 6 --top-k 8 --total-tokens 32] [--pack auto] [--compile] [--baseline DIR]
 """
 from __future__ import annotations
 
@@ -125,10 +128,7 @@ def same_logits(a, b, k: int, prefix: int = 300) -> bool:
     cache = a.new_cache(1, prefix + k)
     a.forward(ids[:, :prefix], pos[:, :prefix], cache)
     cache.advance(prefix)
-    copy = b.new_cache(1, prefix + k)
-    copy.k.copy_(cache.k)
-    copy.v.copy_(cache.v)
-    copy.advance(prefix)
+    copy = cache.copy()
     return torch.equal(*(t.forward(ids[:, prefix:], pos[:, prefix:], c)[0] for t, c in ((a, cache), (b, copy))))
 
 
@@ -236,6 +236,7 @@ def engines(config_module, target, head: str, args):
 def bench_dtype(dtype: str, args) -> dict:
     target = load_target(args.model, dtype, pack=args.pack)
     plain = load_target(args.model, dtype) if target.packed else None  # as transformers loads it: unpacked weights
+    fast = load_target(args.model, dtype, pack=args.pack, compile=True) if args.compile else None
     dtype_name = str(target.dtype).removeprefix("torch.")
     head = args.head
     if head == "shipped":
@@ -257,19 +258,26 @@ def bench_dtype(dtype: str, args) -> dict:
         fwd_plain = {k: forward_ms(plain, k, 300, args.reps) for k in SIZES} if plain else {}
         products = {k: matmul_ms(target, k, args.reps) for k in SIZES}
         same = {k: same_logits(target, plain, k) for k in SIZES} if plain else {}
+        fwd_compiled = {k: forward_ms(fast, k, 300, args.reps) for k in SIZES} if fast else {}
 
     methods = {"this": engines(sys.modules["eagle_infer.config"], target, head, args)}
+    if fast:
+        methods["compiled"] = engines(sys.modules["eagle_infer.config"], fast, head, args)
     if args.baseline:
         base_config, base_target = load_baseline(args.baseline)
         methods["baseline"] = engines(base_config, base_target.load_target(args.model, dtype), head, args)
-    for vanilla, eagle2, timer in methods.values():  # warm-up, excluded
-        vanilla.generate(prompts[0], 8, stop_ids=stops)
-        eagle2.generate(prompts[0], 8, stop_ids=stops)
+    for vanilla, eagle2, timer in methods.values():  # warm-up, excluded: every prompt (a compiled target's shapes)
+        for ids in prompts:
+            vanilla.generate(ids, 8, stop_ids=stops)
+            eagle2.generate(ids, 8, stop_ids=stops)
         timer.take()
+    compiled_parts = [fast.compiled, methods["compiled"][1].head.compiled] if fast else []
+    compiled_parts = [c for c in compiled_parts if c is not None]  # the target's forward, the head's step
+    warm_compiles = sum(c.compiles for c in compiled_parts)
     for model in filter(None, (target, plain)):
         hf_generate(model, prompts[0], 8, stops)
     level_bytes = level_weight_bytes(methods["this"][1].head)
-    runs, bare_1, bare_n = Runs(), [], []
+    runs, bare_1, bare_n, bare_1_fast, bare_n_fast = Runs(), [], [], [], []
     tree = args.total_tokens if isinstance(args.total_tokens, int) else 16
     for ids in prompts * args.rounds:  # interleaved per prompt: machine drift hits every method and bare forward alike
         for name, model in (("hf_generate", target), ("hf_generate_unpacked", plain)):
@@ -283,21 +291,27 @@ def bench_dtype(dtype: str, args) -> dict:
             runs.add(f"{prefix} eagle2", eagle2.generate(ids, args.max_new, stop_ids=stops), timer.take())
         context = len(ids) + args.max_new // 2  # bare forwards at this prompt's mean context
         with torch.inference_mode():
-            bare_1.append(forward_ms(target, 1, context, args.reps))
-            bare_n.append(forward_ms(target, tree + 1, context, args.reps))
+            for bare, model in ((bare_1, target), (bare_1_fast, fast)):
+                if model is not None:
+                    bare.append(forward_ms(model, 1, context, args.reps))
+            for bare, model in ((bare_n, target), (bare_n_fast, fast)):
+                if model is not None:
+                    bare.append(forward_ms(model, tree + 1, context, args.reps))
     context = int(statistics.mean(len(p) for p in prompts) + args.max_new // 2)
     bare_1, bare_n = statistics.median(bare_1), statistics.median(bare_n)
+    bare_fast = (statistics.median(bare_1_fast), statistics.median(bare_n_fast)) if fast else None
 
     engine = {}
     for prefix in methods:
         v, e = f"{prefix} vanilla", f"{prefix} eagle2"
         step, per_level = runs.step_ms(v, "verify"), runs.step_ms(e, "per_level")
+        one, n = bare_fast if prefix == "compiled" else (bare_1, bare_n)  # each against its own target's forwards
         engine[prefix] = {
-            "vanilla_step_ms": step, "vanilla_step_vs_bare": step / bare_1,
+            "vanilla_step_ms": step, "vanilla_step_vs_bare": step / one,
             "vanilla_overhead_ms": runs.overhead_ms(v), "verify_overhead_ms": runs.overhead_ms(e),
             "draft_ms_per_cycle": runs.step_ms(e, "draft"), "draft_ms_per_level": per_level,
-            "draft_level_vs_step": per_level / bare_1,
-            "verify_ms_per_cycle": runs.step_ms(e, "verify"), "verify_vs_bare": runs.step_ms(e, "verify") / bare_n,
+            "draft_level_vs_step": per_level / one,
+            "verify_ms_per_cycle": runs.step_ms(e, "verify"), "verify_vs_bare": runs.step_ms(e, "verify") / n,
             "vanilla_tok_s": runs.tok_s(v), "eagle2_tok_s": runs.tok_s(e), "eagle2_vs_vanilla": runs.tok_s(e) / runs.tok_s(v),
             "vanilla_vs_hf": runs.tok_s(v) / runs.tok_s("hf_generate"),
             "vanilla_vs_hf_unpacked": runs.tok_s(v) / runs.tok_s("hf_generate_unpacked") if plain else None, "eagle2_tau": statistics.mean(runs.data[e]["tau"]),
@@ -312,9 +326,14 @@ def bench_dtype(dtype: str, args) -> dict:
         "matmul_ms": {str(k): v for k, v in products.items()},
         "packed_logits_equal": {str(k): v for k, v in same.items()},
         "context": context, "tree_size": tree, "bare_forward_1_ms": bare_1, f"bare_forward_{tree + 1}_ms": bare_n,
+        "bare_compiled_ms": list(bare_fast) if fast else None,
         "eagle2": {"depth": args.depth, "top_k": args.top_k, "total_tokens": args.total_tokens},
         "hf_generate_tok_s": runs.tok_s("hf_generate"), "engine": engine,
         "hf_generate_unpacked_tok_s": runs.tok_s("hf_generate_unpacked") if plain else None,
+        "forward_ms_compiled": {str(k): v for k, v in fwd_compiled.items()},
+        "compile": {"graphs_at_warm_up": warm_compiles, "compile_s": sum(c.compile_s for c in compiled_parts),
+                    "graphs_after_warm_up": sum(c.compiles for c in compiled_parts) - warm_compiles,
+                    "failed": "; ".join(c.failed for c in compiled_parts if c.failed)} if fast else None,
     }
 
 
@@ -338,13 +357,20 @@ def print_tables(r: dict) -> None:
         print("| packed logits = unpacked, bit for bit | " + " | ".join("yes" if same[k] else "no" for k in fwd) + " |")
     else:
         print("| forward ms | " + " | ".join(f"{v:.1f}" for v in fwd.values()) + " |")
+    if r["compile"]:
+        fast = r["forward_ms_compiled"]
+        print("| forward ms, compiled (infer.compile) | " + " | ".join(f"{fast[k]:.1f}" for k in fwd) + " |")
+        print("| compiled speedup over the engine's eager forward | " + " | ".join(f"{fwd[k] / fast[k]:.2f}x" for k in fwd) + " |")
     products = r["matmul_ms"]
     print("| of which the linear layers' products alone | " + " | ".join(f"{products[k]:.1f}" for k in fwd) + " |\n")
     n = r["tree_size"] + 1
     print(f"Engine against bare forwards at a {r['context']}-token mean context, measured between the prompts' runs "
           f"(bare 1 token {r['bare_forward_1_ms']:.1f} ms, "
           f"bare {n} tokens {r[f'bare_forward_{n}_ms']:.1f} ms, on this engine's target"
-          f"{', packed; a baseline loads its own target' if r['packed'] else ''}), {r['prompts']} MT-bench prompts, {r['max_new_tokens']} "
+          f"{', packed; a baseline loads its own target' if r['packed'] else ''}"
+          + (f"; compiled: {r['bare_compiled_ms'][0]:.1f} and {r['bare_compiled_ms'][1]:.1f} ms, the compiled column's "
+             "reference" if r["bare_compiled_ms"] else "")
+          + f"), {r['prompts']} MT-bench prompts, {r['max_new_tokens']} "
           f"new tokens, {r['head']} head, depth {r['eagle2']['depth']}, top_k {r['eagle2']['top_k']}, total_tokens "
           f"{r['eagle2']['total_tokens']}:\n")
     cols = list(r["engine"])
@@ -366,6 +392,11 @@ def print_tables(r: dict) -> None:
     print("| | " + " | ".join(cols) + " |\n|---|" + "---|" * len(cols))
     for label, fmt in rows:
         print(f"| {label} | " + " | ".join(fmt(r["engine"][c]) for c in cols) + " |")
+    if r["compile"]:
+        c = r["compile"]
+        print(f"\ncompiled: {c['graphs_at_warm_up']} graphs compiled in warm-up ({c['compile_s']:.0f} s, excluded from "
+              f"every timing), {c['graphs_after_warm_up']} after it" + (f"; compile FAILED, ran eagerly: {c['failed']}"
+                                                                      if c["failed"] else ""))
     print(f"\ntransformers generate: {r['hf_generate_tok_s']:.1f} tok/s on the engine's target"
           + (f" (packed weights); {r['hf_generate_unpacked_tok_s']:.1f} tok/s as transformers loads it (unpacked)"
              if r["packed"] else ""))
@@ -387,6 +418,7 @@ def main() -> None:
     ap.add_argument("--top-k", type=int, default=InferConf.top_k)
     ap.add_argument("--total-tokens", type=int_or_auto, default=InferConf.total_tokens, help="a number or auto")
     ap.add_argument("--pack", default="auto", help="the engine target's model.pack: auto, on or off")
+    ap.add_argument("--compile", action="store_true", help="also measure the compiled target (infer.compile)")
     ap.add_argument("--baseline", default="", help="another checkout whose engine is measured alongside")
     args = ap.parse_args()
 

@@ -1,6 +1,7 @@
 """Batched decoding is lossless per request: in a batch of mixed prompts (different lengths, stop times, trees and
 accepted lengths; more prompts than rows, so finished rows are refilled and then dropped), each request's output
-equals its own batch-size-1 output, for every method; bad batches are refused before any work starts.
+equals its own batch-size-1 output, for every method, on the eager and the compiled forward (infer.compile); bad
+batches are refused before any work starts.
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import torch
 from eagle_infer import engine as engine_module
 from eagle_infer.draft_head import random_head
 from eagle_infer.engine import DecodeConfig, Engine
+from eagle_infer.target import compiled
 from eagle_infer.tree import check_paths
 from eagle_infer.verify import SamplingParams
 from tests.oracles import one_thread, oracle_drafter, scaled_target, vanilla_tokens  # noqa: F401 (fixture)
@@ -24,7 +26,13 @@ PROMPTS = [random.Random(i).choices(range(VOCAB), k=n) for i, n in enumerate((9,
 
 
 @lru_cache(maxsize=None)
-def target_and_head(seed: int = 5):
+def target_and_head(seed: int = 5, path: str = "eager"):
+    """A tiny target and random head; path "compiled": the same ones decoding through a compiled forward."""
+    if path == "compiled":
+        target, _ = target_and_head(seed)
+        head = random_head(target, seed=seed)
+        head.compile()
+        return compiled(target), head
     target = scaled_target(vocab=VOCAB, seed=seed, name=f"tiny-batch-{seed}")
     return target, random_head(target, seed=seed)
 
@@ -49,10 +57,12 @@ CONFIGS = {
 }
 
 
+@pytest.mark.parametrize("path", ["eager", "compiled"])
 @pytest.mark.parametrize("name", list(CONFIGS))
 @pytest.mark.parametrize("batch_size", [2, 3, 7])
-def test_each_request_equals_its_batch_of_one(name, batch_size):
-    target, head = target_and_head()
+def test_each_request_equals_its_batch_of_one(name, batch_size, path):
+    """Batch of one = eager vanilla greedy (also on the compiled forward), and each request of a batch = that."""
+    target, head = target_and_head(path=path)
     stops, references = stops_and_references()
     engine = Engine(target, head, CONFIGS[name])
     singles = [engine.generate(p, 30, stop_ids=stops).tokens for p in PROMPTS]
@@ -82,10 +92,11 @@ def test_oracle_drafts_give_every_row_its_own_accepted_lengths():
     assert len(exact) > len(oracle.log) // 2 and sum(accepted) >= sum(exact)
 
 
+@pytest.mark.parametrize("path", ["eager", "compiled"])
 @pytest.mark.parametrize("name", ["vanilla", "eagle2-d4-k4-t12", "eagle1"])
-def test_sampled_requests_equal_their_seeded_batch_of_one(name):
+def test_sampled_requests_equal_their_seeded_batch_of_one(name, path):
     """Request i of a batch samples with seed + i: the same tokens as generate(prompt_i, seed=seed + i)."""
-    target, head = target_and_head()
+    target, head = target_and_head(path=path)
     engine = Engine(target, head, CONFIGS[name])
     sampling = SamplingParams(temperature=0.9, top_p=0.95)
     batch = engine.generate_batch(PROMPTS, 20, sampling, seed=11, batch_size=3)

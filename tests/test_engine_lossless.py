@@ -1,4 +1,6 @@
 """Greedy decoding is lossless: every drafter's output equals the target's own greedy output (method vanilla).
+The main tests run on both the eager and the compiled forward (infer.compile), and the compiled output is
+compared with the eager vanilla one.
 
 Random-head drafters rarely get a token accepted, so oracle drafters (tests/oracles.py) that know the vanilla
 continuation drive long accepted paths of every shape through verification and KV-cache compaction; the number of
@@ -16,6 +18,7 @@ from eagle_infer.draft_head import DraftHead, DraftHeadConfig, random_head
 from eagle_infer.engine import DecodeConfig, Engine
 from eagle_infer.tree import causal_mask, check_paths
 from eagle_infer.kv_cache import KVCache
+from eagle_infer.target import compiled
 from tests.oracles import (  # noqa: F401 (one_thread is an autouse fixture)
     distinct_enough, one_thread, oracle_drafter, scaled_target, vanilla_tokens,
 )
@@ -24,9 +27,19 @@ VOCAB = 96
 
 
 @lru_cache(maxsize=None)
-def target_and_head(seed: int, arch: str = "llama"):
+def target_and_head(seed: int, arch: str = "llama", path: str = "eager"):
+    """A tiny target and a random head; path "compiled": the same target (and head) decoding through a compiled
+    forward (eagle_infer.compiled)."""
+    if path == "compiled":
+        target, _ = target_and_head(seed, arch)
+        head = random_head(target, seed=seed)
+        head.compile()
+        return compiled(target), head
     target = scaled_target(vocab=VOCAB, seed=seed, arch=arch, name=f"tiny-{arch}-{seed}")
     return target, random_head(target, seed=seed)
+
+
+PATHS = ["eager", "compiled"]
 
 
 @lru_cache(maxsize=None)
@@ -68,11 +81,12 @@ def run(target, head, config, prompt, max_new, drafter=None, **kw):
     return Engine(target, head, config, drafter=drafter).generate(list(prompt), max_new, **kw)
 
 
+@pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("name", HEAD_CONFIGS)
-def test_random_head_drafters_match_vanilla(name):
+def test_random_head_drafters_match_vanilla(name, path):
     config = HEAD_CONFIGS[name]
     for seed, prompt_len, max_new in CASES:
-        target, head = target_and_head(seed)
+        target, head = target_and_head(seed, path=path)
         prompt, expected = case(seed, prompt_len, max_new)
         result = run(target, head, config, prompt, max_new)
         assert result.tokens == list(expected), (name, seed, prompt_len)
@@ -117,12 +131,13 @@ ORACLES = {
 }
 
 
+@pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("name", ORACLES)
-def test_oracle_drafters_match_vanilla_with_long_acceptance(name):
+def test_oracle_drafters_match_vanilla_with_long_acceptance(name, path):
     depth, branch, wrong_rate = ORACLES[name]
     noncontiguous = first_not_first_child = partial = 0
     for i, (seed, prompt_len, max_new) in enumerate(CASES[:3]):
-        target, head = target_and_head(seed)
+        target, head = target_and_head(seed, path=path)
         prompt, expected = case(seed, prompt_len, max_new)
         reference = list(prompt) + list(expected)
         oracle = oracle_drafter(reference, depth, branch=branch, wrong_rate=wrong_rate, seed=i, vocab=VOCAB)
@@ -276,38 +291,42 @@ def test_caches_after_generation_equal_a_fresh_forward(monkeypatch):
         with torch.inference_mode():
             fresh = target.new_cache(1, n)
             _, feats = target.forward(torch.tensor([reference[:n]]), torch.arange(n)[None], fresh)
-            torch.testing.assert_close(tc.k[..., :n, :], fresh.k, rtol=1e-4, atol=1e-4)
-            torch.testing.assert_close(tc.v[..., :n, :], fresh.v, rtol=1e-4, atol=1e-4)
+            assert_cache_close(tc, fresh, n)
             # The head's committed pairs (feature f_i, token x_{i+1}) for i < its length.
             m = hc.length
             assert 0 < m <= n
             fresh_head = head.new_cache(1, m)
             head(feats[:, :m], torch.tensor([reference[1 : m + 1]]), torch.arange(m)[None], fresh_head,
                  causal_mask(0, m, feats.dtype, feats.device))
-            torch.testing.assert_close(hc.k[..., :m, :], fresh_head.k, rtol=1e-4, atol=1e-4)
-            torch.testing.assert_close(hc.v[..., :m, :], fresh_head.v, rtol=1e-4, atol=1e-4)
+            assert_cache_close(hc, fresh_head, m)
+
+
+def assert_cache_close(cache: KVCache, fresh: KVCache, n: int) -> None:
+    """Every layer's first n positions of `cache` equal `fresh`'s (which holds exactly n)."""
+    for a, b in zip(cache.k + cache.v, fresh.k + fresh.v):
+        torch.testing.assert_close(a[..., :n, :], b, rtol=1e-4, atol=1e-4)
 
 
 def test_kv_cache_keep_gathers_and_commits():
     cache = KVCache(2, 1, 3, 4, 16, torch.float32, "cpu")
-    layer = torch.arange(2.0)[:, None, None, None, None]
-    pos = torch.arange(16.0)[None, None, None, :, None]
-    cache.k += 1000 * layer + pos
-    cache.v -= 1000 * layer + pos
+    pos = torch.arange(16.0)[None, None, :, None]
+    for layer in range(2):
+        cache.k[layer] += 1000 * layer + pos
+        cache.v[layer] -= 1000 * layer + pos
     cache.truncate(5)
     cache.keep(0, 5, torch.tensor([0, 2, 3, 7]))
     assert cache.length == 9
     expected = [0, 1, 2, 3, 4, 5, 7, 8, 12]
     for layer_i in range(2):
         for p, src in enumerate(expected):
-            assert torch.all(cache.k[layer_i, :, :, p] == 1000 * layer_i + src)
-            assert torch.all(cache.v[layer_i, :, :, p] == -(1000 * layer_i + src))
+            assert torch.all(cache.k[layer_i][:, :, p] == 1000 * layer_i + src)
+            assert torch.all(cache.v[layer_i][:, :, p] == -(1000 * layer_i + src))
     # Keeping only the root, and keeping an already contiguous run, move nothing.
-    before = cache.k.clone()
+    before = torch.stack(cache.k)
     cache.keep(0, 9, torch.tensor([0]))
-    assert cache.length == 10 and torch.equal(cache.k, before)
+    assert cache.length == 10 and torch.equal(torch.stack(cache.k), before)
     cache.keep(0, 10, torch.tensor([0, 1, 2]))
-    assert cache.length == 13 and torch.equal(cache.k, before)
+    assert cache.length == 13 and torch.equal(torch.stack(cache.k), before)
     cache.truncate(4)
     assert cache.length == 4
 

@@ -22,6 +22,7 @@ import eagle_infer.engine as engine_module
 import eagle_infer.verify as verify
 from eagle_infer.draft_head import random_head
 from eagle_infer.engine import DecodeConfig, Engine
+from eagle_infer.target import compiled
 from eagle_infer.tree import DraftTree
 from eagle_infer.verify import SamplingParams, target_probs, verify_sampling
 from tests.oracles import one_thread, oracle_drafter, scaled_target, vanilla_tokens  # noqa: F401 (fixture)
@@ -333,9 +334,15 @@ N_SAMPLES = int(os.environ.get("EAGLE_SAMPLING_N", "300"))
 
 
 @lru_cache(maxsize=None)
-def small():
+def small(path: str = "eager"):
     """An 8-token target whose 3-token continuations are neither near-uniform nor near-deterministic (entropy of
-    the 3-token joint ~3.3 nats at temperature 0.7 and ~4.9 at 1.3, of log(512) = 6.2 possible)."""
+    the 3-token joint ~3.3 nats at temperature 0.7 and ~4.9 at 1.3, of log(512) = 6.2 possible), and a random
+    head; path "compiled": the same pair decoding through a compiled forward (infer.compile)."""
+    if path == "compiled":
+        target, _ = small()
+        head = random_head(target, seed=2)
+        head.compile()
+        return compiled(target), head
     target = scaled_target(vocab=VOCAB, hidden=32, layers=2, seed=2, scale=16.0, name="tiny-sampling")
     return target, random_head(target, seed=2)
 
@@ -357,7 +364,7 @@ def exact_joint(params: SamplingParams, prompt: tuple = PROMPT) -> dict[tuple, f
 
 def drafter_setup(name: str):
     """Trees of depth 2: with one token from prefill and three generated, deeper nodes can never be emitted."""
-    target, head = small()
+    target, _ = small()
     if name == "oracle":
         reference = list(PROMPT) + vanilla_tokens(target, PROMPT, 8)
         oracle = oracle_drafter(reference, 2, branch=2, seed=5, vocab=VOCAB)
@@ -369,8 +376,9 @@ def drafter_setup(name: str):
     }[name], None
 
 
-def engine_counts(name: str, params: SamplingParams, n: int = N_SAMPLES, first_seed: int = 0) -> tuple[Counter, list]:
-    target, head = small()
+def engine_counts(name: str, params: SamplingParams, n: int = N_SAMPLES, first_seed: int = 0,
+                  path: str = "eager") -> tuple[Counter, list]:
+    target, head = small(path)
     config, drafter = drafter_setup(name)
     engine = Engine(target, head, config, drafter=drafter)
     counts, accepted = Counter(), []
@@ -396,11 +404,13 @@ SETTINGS = [
 ]
 
 
+@pytest.mark.parametrize("path", ["eager", "compiled"])
 @pytest.mark.parametrize("name,params", SETTINGS, ids=[f"{n}-T{p.temperature}-p{p.top_p}-k{p.sampling_top_k}" for n, p in SETTINGS])
-def test_engine_samples_follow_the_target(name, params):
+def test_engine_samples_follow_the_target(name, params, path):
+    """Sampled outputs follow the eager target's exact distribution, drafting on the eager or compiled forward."""
     exact = exact_joint(params)
     assert abs(sum(exact.values()) - 1) < 1e-5
-    counts, accepted = engine_counts(name, params)
+    counts, accepted = engine_counts(name, params, path=path)
     same, p_value, stat = same_distribution(counts, exact)
     assert same, (name, params, p_value, stat)
     # Drafts do get accepted, so the verifier's acceptance branch (not only the bonus) is what is being tested.

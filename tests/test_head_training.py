@@ -17,7 +17,7 @@ from eagle_infer.chat import Message, prompt_ids, stop_ids
 from eagle_infer.draft_head import DraftHead, load_head, random_head
 from eagle_infer.engine import DecodeConfig, Engine
 from eagle_infer.errors import EagleError
-from eagle_infer.target import eagle3_layers
+from eagle_infer.target import compiled, eagle3_layers
 from eagle_infer.tree import additive_mask
 from eagle_train.featurize import FeaturizeConfig, featurize
 from eagle_train.features import Manifest, read_samples
@@ -137,14 +137,28 @@ def _sample(target, conv):
 # --- decoding with fused and deeper heads stays lossless ------------------------------------------------------------
 
 
+@pytest.fixture(scope="module")
+def deep_compiled(deep_target):
+    """The deep target and its heads decoding through compiled steps (each head compiled once per module)."""
+    compiled_heads = heads(deep_target)
+    for head in compiled_heads.values():
+        head.compile()
+    return compiled(deep_target), compiled_heads
+
+
+@pytest.mark.parametrize("path", ["eager", "compiled"])
 @pytest.mark.parametrize("name", ["two-layer", "fused", "fused-two-layer"])
 @pytest.mark.parametrize("config", [DecodeConfig(method="eagle2"), DecodeConfig(method="chain", depth=3),
                                     DecodeConfig(method="eagle1")], ids=["eagle2", "chain", "eagle1"])
-def test_fused_and_deep_heads_are_lossless(deep_target, name, config):
-    head = heads(deep_target)[name]
+def test_fused_and_deep_heads_are_lossless(deep_target, deep_compiled, name, config, path):
+    """Eager vanilla's output, drafting with each head on the eager or the compiled forward (infer.compile)."""
+    if path == "compiled":
+        target, head = deep_compiled[0], deep_compiled[1][name]
+    else:
+        target, head = deep_target, heads(deep_target)[name]
     prompts = [[3, 14, 15, 92, 65], [35, 89], list(range(10, 40))]
     want = [vanilla_tokens(deep_target, p, 20) for p in prompts]
-    engine = Engine(deep_target, head, config)
+    engine = Engine(target, head, config)
     assert [engine.generate(p, 20).tokens for p in prompts] == want
     batch = engine.generate_batch(prompts, 20, batch_size=2)
     assert [r.tokens for r in batch.results] == want

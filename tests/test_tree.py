@@ -135,15 +135,6 @@ def committed_feeder(head: DraftHead, target, room: int = 200) -> TreeFeeder:
     return TreeFeeder(head, cache, DraftRoot(out[:, -1], [ROOT], [n], [0]))
 
 
-def clone_cache(cache: KVCache) -> KVCache:
-    c = KVCache(cache.k.shape[0], cache.k.shape[1], cache.k.shape[2], cache.k.shape[4], cache.max_len,
-                cache.k.dtype, cache.k.device)
-    c.k.copy_(cache.k)
-    c.v.copy_(cache.v)
-    c.truncate(list(cache.lengths))
-    return c
-
-
 @torch.inference_mode()
 def sequential_logp(feeder: TreeFeeder, path_tokens: list[int]) -> torch.Tensor:
     """[V] log-probs of the children of the node reached by path_tokens, feeding the path one node at a time with
@@ -151,7 +142,7 @@ def sequential_logp(feeder: TreeFeeder, path_tokens: list[int]) -> torch.Tensor:
     head, root = feeder.head, feeder.root
     if not path_tokens:
         return torch.log_softmax(head.logits(root.feature[0]), -1)
-    cache = clone_cache(feeder.cache)
+    cache = KVCache.copy(feeder.cache)
     cache.truncate(feeder.prefix)
     feature, parent_token = root.feature[0], root.tokens[0]
     for d, tok in enumerate(path_tokens, start=1):

@@ -1,0 +1,78 @@
+"""The target's forward and the draft head's step compiled by torch.compile (`infer.compile=true`): inductor with
+freezing (weights folded in as constants and packed for oneDNN on a CPU, elementwise ops fused), CUDA graphs on a
+GPU (untested here: no GPU was lent while it was built).
+
+Each runs over a static KV cache (kv_cache.KVCache with static=True): attention spans every preallocated slot under
+an additive mask and the write slots arrive as tensors, so one compiled graph serves every step of a given shape.
+Shapes that change (the batch, a prompt's or a tree's length) are compiled once more and then treated as dynamic by
+torch's automatic dynamic shapes; `compiles` counts every graph compiled, so a benchmark can show that none
+happens after warm-up. A forward whose compile fails (no C++ compiler, an unsupported op) logs one warning and
+runs eagerly from then on (over the same static cache): a missing compiler never stops decoding.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from typing import Callable
+
+import torch
+
+log = logging.getLogger(__name__)
+STATIC_ROUND = 256  # a static cache's length is rounded up to a multiple of this, so requests share graphs
+
+
+class _Bound(torch.nn.Module):
+    """fn(module, *args) as a module over `module`: reached through a module, the weights are parameters that
+    freezing folds in and packs (reached through a plain object they would stay graph inputs)."""
+
+    def __init__(self, module: torch.nn.Module, fn: Callable):
+        super().__init__()
+        self.inner, self.fn = module, fn
+
+    def forward(self, *args):
+        return self.fn(self.inner, *args)
+
+
+class CompiledForward:
+    """fn(module, *args) compiled; calling it falls back to the eager fn, with one warning, if compiling fails."""
+
+    def __init__(self, module: torch.nn.Module, fn: Callable, device: torch.device, what: str):
+        """what: names it in the fallback warning ("the target's forward")."""
+        self.fn, self.what, self.compiles, self.compile_s, self.failed = _Bound(module, fn), what, 0, 0.0, ""
+        # Freezing must be on while dynamo traces too (not only in the backend's config patches): else the weights
+        # stay graph inputs and are neither folded in nor packed.
+        self.options = {"freezing": True, "triton.cudagraphs": device.type == "cuda"}
+
+        def backend(graph, example_inputs):
+            from torch._inductor.compile_fx import compile_fx
+
+            self.compiles += 1
+            return compile_fx(graph, example_inputs)
+
+        # Every target's (head's) graphs share one code object, whose graphs count against dynamo's recompile limit
+        # (8): past it dynamo would quietly run eagerly. A process compiles a few shapes of a few models at most.
+        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
+        self._compiled = torch.compile(self.fn, backend=backend)
+
+    def __call__(self, *args, **kwargs):
+        if self.failed:
+            return self.fn(*args, **kwargs)
+        before, start = self.compiles, time.perf_counter()
+        try:
+            with torch._inductor.config.patch(self.options):
+                out = self._compiled(*args, **kwargs)
+        except Exception as err:  # noqa: BLE001 (any compile failure falls back: the eager forward is the same)
+            self.failed = _first_line(err)
+            log.warning("infer.compile: compiling %s failed (%s); running it eagerly", self.what, self.failed[:300])
+            return self.fn(*args, **kwargs)
+        if self.compiles > before:
+            self.compile_s += time.perf_counter() - start
+        return out
+
+
+def _first_line(err: BaseException) -> str:
+    """'Type: first line' of the innermost cause (dynamo wraps a backend's error in BackendCompilerFailed)."""
+    while getattr(err, "inner_exception", None) or err.__cause__:
+        err = getattr(err, "inner_exception", None) or err.__cause__
+    lines = [line for line in str(err).splitlines() if line.strip()]
+    return f"{type(err).__name__}: {lines[0].strip() if lines else ''}"

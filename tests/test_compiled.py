@@ -1,0 +1,97 @@
+"""The compiled forward (infer.compile, eagle_infer/compiled.py): the same logits as the eager forward over a static
+cache, no graph compiled after warm-up, and an eager fallback with one warning when compiling fails. Decoding through
+it is checked in the lossless, batch, sampling and head tests (their `path` parameter)."""
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+
+from eagle_infer.compiled import STATIC_ROUND
+from eagle_infer.draft_head import random_head
+from eagle_infer.engine import DecodeConfig, Engine
+from eagle_infer.target import compiled, load_target
+from eagle_infer.tree import additive_mask, ancestor_masks
+from tests.oracles import one_thread, scaled_target, vanilla_tokens  # noqa: F401 (one_thread is autouse)
+
+VOCAB = 96
+
+
+@pytest.fixture(scope="module")
+def pair():
+    target = scaled_target(vocab=VOCAB, layers=6, seed=11, name="tiny-compiled")
+    return target, compiled(target)
+
+
+def test_compiled_forward_matches_eager_over_a_static_cache(pair):
+    """Prefill, then a tree forward under a tree mask, with fused layer outputs: eager (sliced cache) and compiled
+    (every slot of a static cache, rounded up) agree."""
+    eager, fast = pair
+    ids = torch.randint(0, VOCAB, (1, 17), generator=torch.Generator().manual_seed(0))
+    parents = torch.tensor([[-1, -1, 0, 0, 2]])
+    tree_ids = torch.randint(0, VOCAB, (1, 6), generator=torch.Generator().manual_seed(1))
+    tree_pos = 17 + torch.tensor([[0, 1, 1, 2, 2, 3]])
+    outs = []
+    for target in (eager, fast):
+        cache = target.new_cache(1, 40)
+        prefill = target.forward(ids, torch.arange(17)[None], cache, feature_layers=(1, 4))
+        cache.advance(17)
+        mask = additive_mask(ancestor_masks(parents), 17, target.dtype, "cpu")
+        outs.append((prefill, target.forward(tree_ids, tree_pos, cache, mask, feature_layers=(1, 4)), cache))
+    (p_eager, t_eager, c_eager), (p_fast, t_fast, c_fast) = outs
+    assert c_fast.static and c_fast.max_len == STATIC_ROUND and not c_eager.static and c_eager.max_len == 40
+    for a, b in zip(p_eager + t_eager, p_fast + t_fast):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+    assert t_fast[1].shape == (1, 6, 2 * 64)  # two fused layers' outputs
+
+
+def test_no_graph_is_compiled_after_warm_up(pair):
+    """Two requests of different lengths per method compile what decoding needs; more requests compile nothing."""
+    eager, fast = pair
+    head = random_head(eager, seed=3)
+    head.compile()
+    engines = [Engine(fast, None, DecodeConfig(method="vanilla")),
+               Engine(fast, head, DecodeConfig(method="eagle2", depth=3, top_k=4, total_tokens=10))]
+    for engine in engines:
+        for prompt in ([5, 6, 7], list(range(20, 45))):
+            engine.generate(prompt, 12)
+    warm = fast.compiled.compiles, head.compiled.compiles
+    assert min(warm) >= 2 and fast.compiled.compile_s > 0 and not fast.compiled.failed and not head.compiled.failed
+    assert head.new_cache(1, 10).static
+    prompts = [[9], list(range(30, 41)), list(range(1, 60, 2))]
+    for engine in engines:
+        assert [engine.generate(p, 15).tokens for p in prompts] == [vanilla_tokens(eager, p, 15) for p in prompts]
+    assert (fast.compiled.compiles, head.compiled.compiles) == warm
+
+
+def test_a_failed_compile_decodes_eagerly_with_one_warning(monkeypatch, caplog):
+    """No C++ compiler (or any compile error): one warning, then the eager forward, same output."""
+    import torch._inductor.compile_fx as compile_fx
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("no working C++ compiler found\nsecond line")
+
+    monkeypatch.setattr(compile_fx, "compile_fx", broken)
+    target = scaled_target(vocab=VOCAB, seed=12, name="tiny-no-compiler")
+    fast = compiled(target)
+    prompt = [4, 8, 15, 16, 23, 42]
+    with caplog.at_level(logging.WARNING, logger="eagle_infer.compiled"):
+        tokens = Engine(fast, None, DecodeConfig(method="vanilla")).generate(prompt, 10).tokens
+    assert tokens == vanilla_tokens(target, prompt, 10)
+    warnings = [r.getMessage() for r in caplog.records if r.name == "eagle_infer.compiled"]
+    assert len(warnings) == 1 and "the target's forward failed" in warnings[0] and "\n" not in warnings[0]
+    assert "no working C++ compiler found" in fast.compiled.failed
+
+
+def test_load_target_compiles_without_packing_modules(tmp_path, smol_tok):
+    """infer.compile: the weights stay plain modules (inductor's freezing packs them in the graph)."""
+    from eagle_infer.packed import PackedLinear
+    from tests.conftest import make_tiny_smol
+
+    make_tiny_smol(smol_tok).model.save_pretrained(tmp_path)
+    smol_tok.save_pretrained(tmp_path)
+    target = load_target(str(tmp_path), "float32", "cpu", "auto", compile=True)
+    assert target.compiled is not None and target.new_cache(1, 10).static
+    assert not any(isinstance(m, PackedLinear) for m in target.model.modules())
+    assert load_target(str(tmp_path), "float32", "cpu", "auto").compiled is None
