@@ -1,8 +1,9 @@
-"""The target's forward and the draft head's step compiled by torch.compile (`infer.compile=true`): inductor with
-freezing (weights folded in as constants and packed for oneDNN on a CPU, elementwise ops fused), CUDA graphs on a
-GPU (untested here: no GPU was lent while it was built).
+"""The target's forward compiled by torch.compile (`infer.compile=true`): inductor with freezing (weights folded in
+as constants and packed for oneDNN on a CPU, elementwise ops fused), CUDA graphs on a GPU (untested here: no GPU
+was lent while it was built). The draft head drafts eagerly: compiling its step did not pay on the CPU measured
+(README, "Compiled forward").
 
-Each runs over a static KV cache (kv_cache.KVCache with static=True): attention spans every preallocated slot under
+It runs over a static KV cache (kv_cache.KVCache with static=True): attention spans every preallocated slot under
 an additive mask and the write slots arrive as tensors, so one compiled graph serves every step of a given shape.
 Shapes that change (the batch, a prompt's or a tree's length) are compiled once more and then treated as dynamic by
 torch's automatic dynamic shapes; `compiles` counts every graph compiled, so a benchmark can show that none
@@ -49,8 +50,8 @@ class CompiledForward:
             self.compiles += 1
             return compile_fx(graph, example_inputs)
 
-        # Every target's (head's) graphs share one code object, whose graphs count against dynamo's recompile limit
-        # (8): past it dynamo would quietly run eagerly. A process compiles a few shapes of a few models at most.
+        # Every target's graphs share one code object, whose graphs count against dynamo's recompile limit (8):
+        # past it dynamo would quietly run eagerly. A process compiles a few shapes of a few targets at most.
         torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
         self._compiled = torch.compile(self.fn, backend=backend)
 

@@ -152,7 +152,6 @@ class DraftHead(nn.Module):
         self.register_buffer("draft_vocab", torch.arange(vd, dtype=torch.long) if vd else None)
         self.to(device=target.device, dtype=target.dtype)
         self.packed = False  # see pack()
-        self.compiled = None  # see compile()
         self._sub_weight = self._sub_packed = None
 
     def set_draft_vocab(self, token_ids: torch.Tensor) -> None:
@@ -170,15 +169,6 @@ class DraftHead(nn.Module):
         pack_linears(self)
         self.packed, self._sub_weight, self._sub_packed = True, None, None
 
-    def compile(self) -> None:
-        """Draft through a compiled step over static caches, for a compiled target (infer.compile,
-        eagle_infer.compiled): its weights folded in and packed by freezing; the draft-vocabulary rows of the LM
-        head stay outside the graph, packed where the target is."""
-        from .compiled import CompiledForward
-
-        self.packed, self._sub_weight, self._sub_packed = self.target.packed, None, None
-        self.compiled = CompiledForward(self, DraftHead.stack, self._weight.device, "the draft head's step")
-
     @property
     def _weight(self) -> torch.Tensor:
         """A weight of the head's own (its device and dtype are the head's)."""
@@ -189,14 +179,8 @@ class DraftHead(nn.Module):
         return self._target[0]
 
     def new_cache(self, batch: int, max_len: int) -> KVCache:
-        """A cache of at least max_len positions: static and rounded up to STATIC_ROUND when compiled."""
-        from .compiled import STATIC_ROUND
-
-        static = self.compiled is not None
-        if static:
-            max_len = -(-max_len // STATIC_ROUND) * STATIC_ROUND
         return KVCache(self.config.layers, *self.target.kv_shape(batch)[1:], max_len, self._weight.dtype,
-                       self._weight.device, static)
+                       self._weight.device)
 
     def forward(
         self,
@@ -213,20 +197,12 @@ class DraftHead(nn.Module):
         new keys/values are written after what it holds; mask is additive [B or 1, 1, T, held + T]. Without a cache
         (training), mask is [B or 1, 1, T, T] or None for causal.
         """
-        if features.shape[-1] != self.config.hidden_size and self.fuse is None:
-            raise EagleError(
-                f"draft head takes features of width {self.config.hidden_size}, got {features.shape[-1]}: "
-                "a fused head needs fused target features"
-            )
-        if isinstance(cache, KVCache) and cache.static:
-            mask = cache.static_mask(mask, tokens.shape[1], features.dtype)
-            if self.compiled is not None:
-                return self.compiled(features, tokens, positions, cache.hf, mask)
-        return self.stack(features, tokens, positions, getattr(cache, "hf", cache), mask)
-
-    def stack(self, features, tokens, positions, past, mask) -> torch.Tensor:
-        """forward's computation over a transformers Cache `past` (or None); what a compiled head compiles."""
         if features.shape[-1] != self.config.hidden_size:
+            if self.fuse is None:
+                raise EagleError(
+                    f"draft head takes features of width {self.config.hidden_size}, got {features.shape[-1]}: "
+                    "a fused head needs fused target features"
+                )
             features = self.fuse(features)
         embeds = self.target.embed_tokens(tokens).to(features.dtype)
         mode = self.config.input_mode
@@ -234,9 +210,10 @@ class DraftHead(nn.Module):
             features = torch.zeros_like(features)
         elif mode == "feature":
             embeds = torch.zeros_like(embeds)
-        if mask is None and past is None:
+        if mask is None and cache is None:
             mask = causal_mask(0, features.shape[1], features.dtype, features.device)
         cos_sin = self.rotary(features, positions)
+        past = getattr(cache, "hf", cache)
         if self.fc is None:  # eagle3
             return self.layers[0](embeds, features, attention_mask=mask, position_ids=positions,
                                   past_key_values=past, position_embeddings=cos_sin)
@@ -412,8 +389,6 @@ def load_head(directory: str | Path, target) -> DraftHead:
         raise EagleError(
             f"draft head {where} does not fit the target's layer: missing {missing[:3]}, unexpected {unexpected[:3]}"
         )
-    if target.compiled is not None:
-        head.compile()
-    elif target.packed:
+    if target.packed:  # (a compiled target's head drafts eagerly: compiling its step did not pay, see README)
         head.pack()
     return head.eval()

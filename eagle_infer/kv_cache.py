@@ -137,8 +137,8 @@ class KVCache:
         self.keep_rows([row], [start], [idx.tolist() if isinstance(idx, torch.Tensor) else list(idx)])
 
     def keep_rows(self, rows: list[int], starts: list[int], kept: list[list[int]]) -> None:
-        """`keep` for several rows at once: one gather per keys and values for every row whose kept offsets are not
-        already contiguous (a chain accepted from its first child moves nothing)."""
+        """`keep` for several rows at once: one gather per layer's keys and values for every row whose kept offsets
+        are not already contiguous (a chain accepted from its first child moves nothing)."""
         moves = [(r, s, idx) for r, s, idx in zip(rows, starts, kept) if idx != list(range(len(idx)))]
         for r, s, idx in zip(rows, starts, kept):
             self.lengths[r] = s + len(idx)

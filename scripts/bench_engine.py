@@ -13,8 +13,8 @@ Prints, for the machine's native dtype (model.dtype=auto) unless --dtypes says o
   (d) tokens/s of transformers' generate, the engine's vanilla decoding and EAGLE-2 on MT-bench first turns, with
       τ and the cycle split (draft / verify) for the head (shipped if present, else random).
 --compile adds the compiled target (infer.compile, eagle_infer/compiled.py): its forward per size and an engine
-column "compiled" decoding through it and a compiled head step, with the compile time of both (warm-up, excluded
-from every timing) and how many graphs were compiled after warm-up (0 expected).
+column "compiled" decoding through it (the head drafts eagerly), with the compile time (warm-up, excluded from
+every timing) and how many graphs were compiled after warm-up (0 expected).
 --baseline DIR loads the eagle_infer package of another checkout (e.g. `git worktree add /tmp/base main`) under
 another name and measures its engine in the same run, interleaved prompt by prompt: a before/after table.
 Writes results/bench-engine.json.
@@ -271,8 +271,7 @@ def bench_dtype(dtype: str, args) -> dict:
             vanilla.generate(ids, 8, stop_ids=stops)
             eagle2.generate(ids, 8, stop_ids=stops)
         timer.take()
-    compiled_parts = [fast.compiled, methods["compiled"][1].head.compiled] if fast else []
-    compiled_parts = [c for c in compiled_parts if c is not None]  # the target's forward, the head's step
+    compiled_parts = [fast.compiled] if fast else []
     warm_compiles = sum(c.compiles for c in compiled_parts)
     for model in filter(None, (target, plain)):
         hf_generate(model, prompts[0], 8, stops)

@@ -50,19 +50,17 @@ def test_no_graph_is_compiled_after_warm_up(pair):
     """Two requests of different lengths per method compile what decoding needs; more requests compile nothing."""
     eager, fast = pair
     head = random_head(eager, seed=3)
-    head.compile()
     engines = [Engine(fast, None, DecodeConfig(method="vanilla")),
                Engine(fast, head, DecodeConfig(method="eagle2", depth=3, top_k=4, total_tokens=10))]
     for engine in engines:
         for prompt in ([5, 6, 7], list(range(20, 45))):
             engine.generate(prompt, 12)
-    warm = fast.compiled.compiles, head.compiled.compiles
-    assert min(warm) >= 2 and fast.compiled.compile_s > 0 and not fast.compiled.failed and not head.compiled.failed
-    assert head.new_cache(1, 10).static
+    warm = fast.compiled.compiles
+    assert warm >= 2 and fast.compiled.compile_s > 0 and not fast.compiled.failed
     prompts = [[9], list(range(30, 41)), list(range(1, 60, 2))]
     for engine in engines:
         assert [engine.generate(p, 15).tokens for p in prompts] == [vanilla_tokens(eager, p, 15) for p in prompts]
-    assert (fast.compiled.compiles, head.compiled.compiles) == warm
+    assert fast.compiled.compiles == warm
 
 
 def test_a_failed_compile_decodes_eagerly_with_one_warning(monkeypatch, caplog):

@@ -29,9 +29,7 @@ PROMPTS = [random.Random(i).choices(range(VOCAB), k=n) for i, n in enumerate((9,
 def target_and_head(seed: int = 5, path: str = "eager"):
     """A tiny target and random head; path "compiled": the same ones decoding through a compiled forward."""
     if path == "compiled":
-        target, _ = target_and_head(seed)
-        head = random_head(target, seed=seed)
-        head.compile()
+        target, head = target_and_head(seed)
         return compiled(target), head
     target = scaled_target(vocab=VOCAB, seed=seed, name=f"tiny-batch-{seed}")
     return target, random_head(target, seed=seed)

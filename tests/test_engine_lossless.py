@@ -31,9 +31,7 @@ def target_and_head(seed: int, arch: str = "llama", path: str = "eager"):
     """A tiny target and a random head; path "compiled": the same target (and head) decoding through a compiled
     forward (eagle_infer.compiled)."""
     if path == "compiled":
-        target, _ = target_and_head(seed, arch)
-        head = random_head(target, seed=seed)
-        head.compile()
+        target, head = target_and_head(seed, arch)
         return compiled(target), head
     target = scaled_target(vocab=VOCAB, seed=seed, arch=arch, name=f"tiny-{arch}-{seed}")
     return target, random_head(target, seed=seed)

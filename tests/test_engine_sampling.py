@@ -339,9 +339,7 @@ def small(path: str = "eager"):
     the 3-token joint ~3.3 nats at temperature 0.7 and ~4.9 at 1.3, of log(512) = 6.2 possible), and a random
     head; path "compiled": the same pair decoding through a compiled forward (infer.compile)."""
     if path == "compiled":
-        target, _ = small()
-        head = random_head(target, seed=2)
-        head.compile()
+        target, head = small()
         return compiled(target), head
     target = scaled_target(vocab=VOCAB, hidden=32, layers=2, seed=2, scale=16.0, name="tiny-sampling")
     return target, random_head(target, seed=2)

@@ -139,11 +139,7 @@ def _sample(target, conv):
 
 @pytest.fixture(scope="module")
 def deep_compiled(deep_target):
-    """The deep target and its heads decoding through compiled steps (each head compiled once per module)."""
-    compiled_heads = heads(deep_target)
-    for head in compiled_heads.values():
-        head.compile()
-    return compiled(deep_target), compiled_heads
+    return compiled(deep_target)
 
 
 @pytest.mark.parametrize("path", ["eager", "compiled"])
@@ -152,10 +148,7 @@ def deep_compiled(deep_target):
                                     DecodeConfig(method="eagle1")], ids=["eagle2", "chain", "eagle1"])
 def test_fused_and_deep_heads_are_lossless(deep_target, deep_compiled, name, config, path):
     """Eager vanilla's output, drafting with each head on the eager or the compiled forward (infer.compile)."""
-    if path == "compiled":
-        target, head = deep_compiled[0], deep_compiled[1][name]
-    else:
-        target, head = deep_target, heads(deep_target)[name]
+    target, head = (deep_compiled if path == "compiled" else deep_target), heads(deep_target)[name]
     prompts = [[3, 14, 15, 92, 65], [35, 89], list(range(10, 40))]
     want = [vanilla_tokens(deep_target, p, 20) for p in prompts]
     engine = Engine(target, head, config)
