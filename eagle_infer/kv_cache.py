@@ -71,6 +71,9 @@ class KVCache:
     def _attach(self, k: list[torch.Tensor], v: list[torch.Tensor], max_len: int, lengths: list[int],
                 static: bool) -> None:
         self.k, self.v, self.max_len, self.lengths, self.static = k, v, max_len, lengths, static
+        if static:  # one compiled graph serves every cache length
+            for x in k + v:
+                torch._dynamo.maybe_mark_dynamic(x, 2)
         self._plans: dict = {}
         self.static_slots: tuple[torch.Tensor, torch.Tensor] | None = None  # see static_mask
         self.hf = Cache(layers=[_LayerView(self, i) for i in range(len(k))])
@@ -106,6 +109,8 @@ class KVCache:
             mask = causal_mask(self.lengths, n, dtype, device)
         starts = torch.tensor(self.lengths, device=device)[:, None]
         self.static_slots = (torch.arange(self.batch, device=device)[:, None], starts + torch.arange(n, device=device))
+        if n > 1:  # one compiled graph for any number of new tokens (as for the forward's inputs)
+            torch._dynamo.maybe_mark_dynamic(self.static_slots[1], 1)
         return torch.nn.functional.pad(mask, (0, self.max_len - mask.shape[-1]), value=torch.finfo(mask.dtype).min)
 
     def write_plan(self, n: int) -> tuple[int | None, torch.Tensor | None, torch.Tensor | None]:

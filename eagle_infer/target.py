@@ -251,6 +251,10 @@ class Target:
         elif mask is None and t > 1 and max(cache.lengths) > 0:  # (else SDPA's own causal mask is right)
             mask = causal_mask(cache.lengths, t, self.dtype, self.device)
         if self.compiled is not None and cache.static:
+            if t > 1:  # compiled for any number of tokens at once (one token stays a graph of its own)
+                for x in (input_ids, positions, mask):
+                    torch._dynamo.maybe_mark_dynamic(x, x.dim() - 1 if x is not mask else 2)
+            torch._dynamo.maybe_mark_dynamic(mask, 3)  # and for any cache length
             return self.compiled(input_ids, positions, mask, cache.hf, tuple(feature_layers), last_only)
         return decode(self.model, input_ids, positions, mask, cache.hf, tuple(feature_layers), last_only)
 

@@ -108,7 +108,9 @@ def make_methods(names: list[str], target, infer: InferConf, head, assistant_mod
             raise EagleError("method 'assisted' needs eval.assistant_model=<smaller model of the same tokenizer>")
         from eagle_infer.target import load_target
 
-        assistant = load_target(assistant_model, dtype, str(target.device), "on" if target.packed else "off")
+        # Like the target's transformers model, which a compiled target leaves unpacked (its graph holds the packing).
+        modules_packed = target.packed and target.compiled is None
+        assistant = load_target(assistant_model, dtype, str(target.device), "on" if modules_packed else "off")
     methods = []
     for name in names:
         base, _, label = name.partition(":")
