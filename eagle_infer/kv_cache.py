@@ -6,9 +6,9 @@ forward of T new tokens writes row b's at [lengths[b], lengths[b] + T) and every
 [0, span(T)) with span(T) = max(lengths) + T: the caller's mask hides, in each row, the slots past that row's own
 new tokens. A `static` cache (the compiled forward's, eagle_infer/compiled.py) instead always attends over all
 max_len slots, and writes where `static_mask(...)`, called before the forward, put the slots as tensors: shapes
-and Python state then stay the same from step to step. `advance` commits what the last
-forward wrote, `keep(row, start, idx)` keeps only some of it (a tree's accepted path) by gathering it into
-contiguous positions, `select_rows` drops finished rows, and `row(b)` is a one-row view sharing the storage.
+and Python state then stay the same from step to step. `advance` commits what the last forward wrote,
+`keep(row, start, idx)` keeps only some of it (a tree's accepted path) by gathering it into contiguous positions,
+`select_rows` drops finished rows, and `row(b)` is a one-row view sharing the storage.
 """
 from __future__ import annotations
 
