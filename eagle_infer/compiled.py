@@ -4,11 +4,13 @@ was lent while it was built). The draft head drafts eagerly: compiling its step 
 (README, "Compiled forward").
 
 It runs over a static KV cache (kv_cache.KVCache with static=True): attention spans every preallocated slot under
-an additive mask and the write slots arrive as tensors, so nothing the graph reads changes between steps. The number
-of new tokens and the cache length are marked dynamic (target.forward, KVCache), so three graphs serve a run: one-token
-steps, prefills and verifications (a new batch size is compiled once more, then dynamic too); `compiles` counts every
-graph compiled, so a benchmark can show that none happens after warm-up. A forward whose compile fails (no C++ compiler, an unsupported op) logs one warning and
-runs eagerly from then on (over the same static cache): a missing compiler never stops decoding.
+an additive mask and the write slots arrive as tensors, so nothing the graph reads changes between steps. The
+number of new tokens and the cache length are marked dynamic (target.forward, KVCache), so three graphs serve a
+run: one-token steps, prefills and verifications (a new batch size is compiled once more, then dynamic too);
+`compiles` counts every graph compiled, so a benchmark can show that none happens after warm-up. A forward whose
+compile fails (no C++ compiler, an unsupported op) logs one warning and runs eagerly from then on (over the same
+static cache): a missing compiler never stops decoding. Any other error raised inside the compiled call takes the
+same path, and the eager rerun raises it again.
 """
 from __future__ import annotations
 

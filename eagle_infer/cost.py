@@ -146,8 +146,8 @@ def measure(target, head, top_k: int, max_tokens: int, context: int = 256, reps:
 
 
 def load_or_measure(target, head, top_k: int, max_tokens: int) -> CostModel:
-    """The cached cost model of this machine, model, dtype, weight packing, compiling and head shape, measured (and cached)
-    when there is none."""
+    """The cached cost model of this machine, model, dtype, weight packing, compiling and head shape, measured (and
+    cached) when there is none."""
     hc = None if head is None else head.config
     shape = "none" if hc is None else (
         f"{hc.block} block, {hc.layers} layer(s), draft vocabulary {hc.draft_vocab_size or hc.vocab_size}")

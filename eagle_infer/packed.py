@@ -4,10 +4,10 @@ for bfloat16 inference on CPUs with native bfloat16 matmuls.
 A decode step multiplies a few rows by every weight of the model, so it is bound by how fast the matmul kernel
 streams weights; eager `F.linear` hands oneDNN a plain weight on every call, the packed form skips that preparation.
 scripts/bench_engine.py prints packed and unpacked forwards side by side, and whether their logits are equal bit for
-bit over the same cache (on the Xeon with AMX where it was measured they are, for 1 to 64 tokens). oneDNN does not promise this on every CPU; where they differ it is by bfloat16
-rounding, as between forwards of different widths, and every method of a run shares the one packed target, so
-comparisons stay like for like. float32 is never packed (it did not pay here), so
-float32 outputs are unchanged bit for bit.
+bit over the same cache (on the Xeon with AMX where it was measured they are, for 1 to 64 tokens). oneDNN does not
+promise this on every CPU; where they differ it is by bfloat16 rounding, as between forwards of different widths,
+and every method of a run shares the one packed target, so comparisons stay like for like. float32 is never packed
+(it did not pay here), so float32 outputs are unchanged bit for bit.
 Memory: the packed copy doubles the weights' footprint, so model.pack=auto skips packing (with a warning) where the
 copy would take more than half of the memory available.
 """

@@ -32,15 +32,22 @@ def eagle3_layers(num_layers: int) -> tuple[int, int, int]:
     return 1, num_layers // 2 - 1, num_layers - 4
 
 
+def check_feature_layers(layers, num_layers: int) -> None:
+    """A one-line error unless every layer index is one of the target's decoder layers 0..num_layers - 1."""
+    bad = [i for i in layers if not 0 <= i < num_layers]
+    if bad:
+        raise EagleError(f"feature layer {bad[0]} is invalid: the target has decoder layers 0..{num_layers - 1}")
+
+
 class _LayerOutputs:
-    """Collects the outputs of chosen decoder layers during one forward (forward hooks, removed on exit)."""
+    """Collects the outputs of chosen decoder layers during one forward (forward hooks, removed on exit); featurize's
+    padded batches without a cache (Target.features). Cached forwards tap layers inside `decode` instead."""
 
     def __init__(self, model, layers: tuple[int, ...]):
         self.layers, self.outputs, self._hooks = layers, {}, []
         decoder = model.model.layers
+        check_feature_layers(layers, len(decoder))
         for index in layers:
-            if not 0 <= index < len(decoder):
-                raise EagleError(f"feature layer {index} is invalid: the target has decoder layers 0..{len(decoder) - 1}")
             self._hooks.append(decoder[index].register_forward_hook(self._hook(index)))
 
     def _hook(self, index):
@@ -242,18 +249,16 @@ class Target:
         Returns logits [B, T or 1, V] (float32) and features: [B, T, H] post-norm last hidden states, or with
         feature_layers the outputs of those decoder layers concatenated, [B, T, len(feature_layers) * H].
         """
-        t, layers = input_ids.shape[1], self.config.num_hidden_layers
-        if any(not 0 <= i < layers for i in feature_layers):
-            raise EagleError(f"feature layers {list(feature_layers)} are invalid: the target has decoder layers "
-                             f"0..{layers - 1}")
+        t = input_ids.shape[1]
+        check_feature_layers(feature_layers, self.config.num_hidden_layers)
         if cache.static:
             mask = cache.static_mask(mask, t, self.dtype)
         elif mask is None and t > 1 and max(cache.lengths) > 0:  # (else SDPA's own causal mask is right)
             mask = causal_mask(cache.lengths, t, self.dtype, self.device)
         if self.compiled is not None and cache.static:
-            if t > 1:  # compiled for any number of tokens at once (one token stays a graph of its own)
-                for x in (input_ids, positions, mask):
-                    torch._dynamo.maybe_mark_dynamic(x, x.dim() - 1 if x is not mask else 2)
+            if t > 1:  # one graph for any number of tokens at once (one token stays a graph of its own)
+                for x, dim in ((input_ids, 1), (positions, 1), (mask, 2)):
+                    torch._dynamo.maybe_mark_dynamic(x, dim)
             torch._dynamo.maybe_mark_dynamic(mask, 3)  # and for any cache length
             return self.compiled(input_ids, positions, mask, cache.hf, tuple(feature_layers), last_only)
         return decode(self.model, input_ids, positions, mask, cache.hf, tuple(feature_layers), last_only)

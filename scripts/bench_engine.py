@@ -271,8 +271,7 @@ def bench_dtype(dtype: str, args) -> dict:
             vanilla.generate(ids, 8, stop_ids=stops)
             eagle2.generate(ids, 8, stop_ids=stops)
         timer.take()
-    compiled_parts = [fast.compiled] if fast else []
-    warm_compiles = sum(c.compiles for c in compiled_parts)
+    warm_compiles = fast.compiled.compiles if fast else 0
     for model in filter(None, (target, plain)):
         hf_generate(model, prompts[0], 8, stops)
     level_bytes = level_weight_bytes(methods["this"][1].head)
@@ -290,12 +289,10 @@ def bench_dtype(dtype: str, args) -> dict:
             runs.add(f"{prefix} eagle2", eagle2.generate(ids, args.max_new, stop_ids=stops), timer.take())
         context = len(ids) + args.max_new // 2  # bare forwards at this prompt's mean context
         with torch.inference_mode():
-            for bare, model in ((bare_1, target), (bare_1_fast, fast)):
+            for model, one, many in ((target, bare_1, bare_n), (fast, bare_1_fast, bare_n_fast)):
                 if model is not None:
-                    bare.append(forward_ms(model, 1, context, args.reps))
-            for bare, model in ((bare_n, target), (bare_n_fast, fast)):
-                if model is not None:
-                    bare.append(forward_ms(model, tree + 1, context, args.reps))
+                    one.append(forward_ms(model, 1, context, args.reps))
+                    many.append(forward_ms(model, tree + 1, context, args.reps))
     context = int(statistics.mean(len(p) for p in prompts) + args.max_new // 2)
     bare_1, bare_n = statistics.median(bare_1), statistics.median(bare_n)
     bare_fast = (statistics.median(bare_1_fast), statistics.median(bare_n_fast)) if fast else None
@@ -330,9 +327,9 @@ def bench_dtype(dtype: str, args) -> dict:
         "hf_generate_tok_s": runs.tok_s("hf_generate"), "engine": engine,
         "hf_generate_unpacked_tok_s": runs.tok_s("hf_generate_unpacked") if plain else None,
         "forward_ms_compiled": {str(k): v for k, v in fwd_compiled.items()},
-        "compile": {"graphs_at_warm_up": warm_compiles, "compile_s": sum(c.compile_s for c in compiled_parts),
-                    "graphs_after_warm_up": sum(c.compiles for c in compiled_parts) - warm_compiles,
-                    "failed": "; ".join(c.failed for c in compiled_parts if c.failed)} if fast else None,
+        "compile": {"graphs_at_warm_up": warm_compiles, "compile_s": fast.compiled.compile_s,
+                    "graphs_after_warm_up": fast.compiled.compiles - warm_compiles,
+                    "failed": fast.compiled.failed} if fast else None,
     }
 
 

@@ -98,3 +98,13 @@ def test_load_target_compiles_without_packing_modules(tmp_path, smol_tok):
     assert target.compiled is not None and target.new_cache(1, 10).static
     assert not any(isinstance(m, PackedLinear) for m in target.model.modules())
     assert load_target(str(tmp_path), "float32", "cpu", "auto").compiled is None
+
+
+def test_feature_layers_outside_the_target_are_one_line_errors(pair):
+    from eagle_infer.errors import EagleError
+
+    eager, fast = pair
+    for target in (eager, fast):
+        cache = target.new_cache(1, 8)
+        with pytest.raises(EagleError, match=r"^feature layer 6 is invalid: the target has decoder layers 0\.\.5$"):
+            target.forward(torch.tensor([[1, 2]]), torch.arange(2)[None], cache, feature_layers=(1, 6))
