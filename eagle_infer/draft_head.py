@@ -35,6 +35,8 @@ from torch import nn
 
 from .errors import EagleError
 from .kv_cache import KVCache
+from .lean_layer import RopeTable, lean_layer
+from .lean_layer import step as lean_step
 from .tree import causal_mask
 
 INPUT_MODES = ("feature+shifted_token", "feature+token", "token", "feature")
@@ -153,6 +155,8 @@ class DraftHead(nn.Module):
         self.to(device=target.device, dtype=target.dtype)
         self.packed = False  # see pack()
         self._sub_weight = self._sub_packed = None
+        self._lean, self._lean_weights, self._lean_key = [], [], None  # see _lean_layers
+        self._rope = RopeTable(self.rotary)
 
     def set_draft_vocab(self, token_ids: torch.Tensor) -> None:
         """Draft from these token ids only ([Vd] long, distinct); Vd must equal config.draft_vocab_size."""
@@ -167,7 +171,19 @@ class DraftHead(nn.Module):
         from .packed import pack_linears
 
         pack_linears(self)
-        self.packed, self._sub_weight, self._sub_packed = True, None, None
+        self.packed, self._sub_weight, self._sub_packed, self._lean_key = True, None, None, None
+
+    def _lean_layers(self) -> list:
+        """The layers fused for drafting (eagle_infer.lean_layer); [] when a layer has another form (then drafting
+        runs transformers' layers). The fused weights are copies, rebuilt whenever a weight was updated in place
+        (training's held-out checks), moved, or packed."""
+        if self._lean_key is None or self._lean_key != [(w.data_ptr(), w._version) for w in self._lean_weights]:
+            config = self.target.config
+            lean = [None] if self.config.block != "eagle" else [lean_layer(x, config, self.packed) for x in self.layers]
+            self._lean = [] if None in lean else lean
+            self._lean_weights = list(self.layers.parameters())
+            self._lean_key = [(w.data_ptr(), w._version) for w in self._lean_weights]
+        return self._lean
 
     @property
     def _weight(self) -> torch.Tensor:
@@ -195,7 +211,8 @@ class DraftHead(nn.Module):
 
         With a cache (a KVCache, or any transformers Cache such as the training-time test's DynamicCache), the T
         new keys/values are written after what it holds; mask is additive [B or 1, 1, T, held + T]. Without a cache
-        (training), mask is [B or 1, 1, T, T] or None for causal.
+        (training), mask is [B or 1, 1, T, T] or None for causal. Drafting (a KVCache, no gradients) runs the
+        layers' lean step (eagle_infer.lean_layer), the same function in fewer ops.
         """
         if features.shape[-1] != self.config.hidden_size:
             if self.fuse is None:
@@ -212,6 +229,12 @@ class DraftHead(nn.Module):
             embeds = torch.zeros_like(embeds)
         if mask is None and cache is None:
             mask = causal_mask(0, features.shape[1], features.dtype, features.device)
+        if isinstance(cache, KVCache) and not torch.is_grad_enabled() and self._lean_layers():
+            hidden = self.fc(torch.cat((embeds, features), dim=-1))
+            rope = self._rope.take(positions, hidden)
+            for layer, kv in zip(self._lean, cache.hf.layers):
+                hidden = lean_step(layer, hidden, rope, kv, mask)
+            return hidden
         cos_sin = self.rotary(features, positions)
         past = getattr(cache, "hf", cache)
         if self.fc is None:  # eagle3

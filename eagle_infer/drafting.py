@@ -38,19 +38,40 @@ class DraftRoot:
 class TreeFeeder:
     """Feeds tree nodes to the head over its cache, the same number per row. Fed keys stay uncommitted past each
     row's committed length until `reset()`; a row's fed slots are numbered 0, 1, ... in feeding order. Headless
-    methods (prompt lookup) get a feeder without head and cache: only `root` is meaningful."""
+    methods (prompt lookup) get a feeder without head and cache: only `root` is meaningful.
 
-    def __init__(self, head: DraftHead | None, cache: KVCache | None, root: DraftRoot):
+    What a level needs of earlier ones lives in buffers indexed [root, fed slot 0, 1, ...] (grown by doubling),
+    so a level gathers and writes slices instead of concatenating: predicted features, tokens, and each fed
+    node's ancestry (incl. itself) over fed slots."""
+
+    def __init__(self, head: DraftHead | None, cache: KVCache | None, root: DraftRoot, capacity: int = 64):
         self.head, self.cache, self.root = head, cache, root
         self.levels = 0  # feed() calls so far: head forwards of one tree level each
+        self.fed = 0  # nodes fed so far
         self.prefix = list(cache.lengths) if cache is not None else []
         b, h = root.feature.shape
         device = root.feature.device
-        self.outputs = root.feature.new_zeros(b, 0, h)  # [B, F, H] predicted features of fed nodes
-        self.tokens = torch.zeros(b, 0, dtype=torch.long, device=device)  # [B, F] token of each fed node
-        self.anc = torch.zeros(b, 0, 0, dtype=torch.bool, device=device)  # [B, F, F] fed-node ancestry (incl. self)
-        self._root_tokens = torch.tensor(root.tokens, dtype=torch.long, device=device)[:, None]
+        self._outputs = root.feature.new_zeros(b, 1 + capacity, h)  # [B, 1 + cap, H] root feature, then fed nodes'
+        self._outputs[:, 0] = root.feature
+        self._tokens = torch.zeros(b, 1 + capacity, dtype=torch.long, device=device)  # [B, 1 + cap]
+        self._tokens[:, 0] = torch.tensor(root.tokens, dtype=torch.long, device=device)
+        self._anc = torch.zeros(b, 1 + capacity, capacity, dtype=torch.bool, device=device)  # row 0: the root's
         self._bases = torch.tensor(root.bases, dtype=torch.long, device=device)[:, None]
+        self._uniform = len(set(self.prefix)) == 1
+        dtype = root.feature.dtype
+        low = torch.finfo(dtype).min
+        self._fill = (torch.zeros((), dtype=dtype, device=device), torch.full((), low, dtype=dtype, device=device))
+
+    def _grow(self, need: int) -> None:
+        """Make room for `need` fed nodes."""
+        cap = self._anc.shape[2]
+        if need <= cap:
+            return
+        new = max(need, 2 * cap)
+        pad = lambda x, dims: torch.nn.functional.pad(x, dims)  # noqa: E731 (zeros/False after the used part)
+        self._outputs = pad(self._outputs, (0, 0, 0, new - cap))
+        self._tokens = pad(self._tokens, (0, new - cap))
+        self._anc = pad(self._anc, (0, new - cap, 0, new - cap))
 
     def root_logp(self) -> torch.Tensor:
         """[B, Vd] log-probabilities of depth-1 tokens over the head's draft vocabulary (see `top`)."""
@@ -77,30 +98,28 @@ class TreeFeeder:
         log-probabilities of their children over the draft vocabulary (`top` maps them to target ids).
         """
         b, m = tokens.shape
-        f = self.tokens.shape[1]
+        f = self.fed
+        self._grow(f + m)
         device = self.root.feature.device
         parents, tokens = parents.to(device), tokens.to(device)
-        up = (parents + 1)[:, :, None]  # index into [root, fed...]
-        parent_feat = torch.cat([self.root.feature[:, None], self.outputs], 1).gather(
-            1, up.expand(b, m, self.outputs.shape[-1])
-        )
-        if self.head.config.token_shift == 0:
-            fed_tokens = torch.cat([self._root_tokens, self.tokens], 1).gather(1, parents + 1)
+        up = parents + 1  # [B, m] index into [root, fed...]
+        parent_feat = self._outputs.gather(1, up[:, :, None].expand(b, m, self._outputs.shape[-1]))
+        fed_tokens = self._tokens.gather(1, up) if self.head.config.token_shift == 0 else tokens
+        rows = self._anc.gather(1, up[:, :, None].expand(b, m, self._anc.shape[2]))  # parents' ancestry [B, m, cap]
+        rows[:, :, f : f + m] |= torch.eye(m, dtype=torch.bool, device=device)
+        self._anc[:, 1 + f : 1 + f + m] = rows
+        allowed = rows[:, :, : f + m]
+        if self._uniform:  # one committed length: the whole prefix visible, then the tree's ancestry
+            mask = torch.nn.functional.pad(torch.where(allowed, *self._fill), (self.prefix[0], 0))[:, None]
         else:
-            fed_tokens = tokens
-        old = torch.cat([self.anc.new_zeros(b, 1, f), self.anc], 1).gather(1, up.expand(b, m, f))  # parents' rows
-        new_rows = torch.cat([old, torch.eye(m, dtype=torch.bool, device=device).expand(b, m, m)], 2)  # [B, m, F+m]
-        anc = self.anc.new_zeros(b, f + m, f + m)
-        anc[:, :f, :f] = self.anc
-        anc[:, f:] = new_rows
-        self.anc = anc
-        mask = additive_mask(new_rows, self.prefix, self.root.feature.dtype, device)
+            mask = additive_mask(allowed, self.prefix, self.root.feature.dtype, device)
         positions = (self._bases + depth - 1).expand(b, m)
         out = self.head(parent_feat, fed_tokens, positions, self.cache, mask)
         self.cache.advance(m)
         self.levels += 1
-        self.outputs = torch.cat([self.outputs, out], 1)
-        self.tokens = torch.cat([self.tokens, tokens], 1)
+        self.fed += m
+        self._outputs[:, 1 + f : 1 + f + m] = out
+        self._tokens[:, 1 + f : 1 + f + m] = tokens
         return torch.log_softmax(self.head.draft_logits(out), dim=-1)
 
     def reset(self) -> None:
@@ -199,7 +218,7 @@ def draft_dynamic(
         all_tok, all_par = torch.cat(c_tok, 1), torch.cat(c_par, 1)
         par = all_par.gather(1, frontier)
         parent_slots = torch.where(par < 0, par, slot_of.gather(1, par.clamp(min=0)))
-        first = feeder.tokens.shape[1]
+        first = feeder.fed
         logp = feeder.feed(parent_slots, all_tok.gather(1, frontier), d - 1)
         slot_of.scatter_(1, frontier, torch.arange(first, first + k, device=device).expand(b, k))
         lp, tok = feeder.top(logp, k)  # [B, k, k]

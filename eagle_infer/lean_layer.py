@@ -1,0 +1,117 @@
+"""A Llama-family decoder layer's inference step in few eager ops: the draft head's drafting path.
+
+A draft level is one forward of a one-layer head over a handful of tokens; on a CPU its products take ~0.4 ms and
+transformers' layer wraps them in ~70 small ops and as much Python again (rotary halves, per-projection views, the
+attention interface's dispatch). `LeanLayer` holds the same weights fused for inference (q/k/v in one product,
+gate/up in one; packed for oneDNN when the head is) and `step` runs the layer's math in ~20 ops: the same function
+as transformers' LlamaDecoderLayer (Mistral and Qwen2 alike) under the engine's explicit additive masks, equal to it
+up to rounding (tests/test_lean_layer.py). Training keeps transformers' layer, whose autograd it needs.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+@dataclass
+class LeanLayer:
+    """One decoder layer's weights for `step`; shapes for hidden size H, heads nh, kv_heads kvh, head_dim D."""
+
+    qkv: nn.Module  # H -> (nh + 2 kvh) * D, q then k then v
+    o: nn.Module  # nh * D -> H
+    gate_up: nn.Module  # H -> 2 I, gate then up
+    down: nn.Module  # I -> H
+    norm_in: torch.Tensor | None  # [H] input RMSNorm weight; None: no input norm (the EAGLE head's first layer)
+    norm_post: torch.Tensor  # [H]
+    eps: float
+    heads: int
+    kv_heads: int
+    head_dim: int
+
+
+def _linear(weights: list[torch.Tensor], biases: list[torch.Tensor | None], packed: bool) -> nn.Module:
+    weight = torch.cat(weights).detach()
+    bias = None if biases[0] is None else torch.cat(biases).detach()
+    if packed:
+        from .packed import PackedLinear
+
+        return PackedLinear(weight, bias)
+    linear = nn.Linear(weight.shape[1], weight.shape[0], bias=bias is not None, device=weight.device, dtype=weight.dtype)
+    linear.weight.data, linear.bias = weight, (None if bias is None else nn.Parameter(bias))
+    return linear.requires_grad_(False)
+
+
+def lean_layer(layer: nn.Module, config, packed: bool) -> LeanLayer | None:
+    """The LeanLayer of a transformers Llama/Mistral/Qwen2 decoder layer (q/k/v and gate/up weights copied side by
+    side, as oneDNN-packed products when `packed`; o and down shared), or None when the layer is not of that plain form (another activation or norm)."""
+    attn, mlp = getattr(layer, "self_attn", None), getattr(layer, "mlp", None)
+    parts = ("q_proj", "k_proj", "v_proj", "o_proj")
+    if attn is None or mlp is None or not all(hasattr(attn, p) for p in parts) or config.hidden_act != "silu":
+        return None
+    if not all(hasattr(mlp, p) for p in ("gate_proj", "up_proj", "down_proj")):
+        return None
+    norm_in, norm_post = layer.input_layernorm, layer.post_attention_layernorm
+    if not (isinstance(norm_in, nn.Identity) or hasattr(norm_in, "variance_epsilon")):
+        return None
+    if not hasattr(norm_post, "variance_epsilon") or attn.scaling != attn.head_dim ** -0.5:
+        return None
+    q, k, v = attn.q_proj, attn.k_proj, attn.v_proj
+    return LeanLayer(
+        qkv=_linear([q.weight, k.weight, v.weight], [q.bias, k.bias, v.bias], packed),
+        o=attn.o_proj,  # unfused products run as the layer has them (packed or not)
+        gate_up=_linear([mlp.gate_proj.weight, mlp.up_proj.weight], [mlp.gate_proj.bias, mlp.up_proj.bias], packed),
+        down=mlp.down_proj,
+        norm_in=None if isinstance(norm_in, nn.Identity) else norm_in.weight.detach(),
+        norm_post=norm_post.weight.detach(),
+        eps=norm_post.variance_epsilon,
+        heads=q.weight.shape[0] // attn.head_dim,
+        kv_heads=k.weight.shape[0] // attn.head_dim,
+        head_dim=attn.head_dim,
+    )
+
+
+class RopeTable:
+    """cos and sign-folded sin of a rotary module for positions 0..n-1, [2, n, D], grown on demand: `take` is one
+    index op instead of the module's per-call trigonometry. sin's first half is negated, so that rotating x is
+    flip(x's halves) * sin instead of cat(-x2, x1) * sin (the same products: negation is exact)."""
+
+    def __init__(self, rotary: nn.Module):
+        self.rotary, self.table = rotary, None
+
+    def take(self, positions: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+        """positions [B, T] -> [2, B, T, D] (cos, signed sin) in like's dtype."""
+        need = int(positions.max()) + 1
+        if self.table is None or self.table.shape[1] < need or self.table.dtype != like.dtype:
+            size = max(need, 2 * (0 if self.table is None else self.table.shape[1]), 256)
+            index = torch.arange(size, device=like.device)[None]
+            cos, sin = self.rotary(like, index)
+            half = cos.shape[-1] // 2
+            sign = torch.cat([-torch.ones(half), torch.ones(half)]).to(like.device, sin.dtype)
+            self.table = torch.stack([cos[0], sin[0] * sign]).to(like.dtype)
+        return self.table[:, positions]
+
+
+def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """transformers' LlamaRMSNorm: normalised in float32, scaled in x's dtype."""
+    return weight * F.rms_norm(x.float(), (x.shape[-1],), eps=eps).to(x.dtype)
+
+
+def step(layer: LeanLayer, hidden: torch.Tensor, rope: torch.Tensor, kv, mask: torch.Tensor | None) -> torch.Tensor:
+    """hidden [B, T, H], rope [2, B, T, D] (RopeTable.take), kv: a transformers cache layer (`update(k, v)` stores
+    this step's keys/values [B, kvh, T, D] and returns every key/value to attend), mask additive
+    [B or 1, 1, T, S] or None -> hidden [B, T, H]."""
+    b, t, _ = hidden.shape
+    nh, kvh, d = layer.heads, layer.kv_heads, layer.head_dim
+    x = hidden if layer.norm_in is None else _rms(hidden, layer.norm_in, layer.eps)
+    qkv = layer.qkv(x).view(b, t, nh + 2 * kvh, d)
+    qk = qkv[:, :, : nh + kvh]
+    cos, sin = rope[0][:, :, None], rope[1][:, :, None]
+    qk = (qk * cos + qk.unflatten(-1, (2, d // 2)).flip(-2).flatten(-2) * sin).transpose(1, 2)  # [B, nh+kvh, T, D]
+    keys, values = kv.update(qk[:, nh:], qkv[:, :, nh + kvh :].transpose(1, 2))
+    att = F.scaled_dot_product_attention(qk[:, :nh], keys, values, attn_mask=mask, enable_gqa=kvh != nh)
+    hidden = hidden + layer.o(att.transpose(1, 2).reshape(b, t, nh * d))
+    gate, up = layer.gate_up(_rms(hidden, layer.norm_post, layer.eps)).chunk(2, dim=-1)
+    return hidden + layer.down(F.silu(gate) * up)

@@ -1,0 +1,54 @@
+"""The draft head's lean drafting step (eagle_infer.lean_layer) computes what transformers' decoder layers compute."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from eagle_infer.draft_head import random_head
+from eagle_infer.lean_layer import LeanLayer
+from eagle_infer.tree import additive_mask, causal_mask
+
+from .tiny import tiny_target
+
+
+def _both_paths(head, feats, tokens, positions, prefix: int, mask):
+    """(lean output, transformers-layer output) of one cached forward after `prefix` committed positions."""
+    lean_cache = head.new_cache(feats.shape[0], 64)
+    with torch.no_grad():
+        head(feats[:, :prefix], tokens[:, :prefix], positions[:, :prefix], lean_cache, causal_mask(0, prefix, feats.dtype, "cpu"))
+    lean_cache.advance(prefix)
+    hf_cache = lean_cache.copy()
+    with torch.no_grad():
+        lean = head(feats[:, prefix:], tokens[:, prefix:], positions[:, prefix:], lean_cache, mask)
+    with torch.enable_grad():  # gradients enabled: the training path, transformers' layers
+        reference = head(feats[:, prefix:], tokens[:, prefix:], positions[:, prefix:], hf_cache, mask)
+    return lean, reference.detach()
+
+
+@pytest.mark.parametrize("arch,layers", [("llama", 1), ("llama", 2), ("qwen2", 1), ("mistral", 2)])
+def test_lean_step_equals_transformers_layers(arch, layers):
+    target = tiny_target(arch=arch, layers=3)
+    head = random_head(target, seed=1, layers=layers)
+    assert all(isinstance(x, LeanLayer) for x in head._lean_layers())
+    torch.manual_seed(0)
+    feats, tokens = torch.randn(2, 11, 64), torch.randint(0, 96, (2, 11))
+    positions = torch.arange(11)[None].expand(2, -1) + 3
+    allowed = torch.tensor([[1, 0, 0, 0], [1, 1, 0, 0], [1, 0, 1, 0], [1, 1, 0, 1]], dtype=torch.bool)  # a tree
+    for mask in (additive_mask(allowed, 7, torch.float32, "cpu"), causal_mask(7, 4, torch.float32, "cpu")):
+        lean, reference = _both_paths(head, feats, tokens, positions, 7, mask)
+        torch.testing.assert_close(lean, reference, atol=1e-5, rtol=1e-5)
+
+
+def test_lean_step_follows_weight_updates():
+    """Training updates weights in place between held-out checks: the fused copies must follow."""
+    target = tiny_target()
+    head = random_head(target, seed=2)
+    feats, tokens, positions = torch.randn(1, 6, 64), torch.randint(0, 96, (1, 6)), torch.arange(6)[None]
+    mask = causal_mask(4, 2, torch.float32, "cpu")
+    before, _ = _both_paths(head, feats, tokens, positions, 4, mask)
+    with torch.no_grad():
+        head.layers[0].self_attn.v_proj.weight.mul_(3.0)
+        head.layers[0].mlp.up_proj.weight.add_(0.1)
+    after, reference = _both_paths(head, feats, tokens, positions, 4, mask)
+    assert not torch.allclose(before, after)
+    torch.testing.assert_close(after, reference, atol=1e-5, rtol=1e-5)
