@@ -4,8 +4,8 @@ A CostModel holds what one cycle costs on the running machine: the target's forw
 (measured at a few sizes, interpolated between them) and the draft head's ms per tree level (one head forward of
 top_k nodes plus its draft-vocabulary logits and top-k). It is measured once per machine, model, dtype and head
 shape and cached as JSON under `cache_root()/cost-models/`; the file records its key (CPU model, flags and threads,
-or the GPU's name; torch version; model; dtype; top_k; head layers and draft vocabulary), and a file whose key
-differs from the running one's is never used.
+or the GPU's name; torch version; the engine's cost revision; model; dtype; top_k; head layers and draft vocabulary),
+and a file whose key differs from the running one's is never used.
 
 Per cycle, `Budget` picks how many of the drafted candidates to verify: EAGLE-2's path value of a candidate (the
 product of the draft probabilities along its path) estimates the probability that the target accepts it, so verifying
@@ -27,6 +27,9 @@ from pathlib import Path
 import torch
 
 SIZES = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128)  # verified tokens per forward at which the forward is timed
+# Part of every cache key: raise it when a change to the engine changes what a forward or a draft level costs (2: the
+# lean drafting step), so cost models measured before are measured again rather than reused.
+COST_REVISION = 2
 
 
 def machine_key(device: torch.device) -> dict:
@@ -151,8 +154,8 @@ def load_or_measure(target, head, top_k: int, max_tokens: int) -> CostModel:
     hc = None if head is None else head.config
     shape = "none" if hc is None else (
         f"{hc.block} block, {hc.layers} layer(s), draft vocabulary {hc.draft_vocab_size or hc.vocab_size}")
-    key = {**machine_key(target.device), "model": target.name, "dtype": str(target.dtype).removeprefix("torch."),
-           "top_k": top_k, "head": shape}
+    key = {**machine_key(target.device), "revision": COST_REVISION, "model": target.name,
+           "dtype": str(target.dtype).removeprefix("torch."), "top_k": top_k, "head": shape}
     if target.packed:  # packed weights change every cost (unpacked keys stay as they were)
         key["packed"] = True
     if target.compiled is not None:  # so does a compiled forward

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from eagle_infer.config import AUTO_MAX_DEPTH, AUTO_MAX_TOKENS, InferConf, decode_config
-from eagle_infer.cost import Budget, CostModel, cache_path, load_or_measure, machine_key
+from eagle_infer.cost import COST_REVISION, Budget, CostModel, cache_path, load_or_measure, machine_key
 from eagle_infer.engine import DecodeConfig, Engine
 from tests.oracles import one_thread, vanilla_tokens  # noqa: F401 (autouse fixture)
 from tests.test_engine_errors import one_line_error
@@ -162,7 +162,7 @@ def test_cost_model_is_cached_per_machine_and_never_reused_elsewhere(tmp_path, m
     target, head = target_and_head(2)
     first = load_or_measure(target, head, 4, 9)
     assert first.key["model"] == target.name and first.key == {**machine_key(target.device), **{
-        k: first.key[k] for k in ("model", "dtype", "top_k", "head")}}
+        k: first.key[k] for k in ("revision", "model", "dtype", "top_k", "head")}}
     assert first.sizes[-1] >= 9 and all(ms > 0 for ms in first.forward_ms) and first.level_ms > 0
     path = cache_path(first.key)
     assert path.exists() and load_or_measure(target, head, 4, 9) == first  # read back, not re-measured
@@ -174,6 +174,11 @@ def test_cost_model_is_cached_per_machine_and_never_reused_elsewhere(tmp_path, m
     again = load_or_measure(target, head, 4, 9)
     assert again.level_ms != 12345.0 and again.key == first.key
     assert json.loads(path.read_text())["key"] == first.key
+    # So is one measured before the engine's costs changed (an older revision).
+    raw = json.loads(path.read_text())
+    raw["key"], raw["level_ms"] = {**raw["key"], "revision": COST_REVISION - 1}, 12345.0
+    path.write_text(json.dumps(raw))
+    assert load_or_measure(target, head, 4, 9).level_ms != 12345.0
     # Prompt lookup alone drafts without a head: its model has no level cost and a key of its own.
     headless = load_or_measure(target, None, 4, 9)
     assert headless.level_ms == 0.0 and headless.key["head"] == "none" and cache_path(headless.key) != path
