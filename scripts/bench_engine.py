@@ -16,7 +16,8 @@ Prints, for the machine's native dtype (model.dtype=auto) unless --dtypes says o
 column "compiled" decoding through it (the head drafts eagerly), with the compile time (warm-up, excluded from
 every timing) and how many graphs were compiled after warm-up (0 expected).
 --baseline DIR loads the eagle_infer package of another checkout (e.g. `git worktree add /tmp/base main`) under
-another name and measures its engine in the same run, interleaved prompt by prompt: a before/after table.
+another name and measures its engine in the same run, interleaved prompt by prompt: a before/after table (its target
+packed as this run's where that checkout can pack).
 Writes results/bench-engine.json.
 
 usage: python scripts/bench_engine.py [--model smollm2-135m] [--dtypes auto] [--prompts 3] [--max-new 128]
@@ -27,6 +28,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.util
+import inspect
 import json
 import math
 import platform
@@ -154,6 +156,14 @@ def hf_generate(target, ids: list[int], max_new: int, stops: list[int]) -> tuple
     return out.shape[1] - len(ids), time.perf_counter() - start
 
 
+def baseline_target(module, args, dtype: str):
+    """The baseline checkout's target, packed as this run's (`--pack`) where its load_target can pack, so a
+    before/after column compares engines, not weight layouts; as transformers loads it where it cannot."""
+    if "pack" in inspect.signature(module.load_target).parameters:
+        return module.load_target(args.model, dtype, pack=args.pack)
+    return module.load_target(args.model, dtype)
+
+
 def load_baseline(directory: str):
     """The eagle_infer package of another checkout, imported as `eagle_infer_baseline` (its own modules)."""
     root = Path(directory).resolve() / "eagle_infer"
@@ -265,7 +275,7 @@ def bench_dtype(dtype: str, args) -> dict:
         methods["compiled"] = engines(sys.modules["eagle_infer.config"], fast, head, args)
     if args.baseline:
         base_config, base_target = load_baseline(args.baseline)
-        methods["baseline"] = engines(base_config, base_target.load_target(args.model, dtype), head, args)
+        methods["baseline"] = engines(base_config, baseline_target(base_target, args, dtype), head, args)
     for vanilla, eagle2, timer in methods.values():  # warm-up, excluded: every prompt (a compiled target's shapes)
         for ids in prompts:
             vanilla.generate(ids, 8, stop_ids=stops)
@@ -363,7 +373,7 @@ def print_tables(r: dict) -> None:
     print(f"Engine against bare forwards at a {r['context']}-token mean context, measured between the prompts' runs "
           f"(bare 1 token {r['bare_forward_1_ms']:.1f} ms, "
           f"bare {n} tokens {r[f'bare_forward_{n}_ms']:.1f} ms, on this engine's target"
-          f"{', packed; a baseline loads its own target' if r['packed'] else ''}"
+          f"{', packed; a baseline loads its own target, packed where it can' if r['packed'] else ''}"
           + (f"; compiled: {r['bare_compiled_ms'][0]:.1f} and {r['bare_compiled_ms'][1]:.1f} ms, the compiled column's "
              "reference" if r["bare_compiled_ms"] else "")
           + f"), {r['prompts']} MT-bench prompts, {r['max_new_tokens']} "

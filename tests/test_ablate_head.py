@@ -26,8 +26,9 @@ def test_shipped_spec_rows_compose():
 
 
 def test_families_group_data_sizes():
-    assert [ab.family(n) for n in ("regen-100k", "regen-300k", "baseline", "ttt3-100k", "ttt3", "eagle3-100k")] == [
-        "baseline", "baseline", "baseline", "ttt3", "ttt3", "eagle3"]
+    assert [ab.family(n) for n in ("regen-100k", "regen-300k", "baseline", "ttt3-100k", "ttt3", "eagle3-100k",
+                                   "all-cosine-2400k")] == [
+        "baseline", "baseline", "baseline", "ttt3", "ttt3", "eagle3", "all-cosine"]
 
 
 def test_row_with_too_little_data_is_pending_not_trained(out, monkeypatch):
@@ -35,6 +36,22 @@ def test_row_with_too_little_data_is_pending_not_trained(out, monkeypatch):
     monkeypatch.setattr(ab, "_run", lambda *a, **k: pytest.fail("nothing may run"))
     status = ab.train_row({"train": []}, "smollm2-135m", {"name": "big", "loss_tokens": 10_000, "overrides": []})
     assert status.startswith("pending") and "1234" in status and "10000" in status
+
+
+def test_row_on_both_parts_counts_and_trains_on_both(out, monkeypatch):
+    """A `more` row trains on the recipe's features plus the second part's (train.extra_features), and is pending
+    until the two together hold its loss tokens."""
+    monkeypatch.setattr(ab, "_loss_tokens", lambda directory: 600 if "part2" in str(directory) else 500)
+    runs = []
+    monkeypatch.setattr(ab, "_run", lambda cmd, log_path: runs.append(cmd))
+    spec = {"train": [], "more_features": "smollm2-135m-part2"}
+    row = {"name": "both", "loss_tokens": 1200, "overrides": ["more", "train.epochs=5"]}
+    status = ab.train_row(spec, "smollm2-135m", row)
+    assert status.startswith("pending") and "1100" in status and "part2" in status and not runs
+    assert ab.train_row(spec, "smollm2-135m", {**row, "loss_tokens": 1100}) == "done"
+    extra = [a for a in runs[0] if a.startswith("train.extra_features=")]
+    assert len(extra) == 1 and "smollm2-135m-part2/train" in extra[0] and "more" not in runs[0]
+    assert "train.epochs=5" in runs[0]
 
 
 def test_trained_row_is_not_retrained_and_table_reads_its_summary(out, monkeypatch):

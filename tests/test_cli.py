@@ -173,9 +173,9 @@ def test_train_unknown_recipe(cli):
 
 @pytest.mark.parametrize("recipe", RECIPES)
 def test_recipe_composes(cli, recipe, tmp_path):
-    import yaml
+    from eval.ablate_head import recipe as composed
 
-    spec = yaml.safe_load((REPO / "recipes" / f"{recipe}.yaml").read_text())
+    spec = composed(recipe)  # with the recipes it builds on (its defaults list)
     proc = cli("eagle_train.cli", f"recipes={recipe}", "stage=plan", f"hydra.run.dir={tmp_path}")
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert f"recipe: {spec['recipe']}" in proc.stdout

@@ -127,3 +127,20 @@ def test_split():
     for bad in (11, -1, 1.5):
         with pytest.raises(EagleError, match="heldout"):
             split(items, bad, seed=0)
+
+
+def test_data_skip_takes_a_later_disjoint_part(tmp_path):
+    """data.skip passes over the first usable conversations, so a second part of a dataset never shares a
+    conversation with the first (its train and held-out splits alike); heldout 0 leaves no held-out split."""
+    from eagle_train.cli import DataConf, TrainRunConf, _conversations, _splits
+
+    path = tmp_path / "convs.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in RECORDS))
+    first = TrainRunConf(data=DataConf(source=str(path), conversations=1, heldout=1))
+    second = TrainRunConf(data=DataConf(source=str(path), conversations=1, heldout=0, skip=2))
+    assert _conversations(first) == KEPT[:2] and _conversations(second) == KEPT[2:]
+    assert [name for name, _ in _splits(second)] == ["train"]
+    for skip, needle in ((3, "none after data.skip 3"), (-1, "data.skip -1 is invalid")):
+        with pytest.raises(EagleError, match=needle) as err:
+            _conversations(TrainRunConf(data=DataConf(source=str(path), conversations=1, skip=skip)))
+        assert "\n" not in str(err.value)

@@ -312,6 +312,29 @@ def test_lr_schedule_after_warmup(features, tiny_smol, deepspeed_cpu_env, tmp_pa
         assert all(a > b for a, b in zip(after, after[1:])) and after[-1] < 0.25e-3
 
 
+def test_extra_feature_directories_train_after_the_first(features, tiny_smol, deepspeed_cpu_env, tmp_path):
+    """train.extra_features: a second part of the data (here the held-out directory) is read after `features`,
+    every conversation of both seen once per epoch."""
+    train_dir, heldout_dir = features
+    n_extra = Manifest.load(heldout_dir).conversations
+    out_dir = tmp_path / "run"
+    train(train_config(features, out_dir, extra_features=[str(heldout_dir)], heldout=None, max_steps=None, epochs=1,
+                       eval_every=1000), tiny_smol)
+    assert sorted(i for e in seen(out_dir) for i in e["samples"]) == list(range(N_TRAIN + n_extra))
+
+
+def test_extra_features_made_otherwise_are_refused(features, tiny_smol, tmp_path):
+    """One line naming the directory and the value that differs; nothing is trained."""
+    other = tmp_path / "other"
+    shutil.copytree(features[1], other)
+    raw = json.loads((other / "manifest.json").read_text())
+    (other / "manifest.json").write_text(json.dumps({**raw, "max_length": raw["max_length"] + 1}))
+    with pytest.raises(EagleError) as err:
+        train(train_config(features, tmp_path / "run", extra_features=[str(other)]), tiny_smol)
+    assert str(other) in str(err.value) and "max_length" in str(err.value) and "\n" not in str(err.value)
+    assert not (tmp_path / "run").exists()
+
+
 # --- refusals and bad input ----------------------------------------------------------------------------------------
 
 
