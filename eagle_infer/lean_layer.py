@@ -1,11 +1,13 @@
 """A Llama-family decoder layer's inference step in few eager ops: the draft head's drafting path.
 
-A draft level is one forward of a one-layer head over a handful of tokens; on a CPU its products take ~0.4 ms and
-transformers' layer wraps them in ~70 small ops and as much Python again (rotary halves, per-projection views, the
-attention interface's dispatch). `LeanLayer` holds the same weights fused for inference (q/k/v in one product,
-gate/up in one; packed for oneDNN when the head is) and `step` runs the layer's math in ~20 ops: the same function
-as transformers' LlamaDecoderLayer (Mistral and Qwen2 alike) under the engine's explicit additive masks, equal to it
-up to rounding (tests/test_lean_layer.py). Training keeps transformers' layer, whose autograd it needs.
+A decode step or draft level runs each decoder layer over a handful of tokens; on a CPU a small layer's products
+take ~0.4 ms and transformers' layer wraps them in ~70 small ops and as much Python again (rotary halves,
+per-projection views, the attention interface's dispatch). `LeanLayer` holds the same weights fused for inference
+(q/k/v in one product, gate/up in one; packed for oneDNN when the model is) and `step` runs the layer's math in
+~20 ops: the same function as transformers' LlamaDecoderLayer (Mistral and Qwen2 alike) under the engine's explicit
+additive masks, with the same ops in the same order, so equal to it up to how a matmul kernel blocks a wider
+product (tests/test_lean_layer.py; bit for bit where measured). The target's eager forward and the draft head's
+drafting run it; training, featurize and transformers' own generate keep transformers' layers.
 """
 from __future__ import annotations
 
@@ -32,21 +34,44 @@ class LeanLayer:
     head_dim: int
 
 
-def _linear(weights: list[torch.Tensor], biases: list[torch.Tensor | None], packed: bool) -> nn.Module:
-    weight = torch.cat(weights).detach()
-    bias = None if biases[0] is None else torch.cat(biases).detach()
-    if packed:
-        from .packed import PackedLinear
+class _Fused(nn.Module):
+    """y = x W^T + b over weights stacked by rows (W [N, K], b [N] or None), eagerly or packed for oneDNN. The
+    packed form keeps only the packed copy."""
 
-        return PackedLinear(weight, bias)
-    linear = nn.Linear(weight.shape[1], weight.shape[0], bias=bias is not None, device=weight.device, dtype=weight.dtype)
-    linear.weight.data, linear.bias = weight, (None if bias is None else nn.Parameter(bias))
-    return linear.requires_grad_(False)
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, packed: bool):
+        super().__init__()
+        self.weight, self.bias, self.packed = weight, bias, None
+        if packed:
+            from .packed import PackedLinear
+
+            self.packed, self.weight = PackedLinear(weight, bias), None
+            self.packed.weight = None  # inference only (lean steps run without gradients): the packed copy alone
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.packed(x) if self.packed is not None else F.linear(x, self.weight, self.bias)
 
 
-def lean_layer(layer: nn.Module, config, packed: bool) -> LeanLayer | None:
-    """The LeanLayer of a transformers Llama/Mistral/Qwen2 decoder layer (q/k/v and gate/up weights copied side by
-    side, as oneDNN-packed products when `packed`; o and down shared), or None when the layer is not of that plain form (another activation or norm)."""
+def _fuse(modules: list[nn.Module], packed: bool, share: bool) -> nn.Module:
+    """One product for several linear layers of one input. share (unpacked only): the layers' own weights become
+    row slices of the stacked tensor, so the fused product costs no memory and the layers compute what they did."""
+    weight = torch.cat([m.weight.detach() for m in modules])
+    bias = None if modules[0].bias is None else torch.cat([m.bias.detach() for m in modules])
+    if share and not packed:
+        row = 0
+        for m in modules:
+            n = m.weight.shape[0]
+            m.weight.data = weight[row : row + n]
+            if bias is not None:
+                m.bias.data = bias[row : row + n]
+            row += n
+    return _Fused(weight, bias, packed)
+
+
+def lean_layer(layer: nn.Module, config, packed: bool, share: bool = False) -> LeanLayer | None:
+    """The LeanLayer of a transformers Llama/Mistral/Qwen2 decoder layer, or None when the layer is not of that
+    plain form (another activation or norm). q/k/v and gate/up become one product each: copies (packed for oneDNN
+    when `packed`), or with `share` on unpacked weights the layer's own storage (see _fuse); o and down are the
+    layer's modules as they are."""
     attn, mlp = getattr(layer, "self_attn", None), getattr(layer, "mlp", None)
     parts = ("q_proj", "k_proj", "v_proj", "o_proj")
     if attn is None or mlp is None or not all(hasattr(attn, p) for p in parts) or config.hidden_act != "silu":
@@ -60,9 +85,9 @@ def lean_layer(layer: nn.Module, config, packed: bool) -> LeanLayer | None:
         return None
     q, k, v = attn.q_proj, attn.k_proj, attn.v_proj
     return LeanLayer(
-        qkv=_linear([q.weight, k.weight, v.weight], [q.bias, k.bias, v.bias], packed),
-        o=attn.o_proj,  # unfused products run as the layer has them (packed or not)
-        gate_up=_linear([mlp.gate_proj.weight, mlp.up_proj.weight], [mlp.gate_proj.bias, mlp.up_proj.bias], packed),
+        qkv=_fuse([q, k, v], packed, share),
+        o=attn.o_proj,
+        gate_up=_fuse([mlp.gate_proj, mlp.up_proj], packed, share),
         down=mlp.down_proj,
         norm_in=None if isinstance(norm_in, nn.Identity) else norm_in.weight.detach(),
         norm_post=norm_post.weight.detach(),
@@ -71,6 +96,12 @@ def lean_layer(layer: nn.Module, config, packed: bool) -> LeanLayer | None:
         kv_heads=k.weight.shape[0] // attn.head_dim,
         head_dim=attn.head_dim,
     )
+
+
+def fused_bytes(model: nn.Module) -> int:
+    """Bytes of the fused q/k/v and gate/up copies that lean_layer makes of a model's decoder layers when packed."""
+    names = ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj")
+    return sum(m.weight.numel() * m.weight.element_size() for n, m in model.named_modules() if n.split(".")[-1] in names)
 
 
 class RopeTable:
@@ -95,14 +126,14 @@ class RopeTable:
 
 
 def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """transformers' LlamaRMSNorm: normalised in float32, scaled in x's dtype."""
+    """transformers' LlamaRMSNorm: normalised in float32, scaled in x's dtype (the same bits)."""
     return weight * F.rms_norm(x.float(), (x.shape[-1],), eps=eps).to(x.dtype)
 
 
 def step(layer: LeanLayer, hidden: torch.Tensor, rope: torch.Tensor, kv, mask: torch.Tensor | None) -> torch.Tensor:
     """hidden [B, T, H], rope [2, B, T, D] (RopeTable.take), kv: a transformers cache layer (`update(k, v)` stores
     this step's keys/values [B, kvh, T, D] and returns every key/value to attend), mask additive
-    [B or 1, 1, T, S] or None -> hidden [B, T, H]."""
+    [B or 1, 1, T, S], or None: causal over T new tokens and nothing before them -> hidden [B, T, H]."""
     b, t, _ = hidden.shape
     nh, kvh, d = layer.heads, layer.kv_heads, layer.head_dim
     x = hidden if layer.norm_in is None else _rms(hidden, layer.norm_in, layer.eps)
@@ -111,7 +142,14 @@ def step(layer: LeanLayer, hidden: torch.Tensor, rope: torch.Tensor, kv, mask: t
     cos, sin = rope[0][:, :, None], rope[1][:, :, None]
     qk = (qk * cos + qk.unflatten(-1, (2, d // 2)).flip(-2).flatten(-2) * sin).transpose(1, 2)  # [B, nh+kvh, T, D]
     keys, values = kv.update(qk[:, nh:], qkv[:, :, nh + kvh :].transpose(1, 2))
-    att = F.scaled_dot_product_attention(qk[:, :nh], keys, values, attn_mask=mask, enable_gqa=kvh != nh)
+    if t == 1 and kvh != nh and (mask is None or mask.shape[1] == 1):
+        # one query: its nh / kvh heads of a key/value head attend as that head's queries (transformers does the
+        # same, with the same bits)
+        att = F.scaled_dot_product_attention(qk[:, :nh].reshape(b, kvh, nh // kvh, d), keys, values, attn_mask=mask)
+        att = att.reshape(b, nh, 1, d)
+    else:  # no mask over several tokens: causal among them (an empty cache's prefill), as transformers does
+        att = F.scaled_dot_product_attention(qk[:, :nh], keys, values, attn_mask=mask, enable_gqa=kvh != nh,
+                                             is_causal=mask is None and t > 1)
     hidden = hidden + layer.o(att.transpose(1, 2).reshape(b, t, nh * d))
     gate, up = layer.gate_up(_rms(hidden, layer.norm_post, layer.eps)).chunk(2, dim=-1)
     return hidden + layer.down(F.silu(gate) * up)

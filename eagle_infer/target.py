@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -18,6 +18,8 @@ import torch
 from .compiled import STATIC_ROUND, CompiledForward
 from .errors import EagleError
 from .kv_cache import KVCache
+from .lean_layer import RopeTable, fused_bytes, lean_layer
+from .lean_layer import step as lean_step
 from .registry import MODELS, lookup
 from .tree import causal_mask
 
@@ -161,16 +163,26 @@ def resolve_source(model: str) -> tuple[str, str, str]:
     )
 
 
-def decode(model, input_ids, positions, mask, past, feature_layers: tuple[int, ...], last_only: bool):
+def decode(model, input_ids, positions, mask, past, feature_layers: tuple[int, ...], last_only: bool,
+           lean: "LeanDecoder | None" = None):
     """The decoder stack of a transformers causal LM `model` over a transformers Cache `past` (arguments as in
-    Target.forward): (logits [B, T or 1, V] float32, features). What the compiled forward compiles."""
+    Target.forward): (logits [B, T or 1, V] float32, features). With `lean` its layers run as lean steps
+    (eagle_infer.lean_layer: the same function in fewer ops); without, as transformers' modules (what the compiled
+    forward compiles, its fusion being inductor's)."""
     inner = model.model
     hidden = inner.embed_tokens(input_ids)
-    rotary = inner.rotary_emb(hidden, position_ids=positions)
+    if lean is not None:
+        rope = lean.rope.take(positions, hidden)
+        steps = [lambda h, layer=layer, kv=kv: lean_step(layer, h, rope, kv, mask)
+                 for layer, kv in zip(lean.layers, past.layers)]
+    else:
+        rotary = inner.rotary_emb(hidden, position_ids=positions)
+        steps = [lambda h, layer=layer: layer(h, attention_mask=mask, position_ids=positions, past_key_values=past,
+                                              use_cache=True, position_embeddings=rotary)
+                 for layer in inner.layers[: model.config.num_hidden_layers]]
     taps = {}
-    for index, layer in enumerate(inner.layers[: model.config.num_hidden_layers]):
-        hidden = layer(hidden, attention_mask=mask, position_ids=positions, past_key_values=past, use_cache=True,
-                       position_embeddings=rotary)
+    for index, run_layer in enumerate(steps):
+        hidden = run_layer(hidden)
         if index in feature_layers:
             taps[index] = hidden
     last = inner.norm(hidden)
@@ -179,6 +191,21 @@ def decode(model, input_ids, positions, mask, past, feature_layers: tuple[int, .
     # that first copies the whole weight (seen: +0.5 s per prefill on a CPU).
     logits = model.get_output_embeddings()(head_in.reshape(-1, head_in.shape[-1])).view(*head_in.shape[:-1], -1).float()
     return logits, torch.cat([taps[i] for i in feature_layers], -1) if feature_layers else last
+
+
+@dataclass
+class LeanDecoder:
+    """A target's decoder layers as lean steps (eagle_infer.lean_layer) and its rotary table."""
+
+    layers: list
+    rope: RopeTable
+
+    @classmethod
+    def of(cls, model, packed: bool) -> "LeanDecoder | None":
+        """None when a layer is not of the plain Llama form (the forward then runs transformers' layers). Unpacked
+        weights are shared with the model's own layers; packed ones get a fused packed copy (fused_bytes)."""
+        layers = [lean_layer(x, model.config, packed, share=True) for x in model.model.layers]
+        return None if None in layers else cls(layers, RopeTable(model.model.rotary_emb))
 
 
 @dataclass
@@ -195,6 +222,14 @@ class Target:
     # head is packed alike
     packed: bool = False
     compiled: CompiledForward | None = None  # the decode forward compiled (eagle_infer.compiled), over static caches
+    use_lean: bool = True  # eager forwards run lean steps where the layers allow (False: transformers' layers)
+    lean: LeanDecoder | None = field(default=None, repr=False)  # built on construction (see use_lean)
+
+    def __post_init__(self):
+        if not self.use_lean:
+            self.lean = None
+        elif self.lean is None and self.compiled is None:
+            self.lean = LeanDecoder.of(self.model, self.packed)
 
     @property
     def config(self):
@@ -261,7 +296,7 @@ class Target:
                     torch._dynamo.maybe_mark_dynamic(x, dim)
             torch._dynamo.maybe_mark_dynamic(mask, 3)  # and for any cache length
             return self.compiled(input_ids, positions, mask, cache.hf, tuple(feature_layers), last_only)
-        return decode(self.model, input_ids, positions, mask, cache.hf, tuple(feature_layers), last_only)
+        return decode(self.model, input_ids, positions, mask, cache.hf, tuple(feature_layers), last_only, self.lean)
 
     @torch.inference_mode()
     def features(
@@ -302,9 +337,9 @@ def load_target(model: str, dtype: str = "auto", device: str = "auto", pack: str
         )
     hf_model = AutoModelForCausalLM.from_pretrained(source, dtype=torch_dtype, attn_implementation="sdpa")
     hf_model.to(torch_device).eval().requires_grad_(False)
-    if packed and pack == "auto" and 2 * linear_bytes(hf_model) > available_memory(torch_device):
-        log.warning("model.pack=auto: not packing %s, the packed copy of its weights would take more than half of the "
-                    "available memory", name)
+    if packed and pack == "auto" and 2 * (linear_bytes(hf_model) + fused_bytes(hf_model)) > available_memory(torch_device):
+        log.warning("model.pack=auto: not packing %s, the packed copies of its weights would take more than half of "
+                    "the available memory", name)
         packed = False
     if packed and not compile:
         pack_linears(hf_model)

@@ -3,8 +3,9 @@
 Prints, for the machine's native dtype (model.dtype=auto) unless --dtypes says otherwise:
   (a) the machine: CPU model and the flags that decide matmul speed, threads, measured memory read bandwidth, and
       the weights-read floor of a one-token step (bytes of weights a step reads / bandwidth);
-  (b) one target forward of k tokens over a fixed prefix, k = 1..64 (eager; with packed weights, model.pack, also
-      the same target unpacked, as transformers loads it), and the time of its linear layers' products alone;
+  (b) one target forward of k tokens over a fixed prefix, k = 1..64 (eager, lean steps; with packed weights,
+      model.pack, also the same target unpacked, as transformers loads it), the same weights through transformers'
+      own decoder layers (and whether the logits are equal bit for bit), and the linear layers' products alone;
   (c) the engine against bare forwards: its vanilla step vs one bare one-token forward (and the ms it spends around
       the target forward inside the step), its draft time per level (a cycle's draft time / the head forwards it
       paid: one per level fed plus one feeding the last cycle's accepted tokens; each with draft logits and top-k)
@@ -35,6 +36,7 @@ import platform
 import statistics
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -268,6 +270,9 @@ def bench_dtype(dtype: str, args) -> dict:
         fwd_plain = {k: forward_ms(plain, k, 300, args.reps) for k in SIZES} if plain else {}
         products = {k: matmul_ms(target, k, args.reps) for k in SIZES}
         same = {k: same_logits(target, plain, k) for k in SIZES} if plain else {}
+        layered = replace(target, use_lean=False)  # the same weights through transformers' decoder layers
+        fwd_layers = {k: forward_ms(layered, k, 300, args.reps) for k in SIZES}
+        same_lean = {k: same_logits(target, layered, k) for k in SIZES}
         fwd_compiled = {k: forward_ms(fast, k, 300, args.reps) for k in SIZES} if fast else {}
 
     methods = {"this": engines(sys.modules["eagle_infer.config"], target, head, args)}
@@ -331,6 +336,8 @@ def bench_dtype(dtype: str, args) -> dict:
         "forward_ms_unpacked": {str(k): v for k, v in fwd_plain.items()},
         "matmul_ms": {str(k): v for k, v in products.items()},
         "packed_logits_equal": {str(k): v for k, v in same.items()},
+        "forward_ms_transformers_layers": {str(k): v for k, v in fwd_layers.items()},
+        "lean_logits_equal": {str(k): v for k, v in same_lean.items()},
         "context": context, "tree_size": tree, "bare_forward_1_ms": bare_1, f"bare_forward_{tree + 1}_ms": bare_n,
         "bare_compiled_ms": list(bare_fast) if fast else None,
         "eagle2": {"depth": args.depth, "top_k": args.top_k, "total_tokens": args.total_tokens},
@@ -367,6 +374,11 @@ def print_tables(r: dict) -> None:
         fast = r["forward_ms_compiled"]
         print("| forward ms, compiled (infer.compile) | " + " | ".join(f"{fast[k]:.1f}" for k in fwd) + " |")
         print("| compiled speedup over the engine's eager forward | " + " | ".join(f"{fwd[k] / fast[k]:.2f}x" for k in fwd) + " |")
+    layers = r["forward_ms_transformers_layers"]
+    print("| forward ms, the same weights through transformers' layers | " + " | ".join(f"{layers[k]:.1f}" for k in fwd) + " |")
+    print("| lean-step speedup (the engine's forward) | " + " | ".join(f"{layers[k] / fwd[k]:.2f}x" for k in fwd) + " |")
+    same = r["lean_logits_equal"]
+    print("| lean logits = transformers' layers', bit for bit | " + " | ".join("yes" if same[k] else "no" for k in fwd) + " |")
     products = r["matmul_ms"]
     print("| of which the linear layers' products alone | " + " | ".join(f"{products[k]:.1f}" for k in fwd) + " |\n")
     n = r["tree_size"] + 1

@@ -52,3 +52,34 @@ def test_lean_step_follows_weight_updates():
     after, reference = _both_paths(head, feats, tokens, positions, 4, mask)
     assert not torch.allclose(before, after)
     torch.testing.assert_close(after, reference, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "mistral"])
+def test_target_lean_forward_equals_transformers_layers(arch):
+    """The target's eager forward (lean steps) against transformers' layers over one cache: one token (the grouped
+    query heads attend as one key/value head's queries, as transformers does) and a tree, taps included. Unpacked
+    weights are shared, not copied: transformers' modules then read row slices of the fused products."""
+    from eagle_infer.target import decode
+
+    target = tiny_target(arch=arch, layers=5)
+    assert target.lean is not None
+    attn = target.model.model.layers[0].self_attn
+    fused = target.lean.layers[0].qkv.weight
+    assert attn.k_proj.weight.untyped_storage().data_ptr() == fused.untyped_storage().data_ptr()
+    cache, other = target.new_cache(2, 64), target.new_cache(2, 64)
+    prompt, positions = torch.randint(0, 96, (2, 9)), torch.arange(9)[None].expand(2, -1)
+    with torch.inference_mode():  # a prefill over an empty cache: no mask, causal
+        prefills = (decode(target.model, prompt, positions, None, cache.hf, (2,), False, target.lean),
+                    decode(target.model, prompt, positions, None, other.hf, (2,), False))
+    for mine, theirs in zip(*prefills):
+        torch.testing.assert_close(mine, theirs, atol=1e-5, rtol=1e-5)
+    cache.advance(9)
+    allowed = torch.tensor([[1, 0, 0, 0], [1, 1, 0, 0], [1, 0, 1, 0], [1, 1, 0, 1]], dtype=torch.bool)
+    for t, mask in ((1, None), (1, causal_mask(9, 1, torch.float32, "cpu")), (4, additive_mask(allowed, 9, torch.float32, "cpu"))):
+        ids, positions = torch.randint(0, 96, (2, t)), torch.arange(9, 9 + t)[None].expand(2, -1)
+        with torch.inference_mode():
+            lean = decode(target.model, ids, positions, mask, cache.hf, (1, 3), False, target.lean)
+            reference = decode(target.model, ids, positions, mask, cache.hf, (1, 3), False)
+        for mine, theirs in zip(lean, reference):
+            torch.testing.assert_close(mine, theirs, atol=1e-5, rtol=1e-5)
+        assert torch.equal(lean[0].argmax(-1), reference[0].argmax(-1))
