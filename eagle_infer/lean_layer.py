@@ -142,9 +142,9 @@ def step(layer: LeanLayer, hidden: torch.Tensor, rope: torch.Tensor, kv, mask: t
     cos, sin = rope[0][:, :, None], rope[1][:, :, None]
     qk = (qk * cos + qk.unflatten(-1, (2, d // 2)).flip(-2).flatten(-2) * sin).transpose(1, 2)  # [B, nh+kvh, T, D]
     keys, values = kv.update(qk[:, nh:], qkv[:, :, nh + kvh :].transpose(1, 2))
-    if t == 1 and kvh != nh and (mask is None or mask.shape[1] == 1):
-        # one query: its nh / kvh heads of a key/value head attend as that head's queries (transformers does the
-        # same, with the same bits)
+    if t == 1 and kvh != nh and mask is not None and mask.shape[1] == 1:
+        # one masked query: its nh / kvh heads of a key/value head attend as that head's queries (as transformers
+        # does, which also takes grouped-query SDPA below when there is no mask: the same kernels, the same bits)
         att = F.scaled_dot_product_attention(qk[:, :nh].reshape(b, kvh, nh // kvh, d), keys, values, attn_mask=mask)
         att = att.reshape(b, nh, 1, d)
     else:  # no mask over several tokens: causal among them (an empty cache's prefill), as transformers does
