@@ -8,8 +8,9 @@ bit over the same cache (on the Xeon with AMX where it was measured they are, fo
 promise this on every CPU; where they differ it is by bfloat16 rounding, as between forwards of different widths,
 and every method of a run shares the one packed target, so comparisons stay like for like. float32 is never packed
 (it did not pay here), so float32 outputs are unchanged bit for bit.
-Memory: the packed copy doubles the weights' footprint, so model.pack=auto skips packing (with a warning) where the
-copy would take more than half of the memory available.
+Memory: the packed copy doubles the weights' footprint (and the target's lean steps add packed q/k/v and gate/up
+products, eagle_infer/lean_layer.py), so model.pack=auto skips packing (with a warning) where the copies would take
+more than half of the memory available.
 """
 from __future__ import annotations
 
