@@ -57,10 +57,6 @@ class TreeFeeder:
         self._tokens[:, 0] = torch.tensor(root.tokens, dtype=torch.long, device=device)
         self._anc = torch.zeros(b, 1 + capacity, capacity, dtype=torch.bool, device=device)  # row 0: the root's
         self._bases = torch.tensor(root.bases, dtype=torch.long, device=device)[:, None]
-        self._uniform = len(set(self.prefix)) == 1
-        dtype = root.feature.dtype
-        low = torch.finfo(dtype).min
-        self._fill = (torch.zeros((), dtype=dtype, device=device), torch.full((), low, dtype=dtype, device=device))
 
     def _grow(self, need: int) -> None:
         """Make room for `need` fed nodes."""
@@ -108,11 +104,7 @@ class TreeFeeder:
         rows = self._anc.gather(1, up[:, :, None].expand(b, m, self._anc.shape[2]))  # parents' ancestry [B, m, cap]
         rows[:, :, f : f + m] |= torch.eye(m, dtype=torch.bool, device=device)
         self._anc[:, 1 + f : 1 + f + m] = rows
-        allowed = rows[:, :, : f + m]
-        if self._uniform:  # one committed length: the whole prefix visible, then the tree's ancestry
-            mask = torch.nn.functional.pad(torch.where(allowed, *self._fill), (self.prefix[0], 0))[:, None]
-        else:
-            mask = additive_mask(allowed, self.prefix, self.root.feature.dtype, device)
+        mask = additive_mask(rows[:, :, : f + m], self.prefix, self.root.feature.dtype, device)
         positions = (self._bases + depth - 1).expand(b, m)
         out = self.head(parent_feat, fed_tokens, positions, self.cache, mask)
         self.cache.advance(m)

@@ -84,16 +84,16 @@ def additive_mask(allowed: torch.Tensor, prefix: int | list[int], dtype: torch.d
         allowed = allowed.expand(len(prefixes), -1, -1)
     b, t, s = allowed.shape
     width = max(prefixes) + s
-    if min(prefixes) == max(prefixes):
-        full = torch.ones(b, t, width, dtype=torch.bool, device=device)
-        full[:, :, prefixes[0] :] = allowed
-    else:
-        rel = torch.arange(width, device=device)[None] - torch.tensor(prefixes, device=device)[:, None]  # [B, W]
-        padded = torch.cat([allowed, allowed.new_zeros(b, t, 1)], dim=-1)  # column s: "past the new block"
-        block = padded.gather(-1, rel.clamp(0, s)[:, None, :].expand(b, t, width))
-        full = (rel < 0)[:, None, :] | block
+    low = torch.finfo(dtype).min
+    if min(prefixes) == max(prefixes):  # every row's prefix visible, then `allowed`: a few ops
+        blocked = (~allowed).to(dtype).mul_(low)  # (allowed slots hold -0.0: adding it changes no score)
+        return torch.nn.functional.pad(blocked, (prefixes[0], 0))[:, None]
+    rel = torch.arange(width, device=device)[None] - torch.tensor(prefixes, device=device)[:, None]  # [B, W]
+    padded = torch.cat([allowed, allowed.new_zeros(b, t, 1)], dim=-1)  # column s: "past the new block"
+    block = padded.gather(-1, rel.clamp(0, s)[:, None, :].expand(b, t, width))
+    full = (rel < 0)[:, None, :] | block
     mask = torch.zeros(b, t, width, dtype=dtype, device=device)
-    return mask.masked_fill_(~full, torch.finfo(dtype).min)[:, None]
+    return mask.masked_fill_(~full, low)[:, None]
 
 
 def causal_mask(prefix: int | list[int], t: int, dtype, device) -> torch.Tensor:
