@@ -18,6 +18,9 @@ import torch.nn.functional as F
 from torch import nn
 
 
+NATIVE_GQA_DEVICES = ("cpu",)  # where masked grouped-query SDPA runs with enable_gqa (see step)
+
+
 @dataclass
 class LeanLayer:
     """One decoder layer's weights for `step`; shapes for hidden size H, heads nh, kv_heads kvh, head_dim D."""
@@ -142,14 +145,20 @@ def step(layer: LeanLayer, hidden: torch.Tensor, rope: torch.Tensor, kv, mask: t
     cos, sin = rope[0][:, :, None], rope[1][:, :, None]
     qk = (qk * cos + qk.unflatten(-1, (2, d // 2)).flip(-2).flatten(-2) * sin).transpose(1, 2)  # [B, nh+kvh, T, D]
     keys, values = kv.update(qk[:, nh:], qkv[:, :, nh + kvh :].transpose(1, 2))
-    if t == 1 and kvh != nh and mask is not None and mask.shape[1] == 1:
-        # one masked query: its nh / kvh heads of a key/value head attend as that head's queries (as transformers
-        # does, which also takes grouped-query SDPA below when there is no mask: the same kernels, the same bits)
-        att = F.scaled_dot_product_attention(qk[:, :nh].reshape(b, kvh, nh // kvh, d), keys, values, attn_mask=mask)
+    # Grouped-query attention as transformers' SDPA path takes it: without a mask, SDPA's own grouped-query support
+    # (causal over several new tokens: an empty cache's prefill); one masked query's nh / kvh heads attend as their
+    # key/value head's queries; several masked queries attend to keys and values repeated per head, except on a
+    # CPU, where SDPA's grouped-query support gives the same bits faster (bench-engine compares the logits).
+    g = nh // kvh
+    if mask is not None and g > 1 and t == 1 and mask.shape[1] == 1:
+        att = F.scaled_dot_product_attention(qk[:, :nh].reshape(b, kvh, g, d), keys, values, attn_mask=mask)
         att = att.reshape(b, nh, 1, d)
-    else:  # no mask over several tokens: causal among them (an empty cache's prefill), as transformers does
-        att = F.scaled_dot_product_attention(qk[:, :nh], keys, values, attn_mask=mask, enable_gqa=kvh != nh,
+    elif mask is None or g == 1 or hidden.device.type in NATIVE_GQA_DEVICES:
+        att = F.scaled_dot_product_attention(qk[:, :nh], keys, values, attn_mask=mask, enable_gqa=g > 1,
                                              is_causal=mask is None and t > 1)
+    else:
+        repeat = lambda x: x[:, :, None].expand(b, kvh, g, *x.shape[2:]).reshape(b, nh, *x.shape[2:])  # noqa: E731
+        att = F.scaled_dot_product_attention(qk[:, :nh], repeat(keys), repeat(values), attn_mask=mask)
     hidden = hidden + layer.o(att.transpose(1, 2).reshape(b, t, nh * d))
     gate, up = layer.gate_up(_rms(hidden, layer.norm_post, layer.eps)).chunk(2, dim=-1)
     return hidden + layer.down(F.silu(gate) * up)

@@ -54,13 +54,18 @@ def test_lean_step_follows_weight_updates():
     torch.testing.assert_close(after, reference, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("native_gqa", [True, False], ids=["cpu-gqa", "repeated-kv"])
 @pytest.mark.parametrize("arch", ["llama", "qwen2", "mistral"])
-def test_target_lean_forward_equals_transformers_layers(arch):
+def test_target_lean_forward_equals_transformers_layers(arch, native_gqa, monkeypatch):
     """The target's eager forward (lean steps) against transformers' layers over one cache: one token (the grouped
     query heads attend as one key/value head's queries, as transformers does) and a tree, taps included. Unpacked
     weights are shared, not copied: transformers' modules then read row slices of the fused products."""
+    import eagle_infer.lean_layer as lean_layer
+
     from eagle_infer.target import decode
 
+    if not native_gqa:  # the path other devices take: keys and values repeated per head under a mask
+        monkeypatch.setattr(lean_layer, "NATIVE_GQA_DEVICES", ())
     target = tiny_target(arch=arch, layers=5)
     assert target.lean is not None
     attn = target.model.model.layers[0].self_attn
