@@ -118,7 +118,8 @@ class RopeTable:
     def take(self, positions: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
         """positions [B, T] -> [2, B, T, D] (cos, signed sin) in like's dtype."""
         need = int(positions.max()) + 1
-        if self.table is None or self.table.shape[1] < need or self.table.dtype != like.dtype:
+        stale = self.table is None or self.table.dtype != like.dtype or self.table.device != like.device
+        if stale or self.table.shape[1] < need:
             size = max(need, 2 * (0 if self.table is None else self.table.shape[1]), 256)
             index = torch.arange(size, device=like.device)[None]
             cos, sin = self.rotary(like, index)
