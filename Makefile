@@ -12,7 +12,7 @@ DATA_DIR ?= $(abspath ../shared/data/benchmarks)
 CPU_ENV := $(shell $(PY) -c "import torch,sys; sys.exit(torch.cuda.is_available())" 2>/dev/null && echo DS_ACCELERATOR=cpu)
 STAMP := .venv/.installed
 
-.PHONY: setup demo test train eval sweep sweep-batch throughput bench-engine chat clean ablate-head
+.PHONY: setup demo test train eval sweep sweep-batch throughput bench-engine check-lossless chat clean ablate-head
 
 setup: $(STAMP)
 
@@ -110,6 +110,9 @@ ablate-head: $(STAMP)
 
 bench-engine: $(STAMP)
 	$(PY) scripts/bench_engine.py $(ARGS)
+
+check-lossless: $(STAMP)
+	$(PY) scripts/check_lossless.py $(ARGS)
 
 clean:
 	rm -rf runs outputs multirun results

@@ -1,7 +1,7 @@
 """The target's forward compiled by torch.compile (`infer.compile=true`): inductor with freezing (weights folded in
-as constants and packed for oneDNN on a CPU, elementwise ops fused), CUDA graphs on a GPU (untested here: no GPU
-was lent while it was built). The draft head drafts eagerly: compiling its step did not pay on the CPU measured
-(README, "Compiled forward").
+as constants and packed for oneDNN on a CPU, elementwise ops fused), CUDA graphs on a GPU (the KV cache's buffers are
+marked static, so writing them in place does not stop capture). The draft head drafts eagerly: compiling its step
+did not pay on the CPU measured (README, "Compiled forward").
 
 It runs over a static KV cache (kv_cache.KVCache with static=True): attention spans every preallocated slot under
 an additive mask and the write slots arrive as tensors, so nothing the graph reads changes between steps. The
@@ -44,7 +44,10 @@ class CompiledForward:
         self.fn, self.what, self.compiles, self.compile_s, self.failed = _Bound(module, fn), what, 0, 0.0, ""
         # Freezing must be on while dynamo traces too (not only in the backend's config patches): else the weights
         # stay graph inputs and are neither folded in nor packed.
-        self.options = {"freezing": True, "triton.cudagraphs": device.type == "cuda"}
+        # On a GPU freezing stays off: it would fold the KV cache's static-address buffers into the graph as
+        # constants (one request's cache baked in); CUDA graphs want them as static inputs instead.
+        gpu = device.type == "cuda"
+        self.options = {"freezing": not gpu, "triton.cudagraphs": gpu}
 
         def backend(graph, example_inputs):
             from torch._inductor.compile_fx import compile_fx
@@ -57,13 +60,26 @@ class CompiledForward:
         torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
         self._compiled = torch.compile(self.fn, backend=backend)
 
+    @property
+    def cudagraph_skips(self) -> int:
+        """Graphs compiled on a GPU that run without CUDA graphs (inductor logs each reason; the count is
+        process-wide): 0 when every graph is captured."""
+        from torch._dynamo.utils import counters
+
+        return int(counters["inductor"]["cudagraph_skips"])
+
     def __call__(self, *args, **kwargs):
         if self.failed:
             return self.fn(*args, **kwargs)
         before, start = self.compiles, time.perf_counter()
+        graphs = self.options["triton.cudagraphs"]
         try:
+            if graphs:  # each call is a new step: a graph replay may overwrite the last call's outputs
+                torch.compiler.cudagraph_mark_step_begin()
             with torch._inductor.config.patch(self.options):
                 out = self._compiled(*args, **kwargs)
+            if graphs:  # callers keep outputs across calls (features, logits): copy them out of the graph's pool
+                out = torch.utils._pytree.tree_map_only(torch.Tensor, torch.clone, out)
         except Exception as err:  # noqa: BLE001 (any compile failure falls back: the eager forward is the same)
             self.failed = _first_line(err)
             log.warning("infer.compile: compiling %s failed (%s); running it eagerly", self.what, self.failed[:300])

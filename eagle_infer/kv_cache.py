@@ -74,6 +74,8 @@ class KVCache:
         if static:  # one compiled graph serves every cache length
             for x in k + v:
                 torch._dynamo.maybe_mark_dynamic(x, 2)
+                if x.is_cuda:  # written in place inside the graph: CUDA graphs capture only a fixed-address buffer
+                    torch._dynamo.mark_static_address(x, guard=False)
         self._plans: dict = {}
         self.static_slots: tuple[torch.Tensor, torch.Tensor] | None = None  # see static_mask
         self.hf = Cache(layers=[_LayerView(self, i) for i in range(len(k))])

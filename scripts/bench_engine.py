@@ -346,7 +346,9 @@ def bench_dtype(dtype: str, args) -> dict:
         "forward_ms_compiled": {str(k): v for k, v in fwd_compiled.items()},
         "compile": {"graphs_at_warm_up": warm_compiles, "compile_s": fast.compiled.compile_s,
                     "graphs_after_warm_up": fast.compiled.compiles - warm_compiles,
-                    "failed": fast.compiled.failed} if fast else None,
+                    "failed": fast.compiled.failed,
+                    "cudagraph_skips": fast.compiled.cudagraph_skips if device.type == "cuda" else None}
+        if fast else None,
     }
 
 
@@ -414,7 +416,8 @@ def print_tables(r: dict) -> None:
         c = r["compile"]
         print(f"\ncompiled: {c['graphs_at_warm_up']} graphs compiled in warm-up ({c['compile_s']:.0f} s, excluded from "
               f"every timing), {c['graphs_after_warm_up']} after it" + (f"; compile FAILED, ran eagerly: {c['failed']}"
-                                                                      if c["failed"] else ""))
+                                                                      if c["failed"] else "")
+              + ("" if c.get("cudagraph_skips") is None else f"; graphs run without CUDA graphs: {c['cudagraph_skips']}"))
     print(f"\ntransformers generate: {r['hf_generate_tok_s']:.1f} tok/s on the engine's target"
           + (f" (packed weights); {r['hf_generate_unpacked_tok_s']:.1f} tok/s as transformers loads it (unpacked)"
              if r["packed"] else ""))

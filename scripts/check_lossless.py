@@ -1,0 +1,72 @@
+"""Lossless on this device, in float32 (make check-lossless): greedy EAGLE-2 (the tree chosen per cycle) equals
+vanilla greedy on MT-bench first turns, eagerly and through the compiled target (infer.compile: CUDA graphs on a
+GPU), a batch equals its batch of one, and compiled vanilla equals eager vanilla. It needs torch and transformers
+only (no hydra, datasets or deepspeed), so it runs on a bare GPU machine. Prints one line per path and exits 1 if
+any output differs.
+
+usage: python scripts/check_lossless.py [--model smollm2-135m] [--head shipped] [--prompts 3] [--max-new 64]
+       [--no-compile] [--data-dir DIR]
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from eagle_infer.chat import Message, prompt_ids, stop_ids  # noqa: E402
+from eagle_infer.config import InferConf, build_engine  # noqa: E402
+from eagle_infer.target import load_target  # noqa: E402
+from eval.benchmarks import load_benchmark  # noqa: E402
+
+
+def check(args, compile: bool) -> tuple[list[list[int]], bool, str]:
+    """(vanilla outputs, every check passed, the path's line)."""
+    target = load_target(args.model, "float32", compile=compile)
+    questions = load_benchmark("mt_bench", args.data_dir if Path(args.data_dir).is_dir() else None,
+                               limit=args.prompts)
+    prompts = [prompt_ids(target.tokenizer, [Message("user", q.turns[0])], target.template) for q in questions]
+    stops = stop_ids(target)
+    vanilla = build_engine(InferConf(method="vanilla"), target)
+    eagle2 = build_engine(InferConf(method="eagle2", head=args.head, depth="auto", total_tokens="auto"), target)
+    start = time.perf_counter()
+    v = [vanilla.generate(p, args.max_new, stop_ids=stops).tokens for p in prompts]
+    e = [eagle2.generate(p, args.max_new, stop_ids=stops).tokens for p in prompts]
+    b = [r.tokens for r in eagle2.generate_batch(prompts, args.max_new, stop_ids=stops,
+                                                  batch_size=len(prompts)).results]
+    same, batched, n = sum(x == y for x, y in zip(v, e)), sum(x == y for x, y in zip(e, b)), len(prompts)
+    line = (f"{'compiled' if compile else 'eager'} ({target.device.type}): EAGLE-2 = vanilla on {same}/{n}; "
+            f"a batch of {n} = its batch of one on {batched}/{n}; {time.perf_counter() - start:.0f} s")
+    if compile:
+        c = target.compiled
+        line += f"; {c.compiles} graphs, compile failed: {c.failed or 'no'}"
+        if target.device.type == "cuda":
+            line += f"; graphs run without CUDA graphs: {c.cudagraph_skips}"
+    return v, same == n and batched == n, line
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default="smollm2-135m")
+    ap.add_argument("--head", default="shipped", help='"shipped", "random" or a head directory')
+    ap.add_argument("--prompts", type=int, default=3, help="MT-bench first turns")
+    ap.add_argument("--max-new", type=int, default=64)
+    ap.add_argument("--no-compile", action="store_true", help="check the eager path only")
+    ap.add_argument("--data-dir", default=str(REPO.parent / "shared" / "data" / "benchmarks"))
+    args = ap.parse_args()
+    eager, ok, line = check(args, compile=False)
+    print(line, flush=True)
+    if not args.no_compile:
+        compiled, ok_compiled, line = check(args, compile=True)
+        print(line)
+        same = sum(x == y for x, y in zip(eager, compiled))
+        print(f"compiled vanilla = eager vanilla on {same}/{len(eager)}")
+        ok = ok and ok_compiled and same == len(eager)
+    raise SystemExit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()
