@@ -36,7 +36,7 @@ from torch import nn
 from .errors import EagleError
 from .kv_cache import KVCache
 from .lean_layer import RopeTable, lean_layer
-from .lean_layer import step as lean_step
+from .lean_layer import run as lean_run
 from .tree import causal_mask
 
 INPUT_MODES = ("feature+shifted_token", "feature+token", "token", "feature")
@@ -230,11 +230,8 @@ class DraftHead(nn.Module):
         if mask is None and cache is None:
             mask = causal_mask(0, features.shape[1], features.dtype, features.device)
         if isinstance(cache, KVCache) and not torch.is_grad_enabled() and self._lean_layers():
-            hidden = self.fc(torch.cat((embeds, features), dim=-1))
-            rope = self._rope.take(positions, hidden)
-            for layer, kv in zip(self._lean, cache.hf.layers):
-                hidden = lean_step(layer, hidden, rope, kv, mask)
-            return hidden
+            return lean_run(self._lean, self._rope, self.fc(torch.cat((embeds, features), dim=-1)), positions,
+                            cache.hf.layers, mask)[0]
         cos_sin = self.rotary(features, positions)
         past = getattr(cache, "hf", cache)
         if self.fc is None:  # eagle3

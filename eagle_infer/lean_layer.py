@@ -163,3 +163,15 @@ def step(layer: LeanLayer, hidden: torch.Tensor, rope: torch.Tensor, kv, mask: t
     hidden = hidden + layer.o(att.transpose(1, 2).reshape(b, t, nh * d))
     gate, up = layer.gate_up(_rms(hidden, layer.norm_post, layer.eps)).chunk(2, dim=-1)
     return hidden + layer.down(F.silu(gate) * up)
+
+
+def run(layers: list[LeanLayer], rope: RopeTable, hidden: torch.Tensor, positions: torch.Tensor, kv_layers,
+        mask: torch.Tensor | None, taps: tuple[int, ...] = ()) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
+    """A decoder stack's lean steps: hidden [B, T, H] at positions [B, T] through every layer, layer i writing and
+    reading kv_layers[i] (mask as in `step`) -> (hidden [B, T, H], {i: the hidden after layer i} for i in taps)."""
+    table, tapped = rope.take(positions, hidden), {}
+    for index, (layer, kv) in enumerate(zip(layers, kv_layers)):
+        hidden = step(layer, hidden, table, kv, mask)
+        if index in taps:
+            tapped[index] = hidden
+    return hidden, tapped

@@ -19,7 +19,7 @@ from .compiled import STATIC_ROUND, CompiledForward
 from .errors import EagleError
 from .kv_cache import KVCache
 from .lean_layer import RopeTable, fused_bytes, lean_layer
-from .lean_layer import step as lean_step
+from .lean_layer import run as lean_run
 from .registry import MODELS, lookup
 from .tree import causal_mask
 
@@ -172,19 +172,14 @@ def decode(model, input_ids, positions, mask, past, feature_layers: tuple[int, .
     inner = model.model
     hidden = inner.embed_tokens(input_ids)
     if lean is not None:
-        rope = lean.rope.take(positions, hidden)
-        steps = [lambda h, layer=layer, kv=kv: lean_step(layer, h, rope, kv, mask)
-                 for layer, kv in zip(lean.layers, past.layers)]
+        hidden, taps = lean_run(lean.layers, lean.rope, hidden, positions, past.layers, mask, feature_layers)
     else:
-        rotary = inner.rotary_emb(hidden, position_ids=positions)
-        steps = [lambda h, layer=layer: layer(h, attention_mask=mask, position_ids=positions, past_key_values=past,
-                                              use_cache=True, position_embeddings=rotary)
-                 for layer in inner.layers[: model.config.num_hidden_layers]]
-    taps = {}
-    for index, run_layer in enumerate(steps):
-        hidden = run_layer(hidden)
-        if index in feature_layers:
-            taps[index] = hidden
+        rotary, taps = inner.rotary_emb(hidden, position_ids=positions), {}
+        for index, layer in enumerate(inner.layers[: model.config.num_hidden_layers]):
+            hidden = layer(hidden, attention_mask=mask, position_ids=positions, past_key_values=past, use_cache=True,
+                           position_embeddings=rotary)
+            if index in feature_layers:
+                taps[index] = hidden
     last = inner.norm(hidden)
     head_in = last[:, -1:] if last_only else last
     # Flattened to 2-D: a [1, 1, H] input after a multi-token forward sends the LM head through a batched matmul
