@@ -42,10 +42,10 @@ class CompiledForward:
     def __init__(self, module: torch.nn.Module, fn: Callable, device: torch.device, what: str):
         """what: names it in the fallback warning ("the target's forward")."""
         self.fn, self.what, self.compiles, self.compile_s, self.failed = _Bound(module, fn), what, 0, 0.0, ""
-        # Freezing must be on while dynamo traces too (not only in the backend's config patches): else the weights
-        # stay graph inputs and are neither folded in nor packed.
-        # On a GPU freezing stays off: it would fold the KV cache's static-address buffers into the graph as
-        # constants (one request's cache baked in); CUDA graphs want them as static inputs instead.
+        # On a CPU freezing must be on while dynamo traces too (not only in the backend's config patches): else the
+        # weights stay graph inputs and are neither folded in nor packed. On a GPU it stays off: it would fold the KV
+        # cache's static-address buffers into the graph as constants (one request's cache baked in), where CUDA
+        # graphs need them as static inputs.
         gpu = device.type == "cuda"
         self.options = {"freezing": not gpu, "triton.cudagraphs": gpu}
 

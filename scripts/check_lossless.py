@@ -2,7 +2,7 @@
 vanilla greedy on MT-bench first turns, eagerly and through the compiled target (infer.compile: CUDA graphs on a
 GPU), a batch equals its batch of one, and compiled vanilla equals eager vanilla. It needs torch and transformers
 only (no hydra, datasets or deepspeed), so it runs on a bare GPU machine. Prints one line per path and exits 1 if
-any output differs.
+any output differs (2, with one line, on bad input).
 
 usage: python scripts/check_lossless.py [--model smollm2-135m] [--head shipped] [--prompts 3] [--max-new 64]
        [--no-compile] [--data-dir DIR]
@@ -19,6 +19,7 @@ sys.path.insert(0, str(REPO))
 
 from eagle_infer.chat import Message, prompt_ids, stop_ids  # noqa: E402
 from eagle_infer.config import InferConf, build_engine  # noqa: E402
+from eagle_infer.errors import EagleError  # noqa: E402
 from eagle_infer.target import load_target  # noqa: E402
 from eval.benchmarks import load_benchmark  # noqa: E402
 
@@ -57,14 +58,18 @@ def main() -> None:
     ap.add_argument("--no-compile", action="store_true", help="check the eager path only")
     ap.add_argument("--data-dir", default=str(REPO.parent / "shared" / "data" / "benchmarks"))
     args = ap.parse_args()
-    eager, ok, line = check(args, compile=False)
-    print(line, flush=True)
-    if not args.no_compile:
-        compiled, ok_compiled, line = check(args, compile=True)
-        print(line)
-        same = sum(x == y for x, y in zip(eager, compiled))
-        print(f"compiled vanilla = eager vanilla on {same}/{len(eager)}")
-        ok = ok and ok_compiled and same == len(eager)
+    try:
+        eager, ok, line = check(args, compile=False)
+        print(line, flush=True)
+        if not args.no_compile:
+            compiled, ok_compiled, line = check(args, compile=True)
+            print(line)
+            same = sum(x == y for x, y in zip(eager, compiled))
+            print(f"compiled vanilla = eager vanilla on {same}/{len(eager)}")
+            ok = ok and ok_compiled and same == len(eager)
+    except EagleError as err:  # a bad model, head or data dir: one line, not a traceback
+        print(f"error: {err}", file=sys.stderr)
+        raise SystemExit(2) from None
     raise SystemExit(0 if ok else 1)
 
 
