@@ -173,7 +173,7 @@ def test_head_save_load_records_layers_and_features(deep_target, tmp_path):
 
 
 def test_heads_saved_with_one_layer_key_names_still_load(deep_target, tmp_path):
-    """Heads saved before head.layers existed name their layer `layer.*` (the shipped head among them)."""
+    """Heads saved before head.layers existed name their layer `layer.*` (earlier shipped heads among them)."""
     from safetensors.torch import load_file, save_file
 
     head = random_head(deep_target, seed=7)
