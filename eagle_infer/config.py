@@ -80,6 +80,10 @@ class InferConf:
     # decode through the target's forward compiled by torch.compile (eagle_infer/compiled.py); off by default: on
     # the CPUs measured it pays per step but costs minutes of compiling per process (README, "Compiled forward")
     compile: bool = False
+    # auto | on | off: pad each cycle's trees to a power-of-two number of nodes (tree.padded_width), so verification
+    # forwards come in few shapes; auto pads exactly where that pays, a target compiled on a GPU (one CUDA graph per
+    # shape). The auto budget then verifies the whole bucket, since its padding costs the same as real nodes.
+    pad_trees: str = "auto"
 
 
 def shipped_head_dir(model_name: str) -> Path:

@@ -172,16 +172,22 @@ def load_or_measure(target, head, top_k: int, max_tokens: int) -> CostModel:
 @dataclass
 class Budget:
     """Per-cycle choices of an auto budget for `batch` rows: how many candidates to verify, whether to draft on.
-    Built once per (batch, max_nodes): verify_ms[n - 1] is the forward of batch x (1 + n) tokens."""
+    Built once per (batch, max_nodes): verify_ms[n - 1] is the forward of batch x (1 + n) tokens, or with
+    `padded` trees of batch x (1 + tree.padded_width(n)) tokens (so n stops only at the top of a bucket, where the
+    padding it would carry costs the same as real nodes)."""
 
     cost: CostModel
     batch: int
     max_nodes: int
+    padded: bool = False
     verify_ms: torch.Tensor = field(init=False)
 
     def __post_init__(self):
-        self.verify_ms = torch.tensor([self.cost.forward(self.batch * (1 + n)) for n in range(1, self.max_nodes + 1)],
-                                      dtype=torch.float64)
+        from .tree import padded_width
+
+        width = (lambda n: padded_width(n, self.max_nodes)) if self.padded else (lambda n: n)
+        self.verify_ms = torch.tensor(
+            [self.cost.forward(self.batch * (1 + width(n))) for n in range(1, self.max_nodes + 1)], dtype=torch.float64)
 
     def plan(self, values: torch.Tensor, levels: int) -> tuple[int, float, float]:
         """values: [B, M] path log-values of every candidate so far. -> (n nodes per row, expected tokens per

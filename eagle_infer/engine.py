@@ -29,13 +29,16 @@ from .errors import EagleError
 from .kv_cache import KVCache
 from .lookup import CopyRates, lookup_chains
 from .merge import merge_trees
-from .tree import DEFAULT_STATIC_PATHS, DraftTree, additive_mask, ancestor_masks, causal_mask, check_paths, path_values
+from .tree import (
+    DEFAULT_STATIC_PATHS, DraftTree, additive_mask, ancestor_masks, causal_mask, check_paths, padded_width, path_values,
+)
 from .verify import Acceptance, SamplingParams, argmax, sample_token, target_probs, verify_greedy, verify_sampling
 
 METHODS = ("vanilla", "chain", "eagle1", "eagle2", "lookup")
 HEADLESS = ("vanilla", "lookup")  # methods that draft without a head
 EXPAND_BY = ("value", "confidence")
 BUDGETS = ("fixed", "auto")
+PAD_TREES = ("auto", "on", "off")
 
 
 @dataclass
@@ -48,7 +51,10 @@ class DecodeConfig:
     lookup: merge prompt lookup (settings lookup_conf) into the head's tree within the same budget.
     budget: "fixed" verifies total_tokens nodes every cycle; "auto" (EAGLE-2, with or without lookup, and lookup
     alone) treats depth and total_tokens (lookup: num_tokens x branches) as caps and picks, per cycle, the depth and
-    the number of nodes from a cost model measured on this machine (eagle_infer/cost.py)."""
+    the number of nodes from a cost model measured on this machine (eagle_infer/cost.py).
+    pad_trees: "on" pads every cycle's verification to tree.padded_width (a power of two of nodes, at most the tree
+    budget) with slots that see only the root and themselves and are never accepted; "auto" pads exactly when the
+    target's forward is compiled on a GPU, where each new width would record another CUDA graph; "off" never."""
 
     method: str = "eagle2"
     depth: int = 6
@@ -62,6 +68,7 @@ class DecodeConfig:
     lookup: bool = False
     lookup_conf: LookupConf = field(default_factory=LookupConf)
     budget: str = "fixed"
+    pad_trees: str = "auto"
 
     @property
     def uses_lookup(self) -> bool:
@@ -74,6 +81,8 @@ class DecodeConfig:
             if not isinstance(getattr(self, name), int):
                 raise EagleError(f"{name} {getattr(self, name)!r} is invalid: expected an integer (or 'auto' for "
                                  "infer.depth / infer.total_tokens)")
+        if self.pad_trees not in PAD_TREES:
+            raise EagleError(f"unknown pad_trees {self.pad_trees!r}: expected one of {', '.join(PAD_TREES)}")
         if self.budget not in BUDGETS:
             raise EagleError(f"unknown budget {self.budget!r}: expected one of {', '.join(BUDGETS)}")
         if self.budget == "auto" and self.method != "lookup" and (self.method != "eagle2" or not self.rerank):
@@ -286,6 +295,8 @@ class Engine:
         if config.budget == "auto" and cost is None:
             cost = load_or_measure(target, head, config.top_k, 1 + config.tree_size())
         self.target, self.head, self.config, self.drafter, self.cost = target, head, config, drafter, cost
+        self.pad_trees = config.pad_trees == "on" or (
+            config.pad_trees == "auto" and target.compiled is not None and target.device.type == "cuda")
         self._budgets: dict[tuple[int, int], Budget] = {}  # per (batch, max nodes), built once from `cost`
 
     def _check_room(self, prompt_len: int, max_new_tokens: int, which: str = "") -> int:
@@ -373,7 +384,7 @@ class Engine:
     def _auto_budget(self, batch: int, max_nodes: int) -> Budget:
         """The auto budget's per-cycle chooser for this batch size, built once from the cost model."""
         if (batch, max_nodes) not in self._budgets:
-            self._budgets[batch, max_nodes] = Budget(self.cost, batch, max_nodes)
+            self._budgets[batch, max_nodes] = Budget(self.cost, batch, max_nodes, self.pad_trees)
         return self._budgets[batch, max_nodes]
 
     def _draft(self, feeder: TreeFeeder, config: DecodeConfig, copies: list[DraftTree] | None) -> list[DraftTree]:
@@ -554,8 +565,11 @@ class _BatchRun:
         _sync(device)
         t1 = time.perf_counter()
 
-        batch = _verification_input(trees, root, device)
-        mask = self._target_mask(lengths, batch.allowed, causal=self.chains and len({len(t) for t in trees}) == 1)
+        largest = max(len(t) for t in trees)
+        width = padded_width(largest, config.tree_size()) if self.engine.pad_trees else largest
+        batch = _verification_input(trees, root, device, width)
+        causal = self.chains and width == min(len(t) for t in trees)  # no padding slots: a chain attends causally
+        mask = self._target_mask(lengths, batch.allowed, causal=causal)
         logits, tree_feats = target.forward(batch.ids, batch.positions, self.cache, mask,
                                             feature_layers=self.feature_layers)
         if self.sampling.greedy:
@@ -652,11 +666,12 @@ class _TreeBatch:
     probs: torch.Tensor  # [B, N] draft probabilities (padding: 0)
 
 
-def _verification_input(trees: list[DraftTree], root: DraftRoot, device) -> _TreeBatch:
-    """Each row's [root, tree...] padded to the largest tree. A padding slot sits at the root's position and sees
-    only the root and itself. Built-in drafters give every row the same size, so this is one stack per field."""
+def _verification_input(trees: list[DraftTree], root: DraftRoot, device, width: int) -> _TreeBatch:
+    """Each row's [root, tree...] padded to `width` nodes (>= the largest tree). A padding slot sits at the root's
+    position and sees only the root and itself. Built-in drafters give every row the same size, so without
+    padding this is one stack per field."""
     b, sizes = len(trees), [len(t) for t in trees]
-    n = max(sizes)
+    n = width
     roots = torch.tensor(root.tokens, dtype=torch.long, device=device)[:, None]
     if min(sizes) == n:
         stack = lambda field: torch.stack([getattr(t, field).to(device) for t in trees])  # noqa: E731

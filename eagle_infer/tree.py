@@ -13,6 +13,15 @@ import torch
 from .errors import EagleError
 
 
+def padded_width(n: int, cap: int) -> int:
+    """The bucket a tree of n nodes is padded to when trees are padded (DecodeConfig.pad_trees): the next power of
+    two, at most `cap` (the tree budget), never below n. A run then verifies at most log2(cap) + 2 distinct widths,
+    so a GPU records that many CUDA graphs instead of one per tree size."""
+    if n <= 1:
+        return n
+    return max(n, min(1 << (n - 1).bit_length(), cap))
+
+
 @dataclass
 class DraftTree:
     """tokens, parents, depths, probs: [N]. parents[i] is a node index, or -1 for a child of the root.

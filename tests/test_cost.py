@@ -185,3 +185,20 @@ def test_cost_model_is_cached_per_machine_and_never_reused_elsewhere(tmp_path, m
     # Packed weights (model.pack) change every cost: a packed target never reads the unpacked target's model.
     packed = load_or_measure(replace(target, packed=True), head, 4, 9)
     assert packed.key == {**first.key, "packed": True} and cache_path(packed.key) != path
+
+
+def test_padded_budget_verifies_whole_buckets():
+    """With padded trees a verification of n nodes costs its bucket's forward, so the budget stops only at the top
+    of a bucket (or the cap), and maximises expected tokens per ms over those costs."""
+    from eagle_infer.tree import padded_width
+
+    gen = torch.Generator().manual_seed(1)
+    values = torch.rand(1, 40, generator=gen).log() * 2
+    for per_token in (0.05, 0.5, 2.0):
+        model, budget = cost(per_token), Budget(cost(per_token), 1, 24, padded=True)
+        n, tokens, ms = budget.plan(values, 2)
+        assert n in (1, 2, 4, 8, 16, 24)
+        probs = values.exp().sort(-1, descending=True).values
+        rates = [(1 + float(probs[:, :m].sum())) / (2 + model.forward(1 + padded_width(m, 24))) for m in range(1, 25)]
+        assert tokens / ms == pytest.approx(max(rates))
+    assert Budget(cost(0.5), 1, 24, padded=True).nodes(values, 2) != Budget(cost(0.5), 1, 24).nodes(values, 2)

@@ -53,6 +53,7 @@ def engine(config: DecodeConfig, with_head: bool = True) -> Engine:
         (DecodeConfig(total_tokens=-3), ["total_tokens -3"]),
         (DecodeConfig(depth=0), ["depth 0"]),
         (DecodeConfig(expand_by="prob"), ["'prob'", "value", "confidence"]),
+        (DecodeConfig(pad_trees="yes"), ["'yes'", "auto", "on", "off"]),
         (DecodeConfig(method="eagle1", static_paths=[[0], [0, 0, 1]]), ["[0, 0, 1]", "[0, 0]"]),
         (DecodeConfig(method="eagle1", static_paths=[]), ["empty"]),
     ],
@@ -268,7 +269,7 @@ def test_infer_conf_builds_decode_config_by_field_name():
     assert set(shared) <= set(infer_fields)
     assert all(getattr(InferConf(), n) == getattr(DecodeConfig(), n) for n in shared)
     values = dict(method="chain", depth=3, top_k=5, total_tokens=11, static_paths=[[0], [1]], expand_by="confidence",
-                  rerank=False, max_batch_size=7, batch_token_budget=13)
+                  rerank=False, max_batch_size=7, batch_token_budget=13, pad_trees="on")
     assert decode_config(InferConf(**values)) == DecodeConfig(**values)
     lookup = LookupConf(max_ngram=3, num_tokens=4)
     assert decode_config(InferConf(lookup=True), lookup) == DecodeConfig(lookup=True, lookup_conf=lookup)

@@ -382,3 +382,44 @@ def test_batched_greedy_verifier_equals_walking_each_tree():
             assert g.tested[b].nonzero()[:, 0].tolist() == tested
         deepest = max(deepest, int(g.accepted.max()))
     assert deepest >= 3  # some rows accept deep paths
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_padded_trees_match_vanilla_in_few_widths(path, monkeypatch):
+    """pad_trees=on: every verification forward is padded to a bucket width (tree.padded_width) and the output is
+    still vanilla's; the padding slots are never accepted. Without padding the same drafters verify more widths."""
+    from dataclasses import replace
+
+    from eagle_infer.tree import padded_width
+
+    seed, prompt_len, max_new = CASES[1]
+    target, head = target_and_head(seed, path=path)
+    prompt, expected = case(seed, prompt_len, max_new)
+    widths: list[int] = []
+    forward = type(target).forward
+
+    def recording(self, input_ids, *args, **kwargs):
+        widths.append(input_ids.shape[1])
+        return forward(self, input_ids, *args, **kwargs)
+
+    monkeypatch.setattr(type(target), "forward", recording)
+    seen = {}
+    for pad in ("on", "off"):
+        oracle = oracle_drafter(list(prompt) + list(expected), 6, branch=2, wrong_rate=0.5, vocab=VOCAB)
+        configs = [(replace(oracle.config(), pad_trees=pad), oracle),
+                   (DecodeConfig(method="eagle2", depth=4, top_k=4, total_tokens=20, pad_trees=pad), None)]
+        seen[pad] = set()
+        for config, drafter in configs:
+            widths.clear()
+            result = run(target, head, config, prompt, max_new, drafter=drafter)
+            assert result.tokens == list(expected), (pad, config.total_tokens)
+            if drafter is not None:
+                check_oracle_cycles(result, oracle)  # the padding slots took no acceptance away, nor added any
+            verified = widths[1:]  # after the prefill: root + nodes per cycle
+            assert len(verified) == len(result.cycles)
+            if pad == "on":
+                cap = config.tree_budget()
+                assert all(w - 1 == padded_width(c.tree_size, cap) for w, c in zip(verified, result.cycles))
+                assert {w - 1 for w in verified} <= {1, 2, 4, 8, 16, 32, cap}
+            seen[pad] |= {(config.total_tokens, w) for w in verified}
+    assert len(seen["on"]) < len(seen["off"])

@@ -384,3 +384,10 @@ def test_ancestor_masks_match_walking_up_the_parents():
                     j = row[j]
                 assert set(masks[b, i + 1].nonzero()[:, 0].tolist()) == expected
             assert masks[b, 0].nonzero()[:, 0].tolist() == [0]
+
+
+def test_padded_width_is_a_capped_power_of_two():
+    from eagle_infer.tree import padded_width
+
+    assert [padded_width(n, 20) for n in range(0, 21)] == [0, 1, 2, 4, 4] + [8] * 4 + [16] * 8 + [20] * 4
+    assert padded_width(7, 8) == 8 and padded_width(5, 5) == 5 and padded_width(9, 6) == 9  # never below n
