@@ -1,11 +1,13 @@
-"""`python -m eagle_train.cli recipes=NAME stage=featurize|train|plan|regenerate|export` (make train runs featurize,
-then train under the deepspeed launcher). `stage=plan` (make train DRY_RUN=1) prints the resolved plan and does
-nothing else. `stage=regenerate` only answers the prompts (e.g. on a GPU machine); `stage=export` writes the recipe's
-conversations to <features_dir>/conversations.jsonl, so another machine can use them as data.source."""
+"""`python -m eagle_train.cli recipes=NAME stage=featurize|train|plan|regenerate|export|heldout-questions` (make train
+runs featurize, then train under the deepspeed launcher). `stage=plan` (make train DRY_RUN=1) prints the resolved plan
+and does nothing else. `stage=regenerate` only answers the prompts (e.g. on a GPU machine); `stage=export` writes the
+recipe's conversations to <features_dir>/conversations.jsonl, so another machine can use them as data.source;
+`stage=heldout-questions` writes the held-out split's first turns as eval's question set `heldout`."""
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Optional
 
 import hydra
@@ -20,7 +22,7 @@ from .featurize import FeaturizeConfig
 from .train import HeadConf, TrainConfig
 
 log = logging.getLogger("eagle_train")
-STAGES = ("featurize", "train", "plan", "regenerate", "export")
+STAGES = ("featurize", "train", "plan", "regenerate", "export", "heldout-questions")
 
 
 @dataclass
@@ -91,6 +93,25 @@ def run_regenerate(cfg: TrainRunConf, target) -> None:
         log.info("%s: %d shards answered", name, done)
 
 
+def write_heldout_questions(cfg: TrainRunConf, target) -> Path:
+    """The held-out split's first user turns that regeneration answers, as the question file
+    <features_dir>/heldout/question.jsonl beside the held-out features: `python -m eval.cli bench.names=[heldout]
+    bench.data_dir=<features_dir>` decodes them, so a head's τ on its own training distribution stands beside its τ
+    on a benchmark."""
+    import json
+
+    from .regenerate import first_turn_questions
+
+    splits = dict(_splits(cfg))
+    if "heldout" not in splits:
+        raise EagleError(f"data.heldout is {cfg.data.heldout}: this recipe has no held-out split to write questions of")
+    questions = first_turn_questions(splits["heldout"], target, cfg.featurize.regenerate_settings())
+    path = Path(cfg.data.features_dir) / "heldout" / "question.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(q) + "\n" for q in questions))
+    return path
+
+
 def train_dtype(cfg: TrainConfig) -> str:
     """The dtype the target is loaded in for training: the DeepSpeed config's precision."""
     from .train import read_ds_config
@@ -145,6 +166,9 @@ def main(cfg) -> None:
     target = load_target(conf.model.name, dtype, conf.model.device, "off" if training else conf.model.pack)
     if conf.stage == "featurize":
         run_featurize(conf, target)
+    elif conf.stage == "heldout-questions":
+        path = write_heldout_questions(conf, target)
+        log.info("wrote %s (eval: bench.names=[heldout] bench.data_dir=%s)", path, conf.data.features_dir)
     elif conf.stage == "regenerate":
         run_regenerate(conf, target)
     else:

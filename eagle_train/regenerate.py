@@ -57,6 +57,23 @@ def conversations_fingerprint(conversations: list[list[Message]]) -> str:
     return hashlib.sha1(json.dumps([[(m.role, m.content) for m in c] for c in conversations]).encode()).hexdigest()
 
 
+def fits(prompt: list[int], settings: RegenerateSettings) -> bool:
+    """Whether a prompt leaves max_new_tokens of max_length for its answer (regeneration answers only those)."""
+    return len(prompt) <= settings.max_length - settings.max_new_tokens
+
+
+def first_turn_questions(conversations: list[list[Message]], target, settings: RegenerateSettings) -> list[dict]:
+    """FastChat questions ({"question_id", "category", "turns"}) of the first user turns that regeneration answers,
+    question_id the conversation's index: eval then decodes the prompts a head was trained on the answers to."""
+    questions = []
+    for i, conv in enumerate(conversations):
+        chat = [m for m in conv[:1] if m.role == "system"]
+        user = next((m for m in conv if m.role == "user"), None)
+        if user is not None and fits(prompt_ids(target.tokenizer, chat + [user], target.template), settings):
+            questions.append({"question_id": str(i), "category": "heldout", "turns": [user.content]})
+    return questions
+
+
 def answer_turns(conversations: list[list[Message]], engine, settings: RegenerateSettings, batch_size: int) -> list[list[Message] | None]:
     """Each conversation's system message and first `turns` user turns, every user turn answered greedily by the
     engine (continuous batching over all conversations of a turn). A conversation whose first prompt would leave
@@ -64,14 +81,13 @@ def answer_turns(conversations: list[list[Message]], engine, settings: Regenerat
     target = engine.target
     users = [[m for m in conv if m.role == "user"][: settings.turns] for conv in conversations]
     chats: list[list[Message] | None] = [[m for m in conv[:1] if m.role == "system"] for conv in conversations]
-    room = settings.max_length - settings.max_new_tokens
     stops = stop_ids(target)
     for turn in range(max((len(u) for u in users), default=0)):
         prompts = {}
         for i, u in enumerate(users):
             if chats[i] is not None and turn < len(u):
                 ids = prompt_ids(target.tokenizer, chats[i] + [u[turn]], target.template)
-                if len(ids) <= room:
+                if fits(ids, settings):
                     prompts[i] = ids
                 elif turn == 0:
                     chats[i] = None

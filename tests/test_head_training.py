@@ -284,6 +284,18 @@ def test_regeneration_answers_with_the_engine_and_is_reused(tiny_smol, tmp_path,
         regenerated_shard(convs[::-1], 0, tmp_path, engine, settings, batch_size=4)
 
 
+def test_heldout_questions_are_the_first_turns_regeneration_answers(tiny_smol):
+    """stage=heldout-questions: the first user turn of each conversation whose prompt leaves room for an answer, keyed
+    by the conversation's index, in the FastChat shape eval reads."""
+    from eagle_train.regenerate import first_turn_questions
+
+    convs = conversations(3) + [[Message("user", "word " * 200), Message("assistant", "ok")]] + conversations(1)
+    settings = RegenerateSettings(fraction=1.0, turns=1, max_new_tokens=8, max_length=96)
+    questions = first_turn_questions(convs, tiny_smol, settings)
+    assert [q["question_id"] for q in questions] == ["0", "1", "2", "4"]  # the overlong prompt (3) is left out
+    assert questions[1] == {"question_id": "1", "category": "heldout", "turns": [convs[1][0].content]}
+
+
 def test_train_fused_head_with_ttt_then_decode_losslessly(tiny_smol6, deepspeed_cpu_env, tmp_path):
     convs = conversations(12)
     featurize(convs[:10], tiny_smol6, tmp_path / "train", FEAT)
