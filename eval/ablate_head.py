@@ -107,19 +107,29 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
+def row_overrides(spec: dict, name: str, row: dict) -> tuple[list[str], list[Path]]:
+    """(the overrides a row trains with on top of recipes/<name>.yaml, later ones winning; its feature directories).
+    The row's own overrides come after the spec's shared ones; `fixed` and `more` name feature directories."""
+    args = [f"train.max_loss_tokens={row['loss_tokens']}", *spec.get("train", []),
+            *(a for a in row["overrides"] if a not in ("fixed", "more"))]
+    feats = [features_dir(name) / "train"]
+    if "fixed" in row["overrides"]:  # ShareGPT's own answers (_fixed_features makes them)
+        feats = [Path(spec["fixed_features"]) / "train"]
+        args.append(f"train.features={feats[0]}")
+    if "more" in row["overrides"]:  # the second part of the data, featurized by its own recipe
+        feats.append(features_dir(spec["more_features"]) / "train")
+        args.append(f"train.extra_features=[{feats[-1]}]")
+    return args, feats
+
+
 def train_row(spec: dict, name: str, row: dict) -> str:
     """Train the row's head unless done; returns "done" or why it is pending."""
     out = OUT / row["name"]
     if (out / "summary.json").exists():
         return "done"
-    args = [a for a in row["overrides"] if a not in ("fixed", "more")]
-    feats = [features_dir(name) / "train"]
+    args, feats = row_overrides(spec, name, row)
     if "fixed" in row["overrides"]:
-        feats = [_fixed_features(spec, name)]
-        args.append(f"train.features={feats[0]}")
-    if "more" in row["overrides"]:  # the second part of the data, featurized by its own recipe
-        feats.append(features_dir(spec["more_features"]) / "train")
-        args.append(f"train.extra_features=[{feats[-1]}]")
+        _fixed_features(spec, name)
     have = sum(_loss_tokens(f) for f in feats)
     if have < row["loss_tokens"]:
         where = " + ".join(str(f) for f in feats)
@@ -127,8 +137,7 @@ def train_row(spec: dict, name: str, row: dict) -> str:
     launcher = str(Path(sys.executable).parent / "deepspeed")
     _run([launcher, "--num_gpus", "1", "--master_port", str(_free_port()), "--no_local_rank", "--module",
           "eagle_train.cli", f"recipes={name}",
-          "stage=train", f"train.out_dir={out}", f"train.max_loss_tokens={row['loss_tokens']}",
-          "train.wandb_mode=disabled", *spec.get("train", []), *args], OUT / "logs" / f"{row['name']}.log")
+          "stage=train", f"train.out_dir={out}", "train.wandb_mode=disabled", *args], OUT / "logs" / f"{row['name']}.log")
     return "done"
 
 

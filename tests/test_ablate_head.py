@@ -25,6 +25,21 @@ def test_shipped_spec_rows_compose():
         ab.load_spec("nope")
 
 
+def test_shipped_recipe_is_its_ablation_row():
+    """recipes/smollm2-135m-shipped.yaml states the settings of the row it ships (layers2-all-cosine-2400k) a second
+    time, so a recipe for `make train`; composed, the two must train the same head on the same data."""
+    from omegaconf import OmegaConf
+
+    spec = ab.load_spec("smollm2-135m")
+    row = next(r for r in spec["rows"] if r["name"] == "layers2-all-cosine-2400k")
+    args, _ = ab.row_overrides(spec, "smollm2-135m", row)
+    composed = OmegaConf.to_container(OmegaConf.merge(ab.recipe("smollm2-135m"), OmegaConf.from_dotlist(args)))
+    shipped = ab.recipe("smollm2-135m-shipped")
+    for group in ("model", "data", "featurize", "train", "head"):
+        assert composed.get(group) == shipped.get(group), group
+    assert composed["train"]["epochs"] == 5 and composed["head"]["layers"] == 2  # the row's own, over the spec's 2
+
+
 def test_families_group_data_sizes():
     assert [ab.family(n) for n in ("regen-100k", "regen-300k", "baseline", "ttt3-100k", "ttt3", "eagle3-100k",
                                    "all-cosine-2400k")] == [
