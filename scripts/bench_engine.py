@@ -313,7 +313,7 @@ def bench_dtype(dtype: str, args) -> dict:
     bare_fast = (statistics.median(bare_1_fast), statistics.median(bare_n_fast)) if fast else None
 
     engine = {}
-    for prefix in methods:
+    for prefix, (_, eagle2, _) in methods.items():
         v, e = f"{prefix} vanilla", f"{prefix} eagle2"
         step, per_level = runs.step_ms(v, "verify"), runs.step_ms(e, "per_level")
         one, n = bare_fast if prefix == "compiled" else (bare_1, bare_n)  # each against its own target's forwards
@@ -326,6 +326,7 @@ def bench_dtype(dtype: str, args) -> dict:
             "vanilla_tok_s": runs.tok_s(v), "eagle2_tok_s": runs.tok_s(e), "eagle2_vs_vanilla": runs.tok_s(e) / runs.tok_s(v),
             "vanilla_vs_hf": runs.tok_s(v) / runs.tok_s("hf_generate"),
             "vanilla_vs_hf_unpacked": runs.tok_s(v) / runs.tok_s("hf_generate_unpacked") if plain else None, "eagle2_tau": statistics.mean(runs.data[e]["tau"]),
+            "trees_padded": getattr(eagle2, "pad_trees", False),  # a baseline checkout may predate infer.pad_trees
             "eagle2_identical_to_vanilla": sum(a == b for a, b in zip(runs.data[e]["outputs"], runs.data[v]["outputs"])),
         }
     return {
@@ -407,6 +408,7 @@ def print_tables(r: dict) -> None:
             lambda e: f"{e['vanilla_vs_hf_unpacked']:.2f}x")] if r["packed"] else []),
         ("EAGLE-2 tok/s (vs vanilla)", lambda e: f"{e['eagle2_tok_s']:.1f} ({e['eagle2_vs_vanilla']:.2f}x)"),
         ("EAGLE-2 τ", lambda e: f"{e['eagle2_tau']:.2f}"),
+        ("EAGLE-2 trees padded to a few widths (infer.pad_trees)", lambda e: "yes" if e["trees_padded"] else "no"),
         ("EAGLE-2 = vanilla output", lambda e: f"{e['eagle2_identical_to_vanilla']}/{r['prompts']}"),
     ]
     print("| | " + " | ".join(cols) + " |\n|---|" + "---|" * len(cols))
