@@ -1,7 +1,8 @@
 """The target's forward compiled by torch.compile (`infer.compile=true`): inductor with freezing (weights folded in
 as constants and packed for oneDNN on a CPU, elementwise ops fused), CUDA graphs on a GPU (the KV cache's buffers are
-marked static, so writing them in place does not stop capture). The draft head drafts eagerly: compiling its step
-did not pay on the CPU measured (README, "Compiled forward").
+marked static, so writing them in place does not stop capture). On a GPU the draft head's step is compiled too
+(compile_head, chosen by draft_head.for_target): a level is launch-bound there. On a CPU the head drafts eagerly:
+compiling its step did not pay on the CPU measured (README, "Compiled forward").
 
 It runs over a static KV cache (kv_cache.KVCache with static=True): attention spans every preallocated slot under
 an additive mask and the write slots arrive as tensors, so nothing the graph reads changes between steps. The
@@ -87,6 +88,12 @@ class CompiledForward:
         if self.compiles > before:
             self.compile_s += time.perf_counter() - start
         return out
+
+
+def compile_head(head) -> None:
+    """Draft through the head's step compiled: its `layers_forward` (inputs, fc, decoder layers) over static caches,
+    which head.new_cache then makes; the draft logits and top-k stay eager. A failed compile drafts eagerly."""
+    head.compiled = CompiledForward(head, type(head).layers_forward, head.target.device, "the draft head's step")
 
 
 def _first_line(err: BaseException) -> str:

@@ -28,8 +28,9 @@ import torch
 
 SIZES = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128)  # verified tokens per forward at which the forward is timed
 # Part of every cache key: raise it when a change to the engine changes what a forward or a draft level costs (2: the
-# lean drafting step), so cost models measured before are measured again rather than reused.
-COST_REVISION = 2
+# lean drafting step; 3: the head's step compiled beside a target compiled on a GPU), so cost models measured before
+# are measured again rather than reused.
+COST_REVISION = 3
 
 
 def machine_key(device: torch.device) -> dict:

@@ -157,6 +157,8 @@ class DraftHead(nn.Module):
         self._sub_weight = self._sub_packed = None
         self._lean, self._lean_weights, self._lean_key = [], [], None  # see _lean_layers
         self._rope = RopeTable(self.rotary)
+        # The drafting step compiled (compile_head: a target compiled on a GPU), over static caches; None: eager.
+        self.compiled = None
 
     def set_draft_vocab(self, token_ids: torch.Tensor) -> None:
         """Draft from these token ids only ([Vd] long, distinct); Vd must equal config.draft_vocab_size."""
@@ -195,8 +197,15 @@ class DraftHead(nn.Module):
         return self._target[0]
 
     def new_cache(self, batch: int, max_len: int) -> KVCache:
+        """A cache of at least max_len positions: static and rounded up to STATIC_ROUND when the step is compiled."""
+        if self.compiled is None:
+            return KVCache(self.config.layers, *self.target.kv_shape(batch)[1:], max_len, self._weight.dtype,
+                           self._weight.device)
+        from .compiled import STATIC_ROUND
+
+        max_len = -(-max_len // STATIC_ROUND) * STATIC_ROUND
         return KVCache(self.config.layers, *self.target.kv_shape(batch)[1:], max_len, self._weight.dtype,
-                       self._weight.device)
+                       self._weight.device, static=True)
 
     def forward(
         self,
@@ -212,8 +221,29 @@ class DraftHead(nn.Module):
         With a cache (a KVCache, or any transformers Cache such as the training-time test's DynamicCache), the T
         new keys/values are written after what it holds; mask is additive [B or 1, 1, T, held + T]. Without a cache
         (training), mask is [B or 1, 1, T, T] or None for causal. Drafting (a KVCache, no gradients) runs the
-        layers' lean step (eagle_infer.lean_layer), the same function in fewer ops.
+        layers' lean step (eagle_infer.lean_layer), the same function in fewer ops; over a static cache (a compiled
+        step, compile_head) the compiled `layers_forward` under the mask widened to every slot.
         """
+        if isinstance(cache, KVCache) and cache.static:
+            t = tokens.shape[1]
+            mask = cache.static_mask(mask, t, features.dtype)
+            if self.compiled is None:
+                return self.layers_forward(features, tokens, positions, mask, cache.hf)
+            if t > 1:  # one graph for any number of nodes at once (one node stays a graph of its own)
+                for x, dim in ((features, 1), (tokens, 1), (positions, 1), (mask, 2)):
+                    torch._dynamo.maybe_mark_dynamic(x, dim)
+            torch._dynamo.maybe_mark_dynamic(mask, 3)  # and for any cache length
+            return self.compiled(features, tokens, positions, mask, cache.hf)
+        if mask is None and cache is None:
+            mask = causal_mask(0, features.shape[1], features.dtype, features.device)
+        if isinstance(cache, KVCache) and not torch.is_grad_enabled() and self._lean_layers():
+            features, embeds = self._inputs(features, tokens)
+            return lean_run(self._lean, self._rope, self.fc(torch.cat((embeds, features), dim=-1)), positions,
+                            cache.hf.layers, mask)[0]
+        return self.layers_forward(features, tokens, positions, mask, getattr(cache, "hf", cache))
+
+    def _inputs(self, features: torch.Tensor, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(features [B, T, H], token embeddings [B, T, H]): a fused head's inputs projected, input_mode applied."""
         if features.shape[-1] != self.config.hidden_size:
             if self.fuse is None:
                 raise EagleError(
@@ -227,13 +257,14 @@ class DraftHead(nn.Module):
             features = torch.zeros_like(features)
         elif mode == "feature":
             embeds = torch.zeros_like(embeds)
-        if mask is None and cache is None:
-            mask = causal_mask(0, features.shape[1], features.dtype, features.device)
-        if isinstance(cache, KVCache) and not torch.is_grad_enabled() and self._lean_layers():
-            return lean_run(self._lean, self._rope, self.fc(torch.cat((embeds, features), dim=-1)), positions,
-                            cache.hf.layers, mask)[0]
+        return features, embeds
+
+    def layers_forward(self, features: torch.Tensor, tokens: torch.Tensor, positions: torch.Tensor,
+                       mask: torch.Tensor | None, past) -> torch.Tensor:
+        """`forward` through transformers' decoder layers over a transformers Cache `past` (or None), the mask as
+        given -> [B, T, H]: training's path, and what compile_head compiles."""
+        features, embeds = self._inputs(features, tokens)
         cos_sin = self.rotary(features, positions)
-        past = getattr(cache, "hf", cache)
         if self.fc is None:  # eagle3
             return self.layers[0](embeds, features, attention_mask=mask, position_ids=positions,
                                   past_key_values=past, position_embeddings=cos_sin)
@@ -297,7 +328,7 @@ def random_head(target, seed: int = 0, input_mode: str = "feature+shifted_token"
     config.layers, config.feature_layers = layers, list(feature_layers or [])
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        return DraftHead(config, target).eval()
+        return for_target(DraftHead(config, target).eval(), target)
 
 
 # Key names of the published EAGLE-1/EAGLE-2 heads (pytorch_model.bin or model.safetensors + a LlamaConfig-style
@@ -409,6 +440,17 @@ def load_head(directory: str | Path, target) -> DraftHead:
         raise EagleError(
             f"draft head {where} does not fit the target's layer: missing {missing[:3]}, unexpected {unexpected[:3]}"
         )
-    if target.packed:  # (a compiled target's head drafts eagerly: compiling its step did not pay, see README)
+    if target.packed:
         head.pack()
-    return head.eval()
+    return for_target(head.eval(), target)
+
+
+def for_target(head: DraftHead, target) -> DraftHead:
+    """The head as it drafts for `target`: its step compiled (CUDA graphs) when the target's forward is compiled on
+    a GPU, where a level's hundreds of kernel launches cost more than its products; eager on a CPU, where
+    compiling the step did not pay (README, "Compiled forward")."""
+    if target.compiled is not None and target.device.type == "cuda":
+        from .compiled import compile_head
+
+        compile_head(head)
+    return head

@@ -108,3 +108,40 @@ def test_feature_layers_outside_the_target_are_one_line_errors(pair):
         cache = target.new_cache(1, 8)
         with pytest.raises(EagleError, match=r"^feature layer 6 is invalid: the target has decoder layers 0\.\.5$"):
             target.forward(torch.tensor([[1, 2]]), torch.arange(2)[None], cache, feature_layers=(1, 6))
+
+
+@pytest.mark.skipif(not HAS_COMPILER, reason="no C++ compiler: inductor falls back to eager")
+def test_compiled_head_step_drafts_losslessly_with_no_graph_after_warm_up(pair):
+    """The head's step compiled (what draft_head.for_target does for a target compiled on a GPU, forced here on the
+    CPU): it predicts what the eager head does over a static cache, every drafter's greedy output is vanilla's, and
+    more requests compile no graph."""
+    from eagle_infer.compiled import compile_head
+    from eagle_infer.drafting import DraftRoot, TreeFeeder
+
+    eager, fast = pair
+    plain, head = random_head(fast, seed=5, layers=2), random_head(fast, seed=5, layers=2)
+    assert head.compiled is None  # a CPU target: the head drafts eagerly unless asked
+    compile_head(head)
+    assert head.new_cache(1, 10).static and head.new_cache(1, 10).max_len == STATIC_ROUND
+    feats = torch.randn(1, 9, 64, generator=torch.Generator().manual_seed(2))
+    levels = []
+    for h in (plain, head):  # a prompt pass, then one tree level of 3 nodes under an ancestor mask
+        cache = h.new_cache(1, 20)
+        prompt = h(feats, torch.arange(1, 10)[None], torch.arange(9)[None], cache, None)
+        cache.advance(9)
+        feeder = TreeFeeder(h, cache, DraftRoot(prompt[:, -1], [3], [9], [0]))
+        levels.append((prompt, feeder.feed(torch.full((1, 3), -1), torch.tensor([[4, 5, 6]]), 1)))
+    for a, b in zip(*levels):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+    configs = [DecodeConfig(method="eagle2", depth=3, top_k=4, total_tokens=10), DecodeConfig(method="eagle1"),
+               DecodeConfig(method="chain", depth=4)]
+    engines = [Engine(fast, head, c) for c in configs]
+    for engine in engines:
+        for prompt in ([5, 6, 7], list(range(20, 45))):
+            engine.generate(prompt, 12)
+    warm = head.compiled.compiles
+    assert warm >= 2 and not head.compiled.failed
+    prompts = [[9], list(range(30, 41)), list(range(1, 60, 2))]
+    for engine in engines:
+        assert [engine.generate(p, 15).tokens for p in prompts] == [vanilla_tokens(eager, p, 15) for p in prompts]
+    assert head.compiled.compiles == warm
