@@ -2,13 +2,15 @@
 
 Rows come from conf/ablate/<recipe>.yaml. Each row trains a head (`eagle_train.cli stage=train` under the deepspeed
 launcher, the same command as `make train`, with the row's overrides and a cap on training loss tokens), then
-measures τ on MT-bench first turns with the default EAGLE-2 tree through `eval.cli`. Every step resumes: a trained
+measures τ on MT-bench first turns with the default EAGLE-2 tree through `eval.cli`, and τ on as many of the recipe's
+held-out first turns (question set `heldout`: the head's own distribution, so the two τ separate what the head
+learned from how far MT-bench lies from its data). Every step resumes: a trained
 row (summary.json) is not retrained, an interrupted one continues from its DeepSpeed checkpoint, τ records resume.
 A row whose features hold fewer loss tokens than it asks for is reported as pending, never trained on less.
 
 Everything lives under the cache root ($EAGLE_CACHE or ~/.cache/eagle-toolkit)/ablate-head, so rows that take
 hours resume across sessions and checkouts: one directory per row (its DeepSpeed checkpoints, head, summary.json,
-τ records) and table.md|csv (held-out top-1 and simulated 0-α..6-α on the one held-out split, τ,
+τ records) and table.md|csv (held-out top-1 and simulated 0-α..6-α on the one held-out split, both τ,
 training time), tau_vs_tokens.png (τ against training loss tokens per family of rows), and coverage.md: the share
 of the target's held-out argmax tokens inside draft vocabularies of 4k..32k ids, which justifies the recipe's size.
 """
@@ -141,43 +143,61 @@ def train_row(spec: dict, name: str, row: dict) -> str:
     return "done"
 
 
-def tau_run(row: dict) -> str:
-    return f"{row['name']}-tau"
+HELDOUT = "heldout"  # the second τ's question set: the recipe's held-out prompts (eagle_train.cli stage=heldout-questions)
 
 
-def tau_row(spec: dict, name: str, row: dict) -> float | None:
-    """Measure τ of the row's head on the spec's benchmark (records resume; a complete set is not rerun)."""
+def tau_run(row: dict, bench: str = "") -> str:
+    """The eval run of a row's τ on the spec's benchmark (bench ""), or on another question set."""
+    return f"{row['name']}-tau" + (f"-{bench}" if bench else "")
+
+
+def heldout_questions(name: str) -> Path:
+    """The recipe's held-out first turns as eval's question set `heldout`, written once beside its held-out features."""
+    path = features_dir(name) / HELDOUT / "question.jsonl"
+    if not path.exists():
+        _run([sys.executable, "-m", "eagle_train.cli", f"recipes={name}", "stage=heldout-questions"],
+             OUT / "logs" / "heldout-questions.log")
+    return path
+
+
+def tau_row(spec: dict, name: str, row: dict, bench: str = "") -> float | None:
+    """Measure τ of the row's head on the spec's benchmark, or with bench=HELDOUT on the recipe's held-out prompts
+    (records resume; a complete set is not rerun)."""
     from eval.records import read_records
 
     model = recipe(name)["model"]["name"]
     ev = spec["eval"]
-    records = OUT / tau_run(row) / "records.jsonl"
+    records = OUT / tau_run(row, bench) / "records.jsonl"
     if records.exists() and len(read_records(records)) >= ev["questions"]:
-        return recorded_tau(row)
+        return recorded_tau(row, bench)
+    questions = [f"bench.names=[{ev['bench']}]"]
+    if bench == HELDOUT:
+        questions = [f"bench.names=[{HELDOUT}]", f"bench.data_dir={heldout_questions(name).parent.parent}"]
     # Unpacked weights (model.pack=off): τ is a property of the head, so it must not depend on the CPU's kernels.
     _run([sys.executable, "-m", "eval.cli", f"model.name={model}", "model.pack=off", f"results_dir={OUT}",
-          f"run={tau_run(row)}",
+          f"run={tau_run(row, bench)}",
           "methods=[eagle2]",
-          f"infer.head={OUT / row['name'] / 'head'}", f"bench.names=[{ev['bench']}]", f"bench.limit={ev['questions']}",
+          f"infer.head={OUT / row['name'] / 'head'}", *questions, f"bench.limit={ev['questions']}",
           "bench.max_turns=1", f"infer.max_new_tokens={ev['max_new_tokens']}", "wandb.mode=disabled"],
-         OUT / "logs" / f"{row['name']}-tau.log")
-    return recorded_tau(row)
+         OUT / "logs" / f"{tau_run(row, bench)}.log")
+    return recorded_tau(row, bench)
 
 
-def recorded_tau(row: dict) -> float | None:
-    """τ over every cycle of the row's τ records, None before any."""
+def recorded_tau(row: dict, bench: str = "") -> float | None:
+    """τ over every cycle of the row's τ records (on the spec's benchmark, or `bench`), None before any."""
     from eval.metrics import tau
     from eval.records import read_records
 
-    records = OUT / tau_run(row) / "records.jsonl"
+    records = OUT / tau_run(row, bench) / "records.jsonl"
     return tau([c for r in read_records(records) for c in r["cycles"]]) if records.exists() else None
 
 
-def row_result(row: dict, status: str, tau_value: float | None) -> dict:
+def row_result(row: dict, status: str, tau_value: float | None, tau_heldout: float | None = None) -> dict:
     summary_path = OUT / row["name"] / "summary.json"
     summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
     result = {"row": row["name"], "status": status, "loss_tokens": summary.get("loss_tokens"),
               "epochs": summary.get("epochs"), "top1": summary.get("heldout/top1"), "tau": tau_value,
+              "tau_heldout": tau_heldout,
               "train_min": summary["train_s"] / 60 if "train_s" in summary else None}
     for k in range(ALPHA_STEPS):
         result[f"alpha_{k}"] = summary.get(f"heldout/alpha_{k}")
@@ -192,17 +212,20 @@ def _fmt(value, digits: int = 3) -> str:
 
 def write_table(results: list[dict]) -> str:
     OUT.mkdir(parents=True, exist_ok=True)
-    columns = ["row", "loss_tokens", "epochs", "top1"] + [f"alpha_{k}" for k in range(ALPHA_STEPS)] + ["tau", "train_min", "status"]
+    columns = (["row", "loss_tokens", "epochs", "top1"] + [f"alpha_{k}" for k in range(ALPHA_STEPS)]
+               + ["tau", "tau_heldout", "train_min", "status"])
     with (OUT / "table.csv").open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=columns)
         writer.writeheader()
         writer.writerows({c: r.get(c) for c in columns} for r in results)
-    head = ["row", "loss tokens", "epochs", "held-out top-1"] + [f"{k}-α" for k in range(ALPHA_STEPS)] + ["τ", "train min", ""]
+    head = (["row", "loss tokens", "epochs", "held-out top-1"] + [f"{k}-α" for k in range(ALPHA_STEPS)]
+            + ["τ", "τ held-out prompts", "train min", ""])
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in results:
         cells = [r["row"], _fmt(r["loss_tokens"]), _fmt(r["epochs"]), _fmt(r["top1"])]
         cells += [_fmt(r[f"alpha_{k}"]) for k in range(ALPHA_STEPS)]
-        cells += [_fmt(r["tau"], 2), _fmt(r["train_min"], 1), "" if r["status"] == "done" else r["status"]]
+        cells += [_fmt(r["tau"], 2), _fmt(r.get("tau_heldout"), 2), _fmt(r["train_min"], 1),
+                  "" if r["status"] == "done" else r["status"]]
         lines.append("| " + " | ".join(cells) + " |")
     markdown = "\n".join(lines) + "\n"
     (OUT / "table.md").write_text(markdown)
@@ -295,11 +318,12 @@ def main(argv: list[str] | None = None) -> None:
         for row in spec["rows"]:
             if (not wanted or row["name"] in wanted) and not args.table_only:
                 status = train_row(spec, args.recipe, row)
-                tau_value = tau_row(spec, args.recipe, row) if status == "done" else None
+                done = status == "done"
+                taus = [tau_row(spec, args.recipe, row, b) if done else None for b in ("", HELDOUT)]
             else:
                 status = "done" if (OUT / row["name"] / "summary.json").exists() else "not run"
-                tau_value = recorded_tau(row)
-            results.append(row_result(row, status, tau_value))
+                taus = [recorded_tau(row, b) for b in ("", HELDOUT)]
+            results.append(row_result(row, status, *taus))
             write_table(results)
         print(write_table(results))
         picture = plot(results)

@@ -77,11 +77,36 @@ def test_trained_row_is_not_retrained_and_table_reads_its_summary(out, monkeypat
     (out / "r" / "summary.json").write_text(json.dumps(summary))
     monkeypatch.setattr(ab, "_run", lambda *a, **k: pytest.fail("a trained row is not retrained"))
     assert ab.train_row({"train": []}, "smollm2-135m", row) == "done"
-    result = ab.row_result(row, "done", 1.75)
+    result = ab.row_result(row, "done", 1.75, 2.5)
     table = ab.write_table([result, ab.row_result({"name": "p"}, "pending: no data", None)])
-    assert "| r | 101 | 2 | 0.500 | 0.000 | 0.100 |" in table and "| 1.75 | 2.0 |" in table
+    assert "| r | 101 | 2 | 0.500 | 0.000 | 0.100 |" in table and "| 1.75 | 2.50 | 2.0 |" in table
     assert "pending: no data" in table and (out / "table.csv").exists()
     assert ab.plot([result]) is not None and (out / "tau_vs_tokens.png").exists()
+
+
+def test_second_tau_decodes_the_recipes_heldout_prompts(out, monkeypatch, tmp_path):
+    """τ on held-out prompts: the question set is written once by stage=heldout-questions beside the held-out
+    features, then eval decodes it (bench.names=[heldout], that features directory as bench.data_dir)."""
+    monkeypatch.setattr(ab, "features_dir", lambda name: tmp_path / "feats")
+    runs = []
+
+    def fake_run(cmd, log_path):
+        runs.append(cmd)
+        if "stage=heldout-questions" in cmd:
+            (tmp_path / "feats" / "heldout").mkdir(parents=True)
+            (tmp_path / "feats" / "heldout" / "question.jsonl").write_text("{}\n")
+
+    monkeypatch.setattr(ab, "_run", fake_run)
+    spec = {"eval": {"bench": "mt_bench", "questions": 10, "max_new_tokens": 128}}
+    row = {"name": "r", "loss_tokens": 100, "overrides": []}
+    assert ab.tau_row(spec, "smollm2-135m", row, ab.HELDOUT) is None  # fake runs write no records
+    ab.tau_row(spec, "smollm2-135m", row, ab.HELDOUT)
+    assert sum("stage=heldout-questions" in cmd for cmd in runs) == 1  # written once
+    evals = [cmd for cmd in runs if "eval.cli" in cmd]
+    assert len(evals) == 2 and "bench.names=[heldout]" in evals[0] and "run=r-tau-heldout" in evals[0]
+    assert f"bench.data_dir={tmp_path / 'feats'}" in evals[0]
+    ab.tau_row(spec, "smollm2-135m", row)
+    assert "bench.names=[mt_bench]" in runs[-1] and "run=r-tau" in runs[-1]
 
 
 def test_unknown_row_is_one_line_error(capsys, monkeypatch, tmp_path):
