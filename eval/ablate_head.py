@@ -240,10 +240,11 @@ def family(name: str) -> str:
 
 
 def plot(results: list[dict]) -> Path | None:
-    points: dict[str, list[tuple[int, float]]] = {}
+    """τ against training loss tokens per family: MT-bench solid, the recipe's held-out prompts dashed (same colour)."""
+    points: dict[str, list[tuple[int, float, float | None]]] = {}
     for r in results:
         if r["tau"] is not None and r["loss_tokens"] and not r["row"].startswith("fixed"):
-            points.setdefault(family(r["row"]), []).append((r["loss_tokens"], r["tau"]))
+            points.setdefault(family(r["row"]), []).append((r["loss_tokens"], r["tau"], r.get("tau_heldout")))
     if not points:
         return None
     import matplotlib
@@ -254,10 +255,13 @@ def plot(results: list[dict]) -> Path | None:
     fig, ax = plt.subplots(figsize=(6, 4))
     for name, pts in sorted(points.items()):
         pts.sort()
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=name)
+        line = ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=name)[0]
+        held = [(p[0], p[2]) for p in pts if p[2] is not None]
+        if held:
+            ax.plot([p[0] for p in held], [p[1] for p in held], marker="x", linestyle="--", color=line.get_color())
     ax.set_xscale("log")
     ax.set_xlabel("training loss tokens")
-    ax.set_ylabel("τ (MT-bench first turns, EAGLE-2 default tree)")
+    ax.set_ylabel("τ, default tree (—: MT-bench, --: held-out)")
     ax.legend()
     ax.grid(alpha=0.3)
     path = OUT / "tau_vs_tokens.png"
