@@ -25,6 +25,22 @@ log = logging.getLogger(__name__)
 STATIC_ROUND = 256  # a static cache's length is rounded up to a multiple of this, so requests share graphs
 
 
+def static_length(max_len: int) -> int:
+    """A static cache's length for at least max_len positions: rounded up to STATIC_ROUND."""
+    return -(-max_len // STATIC_ROUND) * STATIC_ROUND
+
+
+def mark_dynamic_step(mask: torch.Tensor, *inputs: torch.Tensor) -> None:
+    """Before a compiled forward over a static cache: with several new tokens, the inputs' token dimension (1) and
+    the mask's query dimension (2) are dynamic, so one graph serves any number of tokens at once (one token stays
+    a graph of its own); the mask's key dimension (3) is dynamic for any cache length."""
+    if mask.shape[2] > 1:
+        for x in inputs:
+            torch._dynamo.maybe_mark_dynamic(x, 1)
+        torch._dynamo.maybe_mark_dynamic(mask, 2)
+    torch._dynamo.maybe_mark_dynamic(mask, 3)
+
+
 class _Bound(torch.nn.Module):
     """fn(module, *args) as a module over `module`: reached through a module, the weights are parameters that
     freezing folds in and packs (reached through a plain object they would stay graph inputs)."""

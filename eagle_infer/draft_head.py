@@ -197,15 +197,13 @@ class DraftHead(nn.Module):
         return self._target[0]
 
     def new_cache(self, batch: int, max_len: int) -> KVCache:
-        """A cache of at least max_len positions: static and rounded up to STATIC_ROUND when the step is compiled."""
-        if self.compiled is None:
-            return KVCache(self.config.layers, *self.target.kv_shape(batch)[1:], max_len, self._weight.dtype,
-                           self._weight.device)
-        from .compiled import STATIC_ROUND
+        """A cache of at least max_len positions: static and rounded up (compiled.static_length) when the step is
+        compiled."""
+        from .compiled import static_length
 
-        max_len = -(-max_len // STATIC_ROUND) * STATIC_ROUND
-        return KVCache(self.config.layers, *self.target.kv_shape(batch)[1:], max_len, self._weight.dtype,
-                       self._weight.device, static=True)
+        static = self.compiled is not None
+        return KVCache(self.config.layers, *self.target.kv_shape(batch)[1:],
+                       static_length(max_len) if static else max_len, self._weight.dtype, self._weight.device, static)
 
     def forward(
         self,
@@ -225,14 +223,12 @@ class DraftHead(nn.Module):
         step, compile_head) the compiled `layers_forward` under the mask widened to every slot.
         """
         if isinstance(cache, KVCache) and cache.static:
-            t = tokens.shape[1]
-            mask = cache.static_mask(mask, t, features.dtype)
+            mask = cache.static_mask(mask, tokens.shape[1], features.dtype)
             if self.compiled is None:
                 return self.layers_forward(features, tokens, positions, mask, cache.hf)
-            if t > 1:  # one graph for any number of nodes at once (one node stays a graph of its own)
-                for x, dim in ((features, 1), (tokens, 1), (positions, 1), (mask, 2)):
-                    torch._dynamo.maybe_mark_dynamic(x, dim)
-            torch._dynamo.maybe_mark_dynamic(mask, 3)  # and for any cache length
+            from .compiled import mark_dynamic_step
+
+            mark_dynamic_step(mask, features, tokens, positions)
             return self.compiled(features, tokens, positions, mask, cache.hf)
         if mask is None and cache is None:
             mask = causal_mask(0, features.shape[1], features.dtype, features.device)

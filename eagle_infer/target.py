@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from .compiled import STATIC_ROUND, CompiledForward
+from .compiled import CompiledForward, mark_dynamic_step, static_length
 from .errors import EagleError
 from .kv_cache import KVCache
 from .lean_layer import RopeTable, fused_bytes, lean_layer
@@ -260,8 +260,7 @@ class Target:
         """A cache of at least max_len positions: static and rounded up to STATIC_ROUND when compiled."""
         if self.compiled is None:
             return KVCache(*self.kv_shape(batch), max_len, self.dtype, self.device)
-        max_len = -(-max_len // STATIC_ROUND) * STATIC_ROUND
-        return KVCache(*self.kv_shape(batch), max_len, self.dtype, self.device, static=True)
+        return KVCache(*self.kv_shape(batch), static_length(max_len), self.dtype, self.device, static=True)
 
     @torch.inference_mode()
     def forward(
@@ -286,10 +285,7 @@ class Target:
         elif mask is None and t > 1 and max(cache.lengths) > 0:  # (else SDPA's own causal mask is right)
             mask = causal_mask(cache.lengths, t, self.dtype, self.device)
         if self.compiled is not None and cache.static:
-            if t > 1:  # one graph for any number of tokens at once (one token stays a graph of its own)
-                for x, dim in ((input_ids, 1), (positions, 1), (mask, 2)):
-                    torch._dynamo.maybe_mark_dynamic(x, dim)
-            torch._dynamo.maybe_mark_dynamic(mask, 3)  # and for any cache length
+            mark_dynamic_step(mask, input_ids, positions)
             return self.compiled(input_ids, positions, mask, cache.hf, tuple(feature_layers), last_only)
         return decode(self.model, input_ids, positions, mask, cache.hf, tuple(feature_layers), last_only, self.lean)
 

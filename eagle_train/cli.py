@@ -108,7 +108,9 @@ def write_heldout_questions(cfg: TrainRunConf, target) -> Path:
     questions = first_turn_questions(splits["heldout"], target, cfg.featurize.regenerate_settings())
     path = Path(cfg.data.features_dir) / "heldout" / "question.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(json.dumps(q) + "\n" for q in questions))
+    partial = path.with_suffix(".partial")  # renamed when whole: an interrupted run never leaves half a file
+    partial.write_text("".join(json.dumps(q) + "\n" for q in questions))
+    partial.rename(path)
     return path
 
 

@@ -172,7 +172,8 @@ def tau_row(spec: dict, name: str, row: dict, bench: str = "") -> float | None:
         return recorded_tau(row, bench)
     questions = [f"bench.names=[{ev['bench']}]"]
     if bench == HELDOUT:
-        questions = [f"bench.names=[{HELDOUT}]", f"bench.data_dir={heldout_questions(name).parent.parent}"]
+        heldout_questions(name)
+        questions = [f"bench.names=[{HELDOUT}]", f"bench.data_dir={features_dir(name)}"]
     # Unpacked weights (model.pack=off): τ is a property of the head, so it must not depend on the CPU's kernels.
     _run([sys.executable, "-m", "eval.cli", f"model.name={model}", "model.pack=off", f"results_dir={OUT}",
           f"run={tau_run(row, bench)}",

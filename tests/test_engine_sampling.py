@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
+from dataclasses import replace
 from functools import lru_cache
 
 import pytest
@@ -367,6 +368,10 @@ def drafter_setup(name: str):
         reference = list(PROMPT) + vanilla_tokens(target, PROMPT, 8)
         oracle = oracle_drafter(reference, 2, branch=2, seed=5, vocab=VOCAB)
         return oracle.config(), oracle
+    if name == "oracle-padded":  # trees of 6 nodes in a budget of 8: every verification carries 2 padding slots
+        reference = list(PROMPT) + vanilla_tokens(target, PROMPT, 8)
+        oracle = oracle_drafter(reference, 2, branch=2, seed=5, vocab=VOCAB, subtrees=False)
+        return replace(oracle.config(), pad_trees="on"), oracle
     return {
         "chain": DecodeConfig(method="chain", depth=2),
         "eagle1": DecodeConfig(method="eagle1", static_paths=[[0], [1], [2], [0, 0], [0, 1], [1, 0], [2, 0]]),
@@ -399,6 +404,7 @@ SETTINGS = [
     ("oracle", SamplingParams(temperature=1.3)),
     ("eagle2", SamplingParams(temperature=1.0, top_p=0.8, sampling_top_k=5)),
     ("oracle", SamplingParams(temperature=0.9, top_p=0.7)),
+    ("oracle-padded", SamplingParams(temperature=0.7)),
 ]
 
 
