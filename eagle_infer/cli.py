@@ -15,9 +15,12 @@ import hydra
 from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
 
+from .build import build_engine
+from .chat import Message, prompt_ids, stop_ids
 from .cli_support import CONF_DIR, launch, one_line_errors
-from .config import InferConf, LookupConf, ModelConf, build_engine, sampling_params
+from .config import InferConf, LookupConf, ModelConf
 from .errors import EagleError
+from .target import load_target
 
 OUTPUTS = ("text", "json")
 
@@ -32,17 +35,21 @@ class InferRunConf:
     output: str = "text"
     stream: bool = True
 
+    def __post_init__(self):
+        self.infer.lookup_conf = self.lookup  # the `lookup` group is the engine config's lookup settings
+
 
 ConfigStore.instance().store(name="infer_schema", node=InferRunConf)
 
 
 def prompt_and_stops(target, chat: str | None, prompt: str | None) -> tuple[list[int], list[int]]:
     """Token ids to continue and the ids that end an answer."""
-    from .chat import Message, prompt_ids, stop_ids
-
     tok = target.tokenizer
     if (chat is None) == (prompt is None):
         raise EagleError('give exactly one of chat="..." (a user message) or prompt="..." (raw text)')
+    given = ("chat", chat) if chat is not None else ("prompt", prompt)
+    if not given[1].strip():
+        raise EagleError(f'{given[0]}={given[1]!r} is empty: expected some text to answer or continue')
     if chat is not None:
         ids = prompt_ids(tok, [Message("user", chat)], target.template)
     else:
@@ -56,15 +63,13 @@ def main(cfg) -> None:
     conf: InferRunConf = OmegaConf.to_object(cfg)
     if conf.output not in OUTPUTS:
         raise EagleError(f"unknown output {conf.output!r}: expected one of {', '.join(OUTPUTS)}")
-    from .target import load_target
-
     target = load_target(conf.model.name, conf.model.dtype, conf.model.device, conf.model.pack,
                          conf.infer.compile)
-    engine = build_engine(conf.infer, target, lookup=conf.lookup)
+    engine = build_engine(conf.infer, target)
     ids, stops = prompt_and_stops(target, conf.chat, conf.prompt)
     show = conf.output == "text" and conf.stream
     stream = (lambda new: print(target.tokenizer.decode(new), end="", flush=True)) if show else None
-    result = engine.generate(ids, conf.infer.max_new_tokens, sampling_params(conf.infer), stops, stream, conf.infer.seed)
+    result = engine.generate(ids, conf.infer.max_new_tokens, conf.infer.sampling(), stops, stream, conf.infer.seed)
     text = target.tokenizer.decode(result.tokens, skip_special_tokens=True)
     if conf.output == "json":
         print(json.dumps({"text": text, "tokens": result.tokens, "stats": result.stats()}))

@@ -6,7 +6,10 @@ import logging
 import sys
 from pathlib import Path
 
+from omegaconf import OmegaConf
+
 from .errors import EagleError
+from .platform import cache_root
 
 REPO = Path(__file__).resolve().parent.parent
 CONF_DIR = str(REPO / "conf")
@@ -58,10 +61,6 @@ def launch(hydra_main) -> None:
 def register_resolvers() -> None:
     """`${eagle_cache:}` in configs: the toolkit's cache root ($EAGLE_CACHE or ~/.cache/eagle-toolkit), where long
     jobs keep what must outlive a checkout (converted models, feature shards, ablation runs)."""
-    from omegaconf import OmegaConf
-
-    from .target import cache_root
-
     if not OmegaConf.has_resolver("eagle_cache"):
         OmegaConf.register_new_resolver("eagle_cache", lambda: str(cache_root()))
 

@@ -1,7 +1,7 @@
 """The target's forward compiled by torch.compile (`infer.compile=true`): inductor with freezing (weights folded in
 as constants and packed for oneDNN on a CPU, elementwise ops fused), CUDA graphs on a GPU (the KV cache's buffers are
 marked static, so writing them in place does not stop capture). On a GPU the draft head's step is compiled too
-(compile_head, chosen by draft_head.for_target): a level is launch-bound there. On a CPU the head drafts eagerly:
+(head_runner.HeadRunner, compile_step): a level is launch-bound there. On a CPU the head drafts eagerly:
 compiling its step did not pay on the CPU measured (README, "Compiled forward").
 
 It runs over a static KV cache (kv_cache.KVCache with static=True): attention spans every preallocated slot under
@@ -67,6 +67,7 @@ class CompiledForward:
         self.options = {"freezing": not gpu, "triton.cudagraphs": gpu}
 
         def backend(graph, example_inputs):
+            # Lazy: inductor is imported only when a graph is compiled (read at call time, so tests can stub it).
             from torch._inductor.compile_fx import compile_fx
 
             self.compiles += 1
@@ -81,7 +82,7 @@ class CompiledForward:
     def cudagraph_skips(self) -> int:
         """Graphs compiled on a GPU that run without CUDA graphs (inductor logs each reason; the count is
         process-wide): 0 when every graph is captured."""
-        from torch._dynamo.utils import counters
+        from torch._dynamo.utils import counters  # lazy: dynamo's internals only where a GPU run asks
 
         return int(counters["inductor"]["cudagraph_skips"])
 
@@ -104,12 +105,6 @@ class CompiledForward:
         if self.compiles > before:
             self.compile_s += time.perf_counter() - start
         return out
-
-
-def compile_head(head) -> None:
-    """Draft through the head's step compiled: its `layers_forward` (inputs, fc, decoder layers) over static caches,
-    which head.new_cache then makes; the draft logits and top-k stay eager. A failed compile drafts eagerly."""
-    head.compiled = CompiledForward(head, type(head).layers_forward, head.target.device, "the draft head's step")
 
 
 def _first_line(err: BaseException) -> str:

@@ -1,14 +1,30 @@
-"""Typed configuration of the model and inference groups (Hydra schemas), and building an Engine from them."""
+"""The typed configuration of inference, the one schema Hydra reads and the engine runs on (`InferConf`), with the
+model and prompt-lookup groups. Schemas only: building targets, heads and engines is `eagle_infer.build`'s job.
+
+Tree settings: `depth` and `total_tokens` default to "auto", the measured-fastest lossless setting: EAGLE-2, prompt
+lookup and their hybrid then choose their tree per cycle from a cost model measured on the running machine
+(eagle_infer/cost.py), with depth <= AUTO_MAX_DEPTH and at most AUTO_MAX_TOKENS nodes. Methods that cannot choose
+per cycle (chain, eagle1, eagle2 without rerank) read "auto" as the paper's fixed values, FIXED_DEPTH and
+FIXED_TOKENS; so does `budget="fixed"` (the fixed tree, one override away). An integer is a fixed setting, or a cap
+when the other one is "auto" or budget is "auto"; `resolved()` turns the schema into the integers and the budget
+the engine runs.
+"""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass, field, replace
 from typing import Any, Optional
 
 from .errors import EagleError
+from .tree import DEFAULT_STATIC_PATHS, check_paths
+from .verify import SamplingParams
 
-HEADS_DIR = Path(__file__).resolve().parent / "heads"
+METHODS = ("vanilla", "chain", "eagle1", "eagle2", "lookup")
+HEADLESS = ("vanilla", "lookup")  # methods that draft without a head
+EXPAND_BY = ("value", "confidence")
+BUDGETS = ("fixed", "auto")
+PAD_TREES = ("auto", "on", "off")
 AUTO_MAX_DEPTH, AUTO_MAX_TOKENS = 8, 64  # the caps of infer.depth=auto / infer.total_tokens=auto
+FIXED_DEPTH, FIXED_TOKENS = 6, 32  # "auto" where a method cannot choose per cycle (EAGLE-2's paper tree, CPU-sized)
 
 
 @dataclass
@@ -16,7 +32,7 @@ class ModelConf:
     """name: registry name, Hugging Face id or local directory."""
 
     name: str = "smollm2-135m"
-    dtype: str = "auto"  # bfloat16 on GPUs and CPUs with native bfloat16 matmuls, else float32 (see target.resolve_dtype)
+    dtype: str = "auto"  # bfloat16 on GPUs and CPUs with native bfloat16 matmuls, else float32 (platform.resolve_dtype)
     device: str = "auto"
     # auto | on | off: linear weights packed once for oneDNN, bfloat16 on CPUs with native bfloat16 matmuls
     # (eagle_infer.packed; auto packs exactly there)
@@ -48,26 +64,34 @@ class LookupConf:
 
 @dataclass
 class InferConf:
-    """method: vanilla | chain | eagle1 | eagle2 | lookup (prompt lookup alone, no head). lookup: merge prompt
-    lookup branches into the head's tree each cycle (chain, eagle1, eagle2; settings in the `lookup` group). head:
-    "shipped" (the head in eagle_infer/heads/<model>), "random" (untrained, for trying the engine), or a head
-    directory. batch_size: requests decoded together (eval answers questions in batches of it); max_batch_size
-    refuses larger batches; batch_token_budget: most tokens of one verification forward over the whole batch,
-    shrinking trees as the batch grows (0 = off). Every DecodeConfig field but lookup_conf (the `lookup` group)
-    appears here under its own name (top_k: EAGLE-2's expansion width); sampling_top_k is the sampling filter
-    (SamplingParams.sampling_top_k)."""
+    """How to decode: the `infer` group, and what Engine takes.
+
+    method: vanilla | chain | eagle1 | eagle2 | lookup (prompt lookup alone, no head). lookup: merge prompt lookup
+    branches (settings lookup_conf, the command line's `lookup` group) into the head's tree each cycle (chain,
+    eagle1, eagle2) within the method's budget. head: "shipped" (eagle_infer/heads/<model>), "random" (untrained,
+    for trying the engine) or a head directory. depth: longest draft path; top_k: EAGLE-2's expansion width (nodes
+    expanded per level and children kept per expanded node; the sampling filter is sampling_top_k); total_tokens:
+    EAGLE-2's draft budget (root excluded); both "auto" by default (module docstring). static_paths: EAGLE-1's tree
+    (None = tree.DEFAULT_STATIC_PATHS). budget: "fixed" verifies total_tokens nodes every cycle; "auto" treats
+    depth and total_tokens as caps and picks the depth and the nodes per cycle; None (default): "auto" where depth
+    or total_tokens is "auto" and the method can choose per cycle, else "fixed".
+    batch_size: requests decoded together (eval answers in batches of it), at most max_batch_size;
+    batch_token_budget: most tokens of one verification forward over the whole batch, shrinking trees as the batch
+    grows (0 = off). compile: decode through the target's forward compiled by torch.compile (eagle_infer.compiled;
+    minutes of compiling per process on a CPU). pad_trees: "on" pads every cycle's verification to
+    tree.padded_width nodes with slots that see only the root and themselves and are never accepted; "auto" pads
+    exactly where the target is compiled on a GPU (one CUDA graph per width); "off" never."""
 
     method: str = "eagle2"
     head: str = "shipped"
-    depth: Any = 6  # or "auto": up to AUTO_MAX_DEPTH levels, stopping per cycle when a level cannot pay
+    depth: Any = "auto"
     top_k: int = 8
-    # or "auto": up to AUTO_MAX_TOKENS nodes, as many per cycle as pay (eagle_infer/cost.py); for method lookup,
-    # "auto" verifies as much of the copied chains (up to lookup.num_tokens x branches) as pays
-    total_tokens: Any = 32
+    total_tokens: Any = "auto"
     static_paths: Optional[list[Any]] = None
     expand_by: str = "value"
     rerank: bool = True
     lookup: bool = False
+    lookup_conf: LookupConf = field(default_factory=LookupConf)
     temperature: float = 0.0
     top_p: float = 1.0
     sampling_top_k: int = 0
@@ -76,64 +100,124 @@ class InferConf:
     batch_size: int = 1
     max_batch_size: int = 16
     batch_token_budget: int = 0
-    budget: str = "fixed"  # "auto" when depth or total_tokens is "auto" (then they are caps)
-    # decode through the target's forward compiled by torch.compile (eagle_infer/compiled.py); off by default: on
-    # the CPUs measured it pays per step but costs minutes of compiling per process (README, "Compiled forward")
+    budget: Optional[str] = None
     compile: bool = False
-    # auto | on | off: pad each cycle's trees to a power-of-two number of nodes (tree.padded_width), so verification
-    # forwards come in few shapes; auto pads exactly where that pays, a target compiled on a GPU (one CUDA graph per
-    # shape). The auto budget then verifies the whole bucket, since its padding costs the same as real nodes.
     pad_trees: str = "auto"
 
+    @property
+    def uses_lookup(self) -> bool:
+        return self.method == "lookup" or self.lookup
 
-def shipped_head_dir(model_name: str) -> Path:
-    path = HEADS_DIR / model_name
-    if not (path / "config.json").exists():
-        raise EagleError(
-            f"no shipped draft head for model {model_name!r}: train one (make train MODEL={model_name}), "
-            "give infer.head=<directory>, or try infer.head=random"
-        )
-    return path
+    @property
+    def can_choose_per_cycle(self) -> bool:
+        """Whether the method can take an auto budget: EAGLE-2 with rerank (alone or with lookup), or lookup."""
+        return self.method == "lookup" or (self.method == "eagle2" and self.rerank)
 
+    def resolved(self) -> "InferConf":
+        """This config with its budget decided (see `budget`) and "auto" depth / total_tokens turned into integers:
+        AUTO_MAX_DEPTH / AUTO_MAX_TOKENS caps under an auto budget, FIXED_DEPTH / FIXED_TOKENS under a fixed one;
+        static paths as lists."""
+        budget = self.budget
+        if budget is None:
+            automatic = "auto" in (self.depth, self.total_tokens) and self.can_choose_per_cycle
+            budget = "auto" if automatic else "fixed"
+        values = {}
+        for name, cap, fixed in (("depth", AUTO_MAX_DEPTH, FIXED_DEPTH), ("total_tokens", AUTO_MAX_TOKENS, FIXED_TOKENS)):
+            if getattr(self, name) == "auto":
+                values[name] = cap if budget == "auto" else fixed
+        paths = None if self.static_paths is None else [list(p) for p in self.static_paths]
+        return replace(self, **values, budget=budget, static_paths=paths)
 
-def build_head(infer: InferConf, target):
-    """The draft head an InferConf asks for (None for the headless methods vanilla and lookup)."""
-    from .draft_head import load_head, random_head
+    def sampling(self) -> SamplingParams:
+        """The verifier's SamplingParams of temperature, top_p and sampling_top_k."""
+        return SamplingParams(temperature=self.temperature, top_p=self.top_p, sampling_top_k=self.sampling_top_k)
 
-    if infer.method in ("vanilla", "lookup"):
-        return None
-    if infer.head == "random":
-        return random_head(target, seed=infer.seed)
-    return load_head(shipped_head_dir(target.name) if infer.head == "shipped" else infer.head, target)
+    def validate(self, vocab_size: int) -> None:
+        """One-line errors for a resolved config that cannot decode with a vocabulary of vocab_size."""
+        if self.method not in METHODS:
+            raise EagleError(f"unknown method {self.method!r}: expected one of {', '.join(METHODS)}")
+        for name in ("depth", "top_k", "total_tokens"):
+            if not isinstance(getattr(self, name), int):
+                raise EagleError(f"{name} {getattr(self, name)!r} is invalid: expected an integer (or 'auto' for "
+                                 "infer.depth / infer.total_tokens)")
+        if self.pad_trees not in PAD_TREES:
+            raise EagleError(f"unknown pad_trees {self.pad_trees!r}: expected one of {', '.join(PAD_TREES)}")
+        if self.budget not in BUDGETS:
+            raise EagleError(f"unknown budget {self.budget!r}: expected one of {', '.join(BUDGETS)}")
+        if self.budget == "auto" and not self.can_choose_per_cycle:
+            raise EagleError(f"budget 'auto' needs method eagle2 with rerank, or lookup: got method {self.method!r}, "
+                             f"rerank {self.rerank}")
+        if self.depth < 1:
+            raise EagleError(f"depth {self.depth} is invalid: expected >= 1")
+        if not 1 <= self.top_k <= vocab_size:
+            raise EagleError(f"top_k {self.top_k} is invalid: expected 1 <= top_k <= vocabulary size {vocab_size}")
+        if self.total_tokens < 1:
+            raise EagleError(f"total_tokens {self.total_tokens} is invalid: expected >= 1")
+        if self.max_batch_size < 1:
+            raise EagleError(f"max_batch_size {self.max_batch_size} is invalid: expected >= 1")
+        if not 1 <= self.batch_size <= self.max_batch_size:
+            raise EagleError(f"batch_size {self.batch_size} is invalid: expected 1 <= batch_size <= max_batch_size "
+                             f"{self.max_batch_size}")
+        if self.batch_token_budget < 0:
+            raise EagleError(f"batch_token_budget {self.batch_token_budget} is invalid: expected >= 0 (0 = off)")
+        if self.expand_by not in EXPAND_BY:
+            raise EagleError(f"unknown expand_by {self.expand_by!r}: expected one of {', '.join(EXPAND_BY)}")
+        if self.method == "eagle1":
+            widest = max(max(p) for p in check_paths(self.paths()))
+            if widest >= vocab_size:
+                raise EagleError(f"static tree rank {widest} is invalid: expected ranks below the vocabulary size {vocab_size}")
+        if self.lookup and self.method in HEADLESS:
+            raise EagleError(f"lookup=true merges prompt lookup into a head's tree: expected method chain, eagle1 or "
+                             f"eagle2, not {self.method!r} (method lookup drafts by lookup alone)")
+        if self.uses_lookup:
+            self.lookup_conf.validate()
+        if self.lookup and self.lookup_conf.num_tokens > self.tree_size():
+            raise EagleError(f"lookup.num_tokens {self.lookup_conf.num_tokens} is beyond the tree budget: expected <= "
+                             f"the {self.tree_size()} draft tokens of the {self.method} tree")
 
+    @property
+    def is_resolved(self) -> bool:
+        """Whether depth and total_tokens are integers (the tree arithmetic below resolves them first otherwise)."""
+        return "auto" not in (self.depth, self.total_tokens)
 
-def decode_config(infer: InferConf, lookup: LookupConf | None = None):
-    """The DecodeConfig of an InferConf and the `lookup` group: each DecodeConfig field is read by name from the
-    InferConf field of the same name (one schema, tests/test_engine_errors.py checks it), but lookup_conf, which is
-    the lookup group's settings."""
-    from dataclasses import fields
+    def paths(self):
+        return DEFAULT_STATIC_PATHS if self.static_paths is None else self.static_paths
 
-    from .engine import DecodeConfig
+    def tree_size(self) -> int:
+        """Draft nodes of this config's tree (resolved first), before any batch budget."""
+        if not self.is_resolved:
+            return self.resolved().tree_size()
+        lookup = self.lookup_conf.num_tokens * self.lookup_conf.branches
+        return {"vanilla": 0, "chain": self.depth, "eagle1": len(self.paths()), "eagle2": self.total_tokens,
+                "lookup": lookup}[self.method]
 
-    values = {f.name: getattr(infer, f.name) for f in fields(DecodeConfig) if f.name != "lookup_conf"}
-    for name, cap in (("depth", AUTO_MAX_DEPTH), ("total_tokens", AUTO_MAX_TOKENS)):
-        if values[name] == "auto":
-            values[name], values["budget"] = cap, "auto"
-    if values["static_paths"] is not None:
-        values["static_paths"] = [list(p) for p in values["static_paths"]]
-    return DecodeConfig(**values, lookup_conf=lookup or LookupConf())
+    def tree_budget(self, batch: int = 1) -> int:
+        """Most draft nodes one cycle verifies per row when `batch` rows decode together."""
+        if self.method == "vanilla" or not self.batch_token_budget:
+            return self.tree_size()
+        return min(self.tree_size(), max(1, self.batch_token_budget // batch - 1))
 
+    def feed_budget(self) -> int:
+        """Most tree nodes one cycle feeds to the draft head (its cache needs that much room past the context)."""
+        if not self.is_resolved:
+            return self.resolved().feed_budget()
+        return {"vanilla": 0, "chain": self.depth, "eagle1": len(self.paths()), "eagle2": self.top_k * (self.depth - 1),
+                "lookup": 0}[self.method]
 
-def sampling_params(infer: InferConf):
-    from .verify import SamplingParams
-
-    return SamplingParams(temperature=infer.temperature, top_p=infer.top_p, sampling_top_k=infer.sampling_top_k)
-
-
-def build_engine(infer: InferConf, target, head=None, lookup: LookupConf | None = None):
-    """An Engine for `target` configured by `infer` and `lookup` (head loaded unless given)."""
-    from .engine import Engine
-
-    config = decode_config(infer, lookup)
-    config.validate(target.vocab_size)
-    return Engine(target, head if head is not None else build_head(infer, target), config)
+    def at_batch(self, batch: int) -> "InferConf":
+        """This config with the tree cut to tree_budget(batch): EAGLE-2 keeps fewer nodes (and drafts no deeper
+        than it can keep), EAGLE-1 keeps its first paths in breadth-first order, a chain gets shorter, lookup
+        copies fewer tokens (a merged tree is cut to the smaller budget as well)."""
+        if not self.is_resolved:
+            return self.resolved().at_batch(batch)
+        n = self.tree_budget(batch)
+        if n == self.tree_size():
+            return self
+        if self.method == "eagle2":
+            return replace(self, total_tokens=n, depth=min(self.depth, n))
+        if self.method == "eagle1":
+            return replace(self, static_paths=[list(p) for p in check_paths(self.paths())[:n]])
+        if self.method == "lookup":
+            tokens = min(self.lookup_conf.num_tokens, n)
+            return replace(self, lookup_conf=replace(self.lookup_conf, num_tokens=tokens, branches=n // tokens))
+        return replace(self, depth=n)

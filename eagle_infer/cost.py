@@ -1,4 +1,5 @@
-"""The measured cost model behind `infer.total_tokens=auto` / `infer.depth=auto` (DecodeConfig.budget = "auto").
+"""The measured cost model behind `infer.total_tokens=auto` / `infer.depth=auto` (InferConf.budget = "auto"), and the
+per-cycle choice it makes. Measuring one is eagle_infer/cost_measure.py's job.
 
 A CostModel holds what one cycle costs on the running machine: the target's forward ms per number of verified tokens
 (measured at a few sizes, interpolated between them) and the draft head's ms per tree level (one head forward of
@@ -18,38 +19,20 @@ from __future__ import annotations
 
 import hashlib
 import json
-import platform
-import statistics
-import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
+
+from .merge import merge_trees
+from .platform import cache_root
+from .tree import DraftTree, padded_width, path_values
 
 SIZES = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128)  # verified tokens per forward at which the forward is timed
 # Part of every cache key: raise it when a change to the engine changes what a forward or a draft level costs (2: the
 # lean drafting step; 3: the head's step compiled beside a target compiled on a GPU), so cost models measured before
 # are measured again rather than reused.
 COST_REVISION = 3
-
-
-def machine_key(device: torch.device) -> dict:
-    """What makes timings comparable: the GPU's name, or the CPU's model, flags and thread count; torch version."""
-    if device.type == "cuda":
-        where = {"gpu": torch.cuda.get_device_name(device)}
-    else:
-        model, flags = platform.processor() or platform.machine(), ""
-        try:
-            for line in Path("/proc/cpuinfo").read_text().splitlines():
-                if line.startswith("model name") and ":" in line:
-                    model = line.split(":", 1)[1].strip()
-                elif line.startswith("flags") and ":" in line:
-                    flags = " ".join(sorted(line.split(":", 1)[1].split()))
-        except OSError:
-            pass
-        where = {"cpu": model, "flags_sha1": hashlib.sha1(flags.encode()).hexdigest()[:12],
-                 "threads": torch.get_num_threads()}
-    return {**where, "torch": torch.__version__.split("+")[0]}
 
 
 @dataclass
@@ -90,86 +73,6 @@ class CostModel:
         return model if model.key == key else None
 
 
-def cache_path(key: dict) -> Path:
-    from .target import cache_root
-
-    name = hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
-    return cache_root() / "cost-models" / f"{key['model']}-{name}.json"
-
-
-def median_ms(fn, reps: int, device) -> float:
-    """Median ms of fn() over reps calls after one warm-up call (CUDA synchronised around each)."""
-    times = []
-    for i in range(reps + 1):
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        start = time.perf_counter()
-        fn()
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        if i:
-            times.append((time.perf_counter() - start) * 1000)
-    return statistics.median(times)
-
-
-@torch.inference_mode()
-def measure(target, head, top_k: int, max_tokens: int, context: int = 256, reps: int = 3) -> CostModel:
-    """Time target forwards of 1.. max_tokens tokens (the SIZES up to the first one >= max_tokens) over a `context`
-    token cache, and one draft level of top_k nodes (head forward, draft logits, top-k; 0 ms without a head)."""
-    from .drafting import DraftRoot, TreeFeeder
-    from .tree import causal_mask
-
-    device = target.device
-    context = min(context, max(1, target.max_context - max_tokens - 1))
-    sizes = [s for s in SIZES if s < max_tokens] + [max(max_tokens, 2)]
-    cache = target.new_cache(1, context + sizes[-1])
-    _, feats = target.forward(torch.randint(0, target.vocab_size, (1, context), device=device),
-                              torch.arange(context, device=device)[None], cache)
-    cache.advance(context)
-    forward_ms = []
-    for t in sizes:
-        ids = torch.randint(0, target.vocab_size, (1, t), device=device)
-        positions = (context + torch.arange(t, device=device))[None]
-        mask = causal_mask(context, t, target.dtype, device)
-        forward_ms.append(median_ms(lambda: target.forward(ids, positions, cache, mask, last_only=t == 1), reps, device))
-    if head is None:  # prompt lookup drafts without a head: nothing to time per level
-        return CostModel({}, sizes, forward_ms, 0.0, context)
-    head_cache = head.new_cache(1, context + top_k + 1)
-    head_cache.lengths[0] = context
-    root = DraftRoot(feats[:, -1], [0], [context], [0])
-    parents = torch.full((1, top_k), -1, dtype=torch.long, device=device)
-    tokens = torch.arange(top_k, device=device)[None]
-
-    def level():
-        feeder = TreeFeeder(head, head_cache, root)
-        feeder.top(feeder.feed(parents, tokens, 1), top_k)
-        feeder.reset()
-
-    level_ms = median_ms(level, reps * 2, device)
-    return CostModel({}, sizes, forward_ms, level_ms, context)
-
-
-def load_or_measure(target, head, top_k: int, max_tokens: int) -> CostModel:
-    """The cached cost model of this machine, model, dtype, weight packing, compiling and head shape, measured (and
-    cached) when there is none."""
-    hc = None if head is None else head.config
-    shape = "none" if hc is None else (
-        f"{hc.block} block, {hc.layers} layer(s), draft vocabulary {hc.draft_vocab_size or hc.vocab_size}")
-    key = {**machine_key(target.device), "revision": COST_REVISION, "model": target.name,
-           "dtype": str(target.dtype).removeprefix("torch."), "top_k": top_k, "head": shape}
-    if target.packed:  # packed weights change every cost (unpacked keys stay as they were)
-        key["packed"] = True
-    if target.compiled is not None:  # so does a compiled forward
-        key["compiled"] = True
-    path = cache_path(key)
-    model = CostModel.load(path, key)
-    if model is None or model.sizes[-1] < max_tokens:
-        model = measure(target, head, top_k, max_tokens)
-        model.key = key
-        model.save(path)
-    return model
-
-
 @dataclass
 class Budget:
     """Per-cycle choices of an auto budget for `batch` rows: how many candidates to verify, whether to draft on.
@@ -184,8 +87,6 @@ class Budget:
     verify_ms: torch.Tensor = field(init=False)
 
     def __post_init__(self):
-        from .tree import padded_width
-
         width = (lambda n: padded_width(n, self.max_nodes)) if self.padded else (lambda n: n)
         self.verify_ms = torch.tensor(
             [self.cost.forward(self.batch * (1 + width(n))) for n in range(1, self.max_nodes + 1)], dtype=torch.float64)
@@ -213,3 +114,25 @@ class Budget:
         grown = min(n + frontier.shape[-1], self.max_nodes)
         more_ms = self.cost.level_ms + float(self.verify_ms[grown - 1] - self.verify_ms[n - 1])
         return (tokens + gain) / (ms + more_ms) > tokens / ms
+
+
+def cache_path(key: dict) -> Path:
+    """Where the cost model measured under `key` is cached (cost_measure.load_or_measure)."""
+    name = hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+    return cache_root() / "cost-models" / f"{key['model']}-{name}.json"
+
+
+def log_values(trees: list[DraftTree]) -> torch.Tensor:
+    """[B, max N] path log-values of each row's tree (EAGLE-2's values, -inf padding), on the host."""
+    width = max((len(t) for t in trees), default=0)
+    rows = [path_values(t.parents.tolist(), t.probs.tolist()) + [0.0] * (width - len(t)) for t in trees]
+    return torch.tensor(rows, dtype=torch.float64).reshape(len(trees), width).log()
+
+
+def cut_trees(trees: list[DraftTree], budget: Budget, levels: int) -> list[DraftTree]:
+    """Every row's tree cut to the best n nodes by path value, n chosen by `budget` over the whole batch with
+    `levels` draft levels paid."""
+    if not any(len(t) for t in trees):
+        return trees
+    n = budget.nodes(log_values(trees), levels)
+    return [merge_trees([t], n, t.tokens.device) if len(t) > n else t for t in trees]

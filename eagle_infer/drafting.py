@@ -15,7 +15,7 @@ from functools import lru_cache
 
 import torch
 
-from .draft_head import DraftHead
+from .head_runner import HeadRunner
 from .kv_cache import KVCache
 from .tree import DraftTree, additive_mask, chain_paths, check_paths
 
@@ -44,7 +44,7 @@ class TreeFeeder:
     so a level gathers and writes slices instead of concatenating: predicted features, tokens, and each fed
     node's ancestry (incl. itself) over fed slots."""
 
-    def __init__(self, head: DraftHead | None, cache: KVCache | None, root: DraftRoot, capacity: int = 64):
+    def __init__(self, head: HeadRunner | None, cache: KVCache | None, root: DraftRoot, capacity: int = 64):
         self.head, self.cache, self.root = head, cache, root
         self.levels = 0  # feed() calls so far: head forwards of one tree level each
         self.fed = 0  # nodes fed so far

@@ -15,6 +15,8 @@ from __future__ import annotations
 import torch
 from transformers.cache_utils import Cache, CacheLayerMixin
 
+from .tree import causal_mask
+
 
 class _LayerView(CacheLayerMixin):
     """One layer's window into a KVCache, in the shape transformers' attention modules call."""
@@ -104,8 +106,6 @@ class KVCache:
         """Before a forward of n tokens over a static cache: plan the slots it writes (rows [B, 1], positions
         [B, n]) and return its additive mask over every slot: `mask` ([B or 1, 1, n, w]; None = causal after each
         row's committed length) with the slots past w hidden."""
-        from .tree import causal_mask
-
         device = self.k[0].device
         if mask is None:
             mask = causal_mask(self.lengths, n, dtype, device)

@@ -17,6 +17,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .packed import PackedLinear
+
 
 NATIVE_GQA_DEVICES = ("cpu",)  # where masked grouped-query SDPA runs with enable_gqa (see step)
 
@@ -45,8 +47,6 @@ class _Fused(nn.Module):
         super().__init__()
         self.weight, self.bias, self.packed = weight, bias, None
         if packed:
-            from .packed import PackedLinear
-
             self.packed, self.weight = PackedLinear(weight, bias), None
             self.packed.weight = None  # inference only (lean steps run without gradients): the packed copy alone
 

@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from .errors import EagleError
+from .platform import cpu_has_bf16_matmul
 
 PACK_CHOICES = ("auto", "on", "off")
 ROWS_HINT = 32  # rows the reorder is tuned for: a verified tree's size (one-token steps run as fast with it)
@@ -30,8 +31,6 @@ def pack_available() -> bool:
 def resolve_pack(name: str, dtype: torch.dtype, device: torch.device) -> bool:
     """'auto': pack bfloat16 weights on a CPU with native bfloat16 matmuls; 'on' wherever oneDNN can (bfloat16 on
     a CPU); 'off' never."""
-    from .target import cpu_has_bf16_matmul
-
     if name not in PACK_CHOICES:
         raise EagleError(f"unknown model.pack {name!r}: expected one of {', '.join(PACK_CHOICES)}")
     if name == "off":

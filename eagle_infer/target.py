@@ -9,29 +9,27 @@ from __future__ import annotations
 
 import importlib.util
 import logging
-import os
-from dataclasses import dataclass, field
+import shutil
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+from transformers.utils import logging as hf_logging
 
 from .compiled import CompiledForward, mark_dynamic_step, static_length
 from .errors import EagleError
 from .kv_cache import KVCache
 from .lean_layer import RopeTable, fused_bytes, lean_layer
 from .lean_layer import run as lean_run
+from .packed import linear_bytes, pack_linears, resolve_pack
+from .platform import available_memory, cache_root, resolve_device, resolve_dtype
 from .registry import MODELS, lookup
 from .tree import causal_mask
 
 log = logging.getLogger(__name__)
 
 SUPPORTED_ARCHITECTURES = ("llama", "mistral", "qwen2")
-def eagle3_layers(num_layers: int) -> tuple[int, int, int]:
-    """EAGLE-3's low, middle and high feature layers (0-based decoder layers whose outputs are fused): 1, L/2 - 1 and
-    L - 4, the choice of SpecForge and vLLM (their 'inputs of layers 2, L/2 and L - 3')."""
-    if num_layers < 5:
-        raise EagleError(f"a fused head needs a target of at least 5 layers, not {num_layers}")
-    return 1, num_layers // 2 - 1, num_layers - 4
 
 
 def check_feature_layers(layers, num_layers: int) -> None:
@@ -69,47 +67,7 @@ class _LayerOutputs:
             hook.remove()
 
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-def cpu_has_bf16_matmul() -> bool:
-    """Whether this CPU multiplies bfloat16 matrices natively (AVX-512 BF16 or AMX). Without it, torch emulates
-    bfloat16 matmuls of more than one row several times slower than float32 (scripts/bench_engine.py measures it),
-    which is exactly the multi-token forward that tree verification does."""
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
-    return "avx512_bf16" in flags or "amx_bf16" in flags
-
-
-def resolve_dtype(name: str, device: torch.device | None = None) -> torch.dtype:
-    """'auto': bfloat16 on CUDA and on CPUs with native bfloat16 matmuls, else float32."""
-    if name == "auto":
-        on_gpu = device is not None and device.type == "cuda"
-        return torch.bfloat16 if on_gpu or cpu_has_bf16_matmul() else torch.float32
-    if name not in DTYPES:
-        raise EagleError(f"unknown dtype {name!r}: expected auto or one of {', '.join(DTYPES)}")
-    return DTYPES[name]
-
-
-def resolve_device(name: str = "auto") -> torch.device:
-    """'auto' picks cuda when present, else cpu."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise EagleError(f"device {name!r} requested but CUDA is not available here: use device=cpu or auto")
-    return torch.device(name)
-
-
-def cache_root() -> Path:
-    """Where converted models live: $EAGLE_CACHE, else ~/.cache/eagle-toolkit."""
-    return Path(os.environ.get("EAGLE_CACHE", Path.home() / ".cache" / "eagle-toolkit"))
-
-
 def _quiet_transformers() -> None:
-    from transformers.utils import logging as hf_logging
-
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
 
@@ -125,8 +83,6 @@ def converted_gguf_dir(name: str, package: str, filename: str) -> Path:
     src = Path(list(spec.submodule_search_locations)[0])
     if not (src / filename).exists():
         raise EagleError(f"model {name!r}: {src / filename} is missing from the installed package {package!r}")
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     _quiet_transformers()
     tokenizer = AutoTokenizer.from_pretrained(str(src), gguf_file=filename)
     gguf_model = AutoModelForCausalLM.from_pretrained(str(src), gguf_file=filename, dtype=torch.float32)
@@ -138,8 +94,6 @@ def converted_gguf_dir(name: str, package: str, filename: str) -> Path:
     model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
     if out.exists():
-        import shutil
-
         shutil.rmtree(out)
     tmp.rename(out)
     return out
@@ -216,14 +170,14 @@ class Target:
     # linear weights run packed for oneDNN (eagle_infer.packed, or inductor's freezing when compiled); a loaded
     # head is packed alike
     packed: bool = False
-    compiled: CompiledForward | None = None  # the decode forward compiled (eagle_infer.compiled), over static caches
+    compiled_forward: CompiledForward | None = None  # the decode forward compiled (compile_target), over static caches
     use_lean: bool = True  # eager forwards run lean steps where the layers allow (False: transformers' layers)
     lean: LeanDecoder | None = field(default=None, repr=False)  # built on construction (see use_lean)
 
     def __post_init__(self):
         if not self.use_lean:
             self.lean = None
-        elif self.lean is None and self.compiled is None:
+        elif self.lean is None and self.compiled_forward is None:
             self.lean = LeanDecoder.of(self.model, self.packed)
 
     @property
@@ -258,7 +212,7 @@ class Target:
 
     def new_cache(self, batch: int, max_len: int) -> KVCache:
         """A cache of at least max_len positions: static and rounded up to STATIC_ROUND when compiled."""
-        if self.compiled is None:
+        if self.compiled_forward is None:
             return KVCache(*self.kv_shape(batch), max_len, self.dtype, self.device)
         return KVCache(*self.kv_shape(batch), static_length(max_len), self.dtype, self.device, static=True)
 
@@ -284,9 +238,9 @@ class Target:
             mask = cache.static_mask(mask, t, self.dtype)
         elif mask is None and t > 1 and max(cache.lengths) > 0:  # (else SDPA's own causal mask is right)
             mask = causal_mask(cache.lengths, t, self.dtype, self.device)
-        if self.compiled is not None and cache.static:
+        if self.compiled_forward is not None and cache.static:
             mark_dynamic_step(mask, input_ids, positions)
-            return self.compiled(input_ids, positions, mask, cache.hf, tuple(feature_layers), last_only)
+            return self.compiled_forward(input_ids, positions, mask, cache.hf, tuple(feature_layers), last_only)
         return decode(self.model, input_ids, positions, mask, cache.hf, tuple(feature_layers), last_only, self.lean)
 
     @torch.inference_mode()
@@ -305,11 +259,6 @@ def load_target(model: str, dtype: str = "auto", device: str = "auto", pack: str
     """Load a target by registry name, hub id or local directory; refuse non-Llama-family architectures. pack:
     auto | on | off, whether to pack its linear weights for inference (eagle_infer.packed; never for training).
     compile: decode through a compiled forward (eagle_infer.compiled), whose freezing packs the weights itself."""
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
-
-    from .engine import available_memory
-    from .packed import linear_bytes, pack_linears, resolve_pack
-
     _quiet_transformers()
     name, source, template = resolve_source(model)
     torch_device = resolve_device(device)
@@ -336,12 +285,9 @@ def load_target(model: str, dtype: str = "auto", device: str = "auto", pack: str
         pack_linears(hf_model)
     tokenizer = AutoTokenizer.from_pretrained(source)
     target = Target(name, hf_model, tokenizer, template, torch_dtype, torch_device, packed)
-    return compiled(target) if compile else target
+    return compile_target(target) if compile else target
 
 
-def compiled(target: Target) -> Target:
+def compile_target(target: Target) -> Target:
     """The same target decoding through a compiled forward (eagle_infer.compiled) over static caches."""
-    from dataclasses import replace
-
-    return replace(target, compiled=CompiledForward(target.model, decode, target.device,
-                                                       "the target's forward"))
+    return replace(target, compiled_forward=CompiledForward(target.model, decode, target.device, "the target's forward"))

@@ -151,6 +151,7 @@ def main(cfg) -> None:
     conf: TrainRunConf = OmegaConf.to_object(cfg)
     if conf.stage not in STAGES:
         raise EagleError(f"unknown stage {conf.stage!r}: expected one of {', '.join(STAGES)}")
+    conf.train.check()  # before featurizing: `make train` featurizes first
     if conf.stage == "plan":
         print(plan(conf))
         return

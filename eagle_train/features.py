@@ -17,6 +17,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
 
 from eagle_infer.errors import EagleError
 
@@ -97,8 +99,6 @@ def stats_name(index: int) -> str:
 def write_shard(path: Path, samples: list[tuple], dtype: torch.dtype) -> int:
     """samples: (input_ids, loss_mask, hidden [T, H], aux [T, k * H] or None) per conversation. Returns the token
     count."""
-    from safetensors.torch import save_file
-
     lengths = [len(s[0]) for s in samples]
     offsets = torch.tensor([0] + lengths).cumsum(0)
     tensors = {
@@ -129,13 +129,17 @@ class Sample:
 def read_samples(directory: str | Path, aux: bool = True) -> list[Sample]:
     """Every conversation of a feature directory, in shard order (every shard is read into memory; the fused layers'
     `aux` features only with aux=True: they are three times the size of the rest)."""
-    from safetensors.torch import load_file
-
     directory = Path(directory)
     manifest = Manifest.load(directory)
     out = []
     for shard in (s for s in manifest.shards if s["conversations"] > 0):
-        t = load_file(str(directory / shard["file"]))
+        path = directory / shard["file"]
+        try:
+            t = load_file(str(path))
+        except (SafetensorError, OSError) as err:
+            reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            raise EagleError(f"feature shard {str(path)!r} cannot be read ({reason}): expected a complete shard; "
+                             "delete it and featurize again (finished shards are kept)") from None
         off = t["offsets"].tolist()
         fused = t.get("aux") if aux else None
         for a, b in zip(off[:-1], off[1:]):

@@ -17,7 +17,7 @@ from tqdm import tqdm
 from eagle_infer.chat import Message, loss_mask, render
 from eagle_infer.errors import EagleError
 
-from eagle_infer.target import eagle3_layers
+from eagle_infer.draft_head import eagle3_layers
 
 from .features import Manifest, shard_name, stats_name, write_shard
 from .regenerate import RegenerateSettings, regenerated_shard
@@ -99,9 +99,10 @@ def target_features(target, sequences: list[list[int]], layers: list[int]) -> li
 
 def regeneration_engine(target, cfg: FeaturizeConfig):
     """The engine that answers prompts for regeneration: vanilla greedy decoding, cfg.regenerate_batch_size rows."""
-    from eagle_infer.engine import DecodeConfig, Engine
+    from eagle_infer.config import InferConf
+    from eagle_infer.engine import Engine
 
-    return Engine(target, None, DecodeConfig(method="vanilla", max_batch_size=cfg.regenerate_batch_size))
+    return Engine(target, None, InferConf(method="vanilla", max_batch_size=cfg.regenerate_batch_size))
 
 
 def _shard_done(out: Path, index: int) -> bool:

@@ -60,6 +60,13 @@ class TrainConfig:
     wandb_mode: str = "offline"  # offline | online | disabled
     wandb_project: str = "eagle-toolkit"
 
+    def check(self) -> None:
+        """One-line errors for settings that would train nothing (checked before any featurizing or loading)."""
+        if self.max_steps is not None and self.max_steps < 1:
+            raise EagleError(f"train.max_steps {self.max_steps} is invalid: expected >= 1 (or null: train.epochs)")
+        if self.max_steps is None and self.epochs < 1:
+            raise EagleError(f"train.epochs {self.epochs} is invalid: expected >= 1 (or set train.max_steps)")
+
 
 @dataclass
 class HeadConf:
@@ -72,13 +79,13 @@ class HeadConf:
 
 def build_head_config(target, cfg: TrainConfig, head: HeadConf) -> DraftHeadConfig:
     """The DraftHeadConfig for training `head` on `target`; bad settings are one-line errors."""
-    from eagle_infer.target import eagle3_layers
+    from eagle_infer.draft_head import eagle3_layers
 
     if head.features not in ("last", "fused"):
         raise EagleError(f"unknown head.features {head.features!r}: expected last or fused")
     if head.layers < 1:
         raise EagleError(f"head.layers {head.layers} is invalid: expected >= 1")
-    config = DraftHeadConfig.for_target(target, cfg.input_mode)
+    config = DraftHeadConfig.of_target(target, cfg.input_mode)
     config.draft_vocab_size, config.layers = cfg.draft_vocab_size, head.layers
     config.feature_layers = list(eagle3_layers(target.config.num_hidden_layers)) if head.features == "fused" else []
     return config
@@ -104,7 +111,7 @@ def first_loss_tokens(samples: list, limit: Optional[int]) -> list:
 
 def use_autocast(mode: str, dtype: torch.dtype, device: torch.device) -> bool:
     """Whether float32 training runs its matmuls in bfloat16 (autocast; the weights and optimizer stay float32)."""
-    from eagle_infer.target import resolve_dtype
+    from eagle_infer.platform import resolve_dtype
 
     if mode not in ("auto", "on", "off"):
         raise EagleError(f"unknown train.autocast {mode!r}: expected auto, on or off")
@@ -213,6 +220,7 @@ def _run_id(cfg: TrainConfig) -> str:
 
 def train(cfg: TrainConfig, target, head_shape: HeadConf = HeadConf()) -> dict:
     """Train (or resume) a head for `target`; writes checkpoints and the engine-format head to out_dir/head."""
+    cfg.check()
     import deepspeed
 
     from tqdm import tqdm

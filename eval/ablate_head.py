@@ -309,7 +309,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     setup_logging()
     global OUT
-    from eagle_infer.target import cache_root
+    from eagle_infer.platform import cache_root
 
     OUT = cache_root() / "ablate-head"
     log.info("ablation runs in %s", OUT)

@@ -65,6 +65,9 @@ class EvalRunConf:
     recipe: str = "none"
     notes: str = ""
 
+    def __post_init__(self):
+        self.infer.lookup_conf = self.lookup  # the `lookup` group is the engine config's lookup settings
+
 
 ConfigStore.instance().store(name="eval_schema", node=EvalRunConf)
 
@@ -83,7 +86,7 @@ def evaluate(conf: EvalRunConf, out: Path) -> str:
     import torch
 
     from eagle_infer.chat import stop_ids
-    from eagle_infer.config import build_head, sampling_params
+    from eagle_infer.build import build_head
     from eagle_infer.target import load_target
 
     from .benchmarks import check_names, load_benchmark
@@ -102,9 +105,8 @@ def evaluate(conf: EvalRunConf, out: Path) -> str:
                          conf.infer.compile)
     unlabelled = any(":" not in m and needs_head(m) for m in conf.methods)  # EAGLE methods drafting with the run's head
     head = build_head(replace(conf.infer, method="eagle2"), target) if unlabelled else None
-    methods = make_methods(conf.methods, target, conf.infer, head, conf.assistant_model, conf.model.dtype, conf.heads,
-                           conf.lookup)
-    settings = HarnessSettings(conf.infer.max_new_tokens, sampling_params(conf.infer), conf.infer.seed, conf.bench.max_turns,
+    methods = make_methods(conf.methods, target, conf.infer, head, conf.assistant_model, conf.model.dtype, conf.heads)
+    settings = HarnessSettings(conf.infer.max_new_tokens, conf.infer.sampling(), conf.infer.seed, conf.bench.max_turns,
                                conf.infer.batch_size)
     out.mkdir(parents=True, exist_ok=True)
     _check_same_settings(conf, out)

@@ -12,9 +12,10 @@ from dataclasses import replace
 
 import torch
 
-from eagle_infer.config import InferConf, LookupConf, build_engine
-from eagle_infer.engine import HEADLESS, METHODS as ENGINE_METHODS, BatchResult, GenerationResult
+from eagle_infer.build import build_engine
+from eagle_infer.config import HEADLESS, METHODS as ENGINE_METHODS, InferConf, LookupConf
 from eagle_infer.errors import EagleError
+from eagle_infer.records import BatchResult, GenerationResult
 from eagle_infer.verify import SamplingParams
 
 PEER_METHODS = ("hf_generate", "pld", "assisted")
@@ -37,7 +38,7 @@ def needs_head(name: str) -> bool:
 class EngineMethod:
     """name: an engine method, optionally with ":LABEL" naming which head it drafts with."""
 
-    def __init__(self, name: str, target, infer: InferConf, head, lookup: LookupConf):
+    def __init__(self, name: str, target, infer: InferConf, head):
         self.name = name
         method, hybrid = engine_method(name)
         settings = replace(infer, method=method, lookup=hybrid)
@@ -46,7 +47,7 @@ class EngineMethod:
             defaults = InferConf()
             total = settings.total_tokens if method == "lookup" else defaults.total_tokens
             settings = replace(settings, depth=defaults.depth, total_tokens=total)
-        self.engine = build_engine(settings, target, head, lookup)
+        self.engine = build_engine(settings, target, head)
 
     def generate_batch(self, prompts, max_new, sampling: SamplingParams, stops, seed, batch_size: int = 1) -> BatchResult:
         return self.engine.generate_batch(prompts, max_new, sampling, stops, seed=seed, batch_size=batch_size)
@@ -62,7 +63,7 @@ class PeerMethod:
         if len(prompts) != 1 or batch_size != 1:
             raise EagleError(f"method {self.name!r} answers one request at a time: use batch_size=1 or engine methods")
         result = self._generate(prompts[0], max_new, sampling, stops, seed)
-        return BatchResult([result], result.wall_s, 1, 0)
+        return BatchResult(results=[result], wall_s=result.wall_s, batch_size=1, cache_bytes=0)
 
     def _generate(self, ids, max_new, sampling: SamplingParams, stops, seed) -> GenerationResult:
         target = self.target
@@ -85,14 +86,16 @@ class PeerMethod:
         wall = time.perf_counter() - start
         tokens = out[0, len(ids):].tolist()
         reason = "stop" if tokens and tokens[-1] in stops else "length"
-        return GenerationResult(tokens, [], 0.0, wall, reason)
+        return GenerationResult(tokens=tokens, cycles=[], prefill_s=0.0, wall_s=wall, stop_reason=reason)
 
 
 def make_methods(names: list[str], target, infer: InferConf, head, assistant_model: str | None, dtype: str,
-                 heads: dict[str, str] | None = None, lookup: LookupConf = LookupConf()) -> list:
+                 heads: dict[str, str] | None = None) -> list:
     """Adapters for `names`, in order. "eagle2:LABEL" (any engine method) drafts with the head heads[LABEL] instead
-    of the run's head, so several heads share one table. Unknown names are one-line errors."""
-    from eagle_infer.draft_head import load_head
+    of the run's head, so several heads share one table. Unknown names are one-line errors. The peers' prompt
+    lookup (pld) takes infer.lookup_conf's settings."""
+    from eagle_infer.head_checkpoint import load_head
+    from eagle_infer.head_runner import HeadRunner
 
     heads = heads or {}
     unknown = [n for n in names if n.split(":")[0] not in ALL_METHODS]
@@ -109,16 +112,16 @@ def make_methods(names: list[str], target, infer: InferConf, head, assistant_mod
         from eagle_infer.target import load_target
 
         # Like the target's transformers model, which a compiled target leaves unpacked (its graph holds the packing).
-        modules_packed = target.packed and target.compiled is None
+        modules_packed = target.packed and target.compiled_forward is None
         assistant = load_target(assistant_model, dtype, str(target.device), "on" if modules_packed else "off")
     methods = []
     for name in names:
         base, _, label = name.partition(":")
         if base in PEER_METHODS:
-            methods.append(PeerMethod(name, target, assistant, lookup))
+            methods.append(PeerMethod(name, target, assistant, infer.lookup_conf))
         elif not needs_head(name):
-            methods.append(EngineMethod(name, target, infer, None, lookup))
+            methods.append(EngineMethod(name, target, infer, None))
         else:
-            own = load_head(heads[label], target) if label else head
-            methods.append(EngineMethod(name, target, infer, own, lookup))
+            own = HeadRunner(load_head(heads[label], target), target) if label else head
+            methods.append(EngineMethod(name, target, infer, own))
     return methods

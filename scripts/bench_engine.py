@@ -32,7 +32,6 @@ import importlib.util
 import inspect
 import json
 import math
-import platform
 import statistics
 import sys
 import time
@@ -45,8 +44,9 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from eagle_infer.chat import Message, prompt_ids, stop_ids  # noqa: E402
-from eagle_infer.config import InferConf, build_engine, shipped_head_dir  # noqa: E402
-from eagle_infer.cost import median_ms  # noqa: E402
+from eagle_infer.build import build_engine, shipped_head_dir  # noqa: E402
+from eagle_infer.config import InferConf  # noqa: E402
+from eagle_infer.platform import cpu, median_ms, sync  # noqa: E402
 from eagle_infer.errors import EagleError  # noqa: E402
 from eagle_infer.target import load_target  # noqa: E402
 from eval.benchmarks import load_benchmark  # noqa: E402
@@ -57,25 +57,12 @@ SIZES = (1, 2, 4, 8, 16, 24, 32, 48, 64)
 
 def machine(device: torch.device) -> dict:
     """CPU model, the matmul-relevant flags present, threads; the GPU's name on CUDA."""
-    model, flags = platform.processor() or platform.machine(), set()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name") and ":" in line:
-                model = line.split(":", 1)[1].strip()
-            elif line.startswith("flags") and ":" in line:
-                flags = set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    out = {"cpu": model, "flags": [f for f in FLAGS if f in flags], "threads": torch.get_num_threads(),
+    info = cpu()
+    out = {"cpu": info.model, "flags": [f for f in FLAGS if f in info.flags], "threads": torch.get_num_threads(),
            "device": device.type}
     if device.type == "cuda":
         out["gpu"] = torch.cuda.get_device_name(device)
     return out
-
-
-def _sync(device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def read_bandwidth_gbs(device: torch.device, mib: int = 512, reps: int = 5) -> float:
@@ -83,10 +70,10 @@ def read_bandwidth_gbs(device: torch.device, mib: int = 512, reps: int = 5) -> f
     x = torch.ones(mib * 2**20 // 4, device=device)
     best = float("inf")
     for _ in range(reps + 1):
-        _sync(device)
+        sync(device)
         start = time.perf_counter()
         x.sum()
-        _sync(device)
+        sync(device)
         best = min(best, time.perf_counter() - start)
     return x.numel() * 4 / best / 1e9
 
@@ -150,11 +137,11 @@ def forward_ms(target, k: int, prefix: int, reps: int) -> float:
 
 def hf_generate(target, ids: list[int], max_new: int, stops: list[int]) -> tuple[int, float]:
     x = torch.tensor([ids], device=target.device)
-    _sync(target.device)
+    sync(target.device)
     start = time.perf_counter()
     out = target.model.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=max_new, do_sample=False,
                                 eos_token_id=stops, pad_token_id=stops[0])
-    _sync(target.device)
+    sync(target.device)
     return out.shape[1] - len(ids), time.perf_counter() - start
 
 
@@ -167,7 +154,8 @@ def baseline_target(module, args, dtype: str):
 
 
 def load_baseline(directory: str):
-    """The eagle_infer package of another checkout, imported as `eagle_infer_baseline` (its own modules)."""
+    """The eagle_infer package of another checkout, imported as `eagle_infer_baseline` (its own modules): its
+    build_engine, InferConf and target module (build_engine in config.py before the package's split, build.py after)."""
     root = Path(directory).resolve() / "eagle_infer"
     if not (root / "engine.py").exists():
         raise EagleError(f"--baseline {directory!r} has no eagle_infer/engine.py: expected a checkout of this repository")
@@ -176,7 +164,9 @@ def load_baseline(directory: str):
     module = importlib.util.module_from_spec(spec)
     sys.modules["eagle_infer_baseline"] = module
     spec.loader.exec_module(module)
-    return importlib.import_module("eagle_infer_baseline.config"), importlib.import_module("eagle_infer_baseline.target")
+    config = importlib.import_module("eagle_infer_baseline.config")
+    builder = config if hasattr(config, "build_engine") else importlib.import_module("eagle_infer_baseline.build")
+    return builder.build_engine, config.InferConf, importlib.import_module("eagle_infer_baseline.target")
 
 
 class ForwardTimer:
@@ -188,10 +178,10 @@ class ForwardTimer:
         self._forward = target.forward
 
         def timed(*args, **kwargs):
-            _sync(target.device)
+            sync(target.device)
             start = time.perf_counter()
             out = self._forward(*args, **kwargs)
-            _sync(target.device)
+            sync(target.device)
             self.calls.append(time.perf_counter() - start)
             return out
 
@@ -235,12 +225,13 @@ class Runs:
         return 1000 * statistics.median(values) if values else float("nan")
 
 
-def engines(config_module, target, head: str, args):
-    """(vanilla engine, EAGLE-2 engine, forward timer) of one eagle_infer package over its own target."""
+def engines(build, conf_class, target, head: str, args):
+    """(vanilla engine, EAGLE-2 engine, forward timer) of one eagle_infer package over its own target: `build` its
+    build_engine, `conf_class` its InferConf."""
     timer = ForwardTimer(target)
-    vanilla = config_module.build_engine(config_module.InferConf(method="vanilla"), target)
-    eagle2 = config_module.build_engine(
-        config_module.InferConf(method="eagle2", head=head, depth=args.depth, top_k=args.top_k,
+    vanilla = build(conf_class(method="vanilla"), target)
+    eagle2 = build(
+        conf_class(method="eagle2", head=head, depth=args.depth, top_k=args.top_k,
                                 total_tokens=args.total_tokens), target)
     return vanilla, eagle2, timer
 
@@ -275,21 +266,21 @@ def bench_dtype(dtype: str, args) -> dict:
         same_lean = {k: same_logits(target, layered, k) for k in SIZES}
         fwd_compiled = {k: forward_ms(fast, k, 300, args.reps) for k in SIZES} if fast else {}
 
-    methods = {"this": engines(sys.modules["eagle_infer.config"], target, head, args)}
+    methods = {"this": engines(build_engine, InferConf, target, head, args)}
     if fast:
-        methods["compiled"] = engines(sys.modules["eagle_infer.config"], fast, head, args)
+        methods["compiled"] = engines(build_engine, InferConf, fast, head, args)
     if args.baseline:
-        base_config, base_target = load_baseline(args.baseline)
-        methods["baseline"] = engines(base_config, baseline_target(base_target, args, dtype), head, args)
+        base_build, base_conf, base_target = load_baseline(args.baseline)
+        methods["baseline"] = engines(base_build, base_conf, baseline_target(base_target, args, dtype), head, args)
     for vanilla, eagle2, timer in methods.values():  # warm-up, excluded: every prompt (a compiled target's shapes)
         for ids in prompts:
             vanilla.generate(ids, 8, stop_ids=stops)
             eagle2.generate(ids, 8, stop_ids=stops)
         timer.take()
-    warm_compiles = fast.compiled.compiles if fast else 0
+    warm_compiles = fast.compiled_forward.compiles if fast else 0
     for model in filter(None, (target, plain)):
         hf_generate(model, prompts[0], 8, stops)
-    level_bytes = level_weight_bytes(methods["this"][1].head)
+    level_bytes = level_weight_bytes(methods["this"][1].head.module)
     runs, bare_1, bare_n, bare_1_fast, bare_n_fast = Runs(), [], [], [], []
     tree = args.total_tokens if isinstance(args.total_tokens, int) else 16
     for ids in prompts * args.rounds:  # interleaved per prompt: machine drift hits every method and bare forward alike
@@ -345,10 +336,10 @@ def bench_dtype(dtype: str, args) -> dict:
         "hf_generate_tok_s": runs.tok_s("hf_generate"), "engine": engine,
         "hf_generate_unpacked_tok_s": runs.tok_s("hf_generate_unpacked") if plain else None,
         "forward_ms_compiled": {str(k): v for k, v in fwd_compiled.items()},
-        "compile": {"graphs_at_warm_up": warm_compiles, "compile_s": fast.compiled.compile_s,
-                    "graphs_after_warm_up": fast.compiled.compiles - warm_compiles,
-                    "failed": fast.compiled.failed,
-                    "cudagraph_skips": fast.compiled.cudagraph_skips if device.type == "cuda" else None}
+        "compile": {"graphs_at_warm_up": warm_compiles, "compile_s": fast.compiled_forward.compile_s,
+                    "graphs_after_warm_up": fast.compiled_forward.compiles - warm_compiles,
+                    "failed": fast.compiled_forward.failed,
+                    "cudagraph_skips": fast.compiled_forward.cudagraph_skips if device.type == "cuda" else None}
         if fast else None,
     }
 

@@ -18,7 +18,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from eagle_infer.chat import Message, prompt_ids, stop_ids  # noqa: E402
-from eagle_infer.config import InferConf, build_engine  # noqa: E402
+from eagle_infer.build import build_engine  # noqa: E402
+from eagle_infer.config import InferConf  # noqa: E402
 from eagle_infer.errors import EagleError  # noqa: E402
 from eagle_infer.target import load_target  # noqa: E402
 from eval.benchmarks import load_benchmark  # noqa: E402
@@ -42,7 +43,7 @@ def check(args, compile: bool) -> tuple[list[list[int]], bool, str]:
     line = (f"{'compiled' if compile else 'eager'} ({target.device.type}): EAGLE-2 = vanilla on {same}/{n}; "
             f"a batch of {n} = its batch of one on {batched}/{n}; {time.perf_counter() - start:.0f} s")
     if compile:
-        c = target.compiled
+        c = target.compiled_forward
         line += f"; {c.compiles} graphs, compile failed: {c.failed or 'no'}"
         if target.device.type == "cuda":
             line += f"; graphs run without CUDA graphs: {c.cudagraph_skips}"

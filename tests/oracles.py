@@ -13,7 +13,8 @@ from dataclasses import dataclass
 import pytest
 import torch
 
-from eagle_infer.engine import DecodeConfig, Engine
+from eagle_infer.config import InferConf
+from eagle_infer.engine import Engine
 from eagle_infer.tree import DraftTree
 from tests.tiny import tiny_target
 
@@ -66,9 +67,9 @@ class OracleDrafter:
         d = self.depth
         return d + self.branch * (d + d * (d - 1) // 2)
 
-    def config(self) -> DecodeConfig:
+    def config(self) -> InferConf:
         """A config whose tree budget holds every tree this drafter returns (the drafter replaces its drafting)."""
-        return DecodeConfig(method="eagle2", depth=1, top_k=1, total_tokens=self.max_nodes)
+        return InferConf(method="eagle2", depth=1, top_k=1, total_tokens=self.max_nodes)
 
     def _other(self, rng: random.Random, avoid: set[int]) -> int | None:
         choices = [t for t in range(self.vocab) if t not in avoid]
@@ -172,7 +173,7 @@ def scaled_target(vocab: int = 96, hidden: int = 64, layers: int = 2, seed: int 
 
 def vanilla_tokens(target, prompt, max_new_tokens, stop_ids=None) -> list[int]:
     """The target's own greedy continuation (method vanilla)."""
-    engine = Engine(target, None, DecodeConfig(method="vanilla"))
+    engine = Engine(target, None, InferConf(method="vanilla"))
     return engine.generate(list(prompt), max_new_tokens, stop_ids=stop_ids).tokens
 
 

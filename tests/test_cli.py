@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from eagle_infer.chat import Message, prompt_ids
-from eagle_infer.engine import BatchResult, CycleStats, GenerationResult
+from eagle_infer.records import BatchResult, CycleStats, GenerationResult
 from eval.benchmarks import BENCHMARKS, Question
 from eval.harness import HarnessSettings, run as harness_run
 from eval.records import RECORD_FIELDS, RecordWriter, read_records
@@ -153,8 +153,12 @@ def test_infer_unknown_model():
         (["chat=null"], ["chat="]),
         (["infer.method=lookup", "lookup.min_ngram=3"], ["lookup.min_ngram 3", "lookup.max_ngram 2"]),
         (["infer.lookup=true", "infer.total_tokens=8"], ["lookup.num_tokens 10", "8"]),
+        (["chat="], ["chat=''", "empty"]),
+        (["infer.batch_size=0"], ["batch_size 0", "max_batch_size 16"]),
+        (["infer.batch_size=1000"], ["batch_size 1000", "max_batch_size 16"]),
     ],
-    ids=["bogus-method", "missing-head", "top_k-over-vocab", "bad-output", "no-prompt", "lookup-ngram", "lookup-budget"],
+    ids=["bogus-method", "missing-head", "top_k-over-vocab", "bad-output", "no-prompt", "lookup-ngram", "lookup-budget",
+         "empty-chat", "batch-size-0", "batch-size-1000"],
 )
 def test_infer_bad_input(cli, model_dir, args, needles):
     base = [f"model.name={model_dir}", "model.dtype=float32", "infer.head=random", "chat=Hi", "infer.max_new_tokens=4"]
@@ -164,6 +168,14 @@ def test_infer_bad_input(cli, model_dir, args, needles):
 
 
 # --- eagle_train.cli -----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("args, needles", [
+    (["train.epochs=0"], ["train.epochs 0", ">= 1"]),
+    (["train.max_steps=0"], ["train.max_steps 0", ">= 1"]),
+])
+def test_train_that_would_train_nothing_is_refused_before_featurizing(cli, args, needles):
+    assert_one_line_error(cli("eagle_train.cli", "recipes=demo", "stage=featurize", *args), *needles)
 
 
 def test_train_unknown_recipe(cli):
@@ -313,9 +325,11 @@ class FakeMethod:
     def generate_batch(self, prompts, max_new, sampling, stops, seed, batch_size=1) -> BatchResult:
         self.calls += [(list(ids), max_new) for ids in prompts]
         self.batches.append(batch_size)
-        results = [GenerationResult([28, 29, 30], [CycleStats(8, 3, 2, 0.01, 0.02, [0.9], [True])], 0.0, 0.1, "length")
+        cycle = CycleStats(tree_size=8, tree_depth=3, accepted=2, draft_s=0.01, verify_s=0.02, tested_conf=[0.9],
+                           tested_hit=[True])
+        results = [GenerationResult(tokens=[28, 29, 30], cycles=[cycle], prefill_s=0.0, wall_s=0.1, stop_reason="length")
                    for _ in prompts]
-        return BatchResult(results, 0.1 * len(prompts) / batch_size, batch_size, 0)
+        return BatchResult(results=results, wall_s=0.1 * len(prompts) / batch_size, batch_size=batch_size, cache_bytes=0)
 
 
 def test_eval_resume(tiny_smol, tmp_path):

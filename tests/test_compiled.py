@@ -11,8 +11,9 @@ import torch
 
 from eagle_infer.compiled import STATIC_ROUND
 from eagle_infer.draft_head import random_head
-from eagle_infer.engine import DecodeConfig, Engine
-from eagle_infer.target import compiled, load_target
+from eagle_infer.config import InferConf
+from eagle_infer.engine import Engine
+from eagle_infer.target import compile_target, load_target
 from eagle_infer.tree import additive_mask, ancestor_masks
 from tests.oracles import one_thread, scaled_target, vanilla_tokens  # noqa: F401 (one_thread is autouse)
 
@@ -22,7 +23,7 @@ VOCAB = 96
 @pytest.fixture(scope="module")
 def pair():
     target = scaled_target(vocab=VOCAB, layers=6, seed=11, name="tiny-compiled")
-    return target, compiled(target)
+    return target, compile_target(target)
 
 
 def test_compiled_forward_matches_eager_over_a_static_cache(pair):
@@ -55,17 +56,17 @@ def test_no_graph_is_compiled_after_warm_up(pair):
     """Two requests of different lengths per method compile what decoding needs; more requests compile nothing."""
     eager, fast = pair
     head = random_head(eager, seed=3)
-    engines = [Engine(fast, None, DecodeConfig(method="vanilla")),
-               Engine(fast, head, DecodeConfig(method="eagle2", depth=3, top_k=4, total_tokens=10))]
+    engines = [Engine(fast, None, InferConf(method="vanilla")),
+               Engine(fast, head, InferConf(method="eagle2", depth=3, top_k=4, total_tokens=10))]
     for engine in engines:
         for prompt in ([5, 6, 7], list(range(20, 45))):
             engine.generate(prompt, 12)
-    warm = fast.compiled.compiles
-    assert warm >= 2 and fast.compiled.compile_s > 0 and not fast.compiled.failed
+    warm = fast.compiled_forward.compiles
+    assert warm >= 2 and fast.compiled_forward.compile_s > 0 and not fast.compiled_forward.failed
     prompts = [[9], list(range(30, 41)), list(range(1, 60, 2))]
     for engine in engines:
         assert [engine.generate(p, 15).tokens for p in prompts] == [vanilla_tokens(eager, p, 15) for p in prompts]
-    assert fast.compiled.compiles == warm
+    assert fast.compiled_forward.compiles == warm
 
 
 def test_a_failed_compile_decodes_eagerly_with_one_warning(monkeypatch, caplog):
@@ -77,14 +78,14 @@ def test_a_failed_compile_decodes_eagerly_with_one_warning(monkeypatch, caplog):
 
     monkeypatch.setattr(compile_fx, "compile_fx", broken)
     target = scaled_target(vocab=VOCAB, seed=12, name="tiny-no-compiler")
-    fast = compiled(target)
+    fast = compile_target(target)
     prompt = [4, 8, 15, 16, 23, 42]
     with caplog.at_level(logging.WARNING, logger="eagle_infer.compiled"):
-        tokens = Engine(fast, None, DecodeConfig(method="vanilla")).generate(prompt, 10).tokens
+        tokens = Engine(fast, None, InferConf(method="vanilla")).generate(prompt, 10).tokens
     assert tokens == vanilla_tokens(target, prompt, 10)
     warnings = [r.getMessage() for r in caplog.records if r.name == "eagle_infer.compiled"]
     assert len(warnings) == 1 and "the target's forward failed" in warnings[0] and "\n" not in warnings[0]
-    assert "no working C++ compiler found" in fast.compiled.failed
+    assert "no working C++ compiler found" in fast.compiled_forward.failed
 
 
 def test_load_target_compiles_without_packing_modules(tmp_path, smol_tok):
@@ -95,9 +96,9 @@ def test_load_target_compiles_without_packing_modules(tmp_path, smol_tok):
     make_tiny_smol(smol_tok).model.save_pretrained(tmp_path)
     smol_tok.save_pretrained(tmp_path)
     target = load_target(str(tmp_path), "float32", "cpu", "auto", compile=True)
-    assert target.compiled is not None and target.new_cache(1, 10).static
+    assert target.compiled_forward is not None and target.new_cache(1, 10).static
     assert not any(isinstance(m, PackedLinear) for m in target.model.modules())
-    assert load_target(str(tmp_path), "float32", "cpu", "auto").compiled is None
+    assert load_target(str(tmp_path), "float32", "cpu", "auto").compiled_forward is None
 
 
 def test_feature_layers_outside_the_target_are_one_line_errors(pair):
@@ -112,16 +113,16 @@ def test_feature_layers_outside_the_target_are_one_line_errors(pair):
 
 @pytest.mark.skipif(not HAS_COMPILER, reason="no C++ compiler: inductor falls back to eager")
 def test_compiled_head_step_drafts_losslessly_with_no_graph_after_warm_up(pair):
-    """The head's step compiled (what draft_head.for_target does for a target compiled on a GPU, forced here on the
-    CPU): it predicts what the eager head does over a static cache, every drafter's greedy output is vanilla's, and
-    more requests compile no graph."""
-    from eagle_infer.compiled import compile_head
+    """The head's step compiled (what a HeadRunner does for a target compiled on a GPU, forced here on the CPU): it
+    predicts what the eager head does over a static cache, every drafter's greedy output is vanilla's, and more
+    requests compile no graph."""
     from eagle_infer.drafting import DraftRoot, TreeFeeder
+    from eagle_infer.head_runner import HeadRunner
 
     eager, fast = pair
-    plain, head = random_head(fast, seed=5, layers=2), random_head(fast, seed=5, layers=2)
-    assert head.compiled is None  # a CPU target: the head drafts eagerly unless asked
-    compile_head(head)
+    plain = HeadRunner(random_head(fast, seed=5, layers=2), fast)
+    assert plain.compiled is None  # a CPU target: the head drafts eagerly unless asked
+    head = HeadRunner(random_head(fast, seed=5, layers=2), fast, compile_step=True)
     assert head.new_cache(1, 10).static and head.new_cache(1, 10).max_len == STATIC_ROUND
     feats = torch.randn(1, 9, 64, generator=torch.Generator().manual_seed(2))
     levels = []
@@ -133,8 +134,8 @@ def test_compiled_head_step_drafts_losslessly_with_no_graph_after_warm_up(pair):
         levels.append((prompt, feeder.feed(torch.full((1, 3), -1), torch.tensor([[4, 5, 6]]), 1)))
     for a, b in zip(*levels):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
-    configs = [DecodeConfig(method="eagle2", depth=3, top_k=4, total_tokens=10), DecodeConfig(method="eagle1"),
-               DecodeConfig(method="chain", depth=4)]
+    configs = [InferConf(method="eagle2", depth=3, top_k=4, total_tokens=10), InferConf(method="eagle1"),
+               InferConf(method="chain", depth=4)]
     engines = [Engine(fast, head, c) for c in configs]
     for engine in engines:
         for prompt in ([5, 6, 7], list(range(20, 45))):

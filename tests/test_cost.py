@@ -9,9 +9,11 @@ from dataclasses import replace
 import pytest
 import torch
 
-from eagle_infer.config import AUTO_MAX_DEPTH, AUTO_MAX_TOKENS, InferConf, decode_config
-from eagle_infer.cost import COST_REVISION, Budget, CostModel, cache_path, load_or_measure, machine_key
-from eagle_infer.engine import DecodeConfig, Engine
+from eagle_infer.config import AUTO_MAX_DEPTH, AUTO_MAX_TOKENS, FIXED_DEPTH, FIXED_TOKENS, InferConf
+from eagle_infer.cost import COST_REVISION, Budget, CostModel, cache_path
+from eagle_infer.cost_measure import load_or_measure
+from eagle_infer.platform import machine_key
+from eagle_infer.engine import Engine
 from tests.oracles import one_thread, vanilla_tokens  # noqa: F401 (autouse fixture)
 from tests.test_engine_errors import one_line_error
 from tests.test_engine_lossless import CASES, case, target_and_head
@@ -62,7 +64,7 @@ def test_draft_on_stops_when_a_level_cannot_pay():
 
 @pytest.mark.parametrize("per_token,level_ms", [(0.0, 0.0), (0.3, 1.0), (50.0, 1.0), (0.1, 1e5)])
 def test_auto_budget_is_lossless_and_follows_the_cost(per_token, level_ms):
-    config = DecodeConfig(method="eagle2", depth=5, top_k=4, total_tokens=24, budget="auto")
+    config = InferConf(method="eagle2", depth=5, top_k=4, total_tokens=24, budget="auto")
     sizes = []
     for seed, prompt_len, max_new in CASES:
         target, head = target_and_head(seed)
@@ -81,7 +83,7 @@ def test_auto_budget_is_lossless_and_follows_the_cost(per_token, level_ms):
 
 @pytest.mark.parametrize("method", ["eagle2", "lookup", "eagle2+lookup"])
 def test_auto_budget_batch_equals_its_batch_of_one(method):
-    config = DecodeConfig(method=method.split("+")[0], depth=4, top_k=4, total_tokens=16, budget="auto",
+    config = InferConf(method=method.split("+")[0], depth=4, top_k=4, total_tokens=16, budget="auto",
                           lookup=method.endswith("+lookup"))
     target, head = target_and_head(2)
     prompts = [copy_prompt(1, 9), list(case(2, 1, 40)[0]), list(case(2, 7, 20)[0])]
@@ -92,8 +94,8 @@ def test_auto_budget_batch_equals_its_batch_of_one(method):
 
 
 LOOKUP_AUTO = {
-    "lookup": DecodeConfig(method="lookup"),
-    "eagle2+lookup": DecodeConfig(method="eagle2", depth=3, top_k=4, total_tokens=12, lookup=True),
+    "lookup": InferConf(budget="fixed", method="lookup"),
+    "eagle2+lookup": InferConf(method="eagle2", depth=3, top_k=4, total_tokens=12, lookup=True),
 }
 
 
@@ -127,7 +129,10 @@ def test_strong_copies_stop_the_head_sooner():
     draft deeper, and at some level cost they make a level not pay that pays without them."""
     from eagle_infer.drafting import DraftRoot, TreeFeeder, draft_dynamic
 
+    from eagle_infer.head_runner import HeadRunner
+
     target, head = target_and_head(2)
+    head = HeadRunner(head, target)
     cache = head.new_cache(1, 64)
     root = DraftRoot(torch.randn(1, target.hidden_size, generator=torch.Generator().manual_seed(0)), [3], [0], [0])
 
@@ -144,22 +149,33 @@ def test_strong_copies_stop_the_head_sooner():
 
 
 def test_infer_auto_keys_and_errors():
-    auto = decode_config(InferConf(total_tokens="auto"))
-    assert (auto.budget, auto.total_tokens, auto.depth) == ("auto", AUTO_MAX_TOKENS, InferConf.depth)
-    both = decode_config(InferConf(total_tokens="auto", depth="auto"))
-    assert (both.budget, both.total_tokens, both.depth) == ("auto", AUTO_MAX_TOKENS, AUTO_MAX_DEPTH)
-    assert decode_config(InferConf()).budget == "fixed"
+    """The defaults are the auto budget (depth and total_tokens "auto"); an integer is a cap beside an "auto", a
+    fixed setting beside another integer; budget=fixed gives the fixed tree; methods that cannot choose per cycle
+    read "auto" as the fixed values."""
+    auto = InferConf(total_tokens="auto", depth=5).resolved()
+    assert (auto.budget, auto.total_tokens, auto.depth) == ("auto", AUTO_MAX_TOKENS, 5)
+    default = InferConf().resolved()
+    assert (default.budget, default.total_tokens, default.depth) == ("auto", AUTO_MAX_TOKENS, AUTO_MAX_DEPTH)
+    for fixed in (InferConf(budget="fixed"), InferConf(method="eagle2", rerank=False), InferConf(method="chain"),
+                  InferConf(method="eagle1", lookup=True)):
+        f = fixed.resolved()
+        assert (f.budget, f.total_tokens, f.depth) == ("fixed", FIXED_TOKENS, FIXED_DEPTH)
+    assert InferConf(depth=6, total_tokens=32).resolved().budget == "fixed"
+    assert InferConf(method="lookup").resolved().budget == "auto"
     target, head = target_and_head(2)
-    one_line_error(lambda: Engine(target, head, DecodeConfig(method="eagle1", budget="auto")), "budget 'auto'", "eagle1")
-    one_line_error(lambda: Engine(target, head, DecodeConfig(budget="sometimes")), "'sometimes'")
-    one_line_error(lambda: Engine(target, head, DecodeConfig(method="chain", budget="auto", lookup=True)),
+    one_line_error(lambda: Engine(target, head, InferConf(method="eagle1", budget="auto")), "budget 'auto'", "eagle1")
+    one_line_error(lambda: Engine(target, head, InferConf(budget="sometimes")), "'sometimes'")
+    one_line_error(lambda: Engine(target, head, InferConf(method="chain", budget="auto", lookup=True)),
                    "budget 'auto'", "'chain'")
-    one_line_error(lambda: Engine(target, head, DecodeConfig(total_tokens="many")), "total_tokens 'many'")
+    one_line_error(lambda: Engine(target, head, InferConf(budget="fixed", total_tokens="many")), "total_tokens 'many'")
 
 
 def test_cost_model_is_cached_per_machine_and_never_reused_elsewhere(tmp_path, monkeypatch):
     monkeypatch.setenv("EAGLE_CACHE", str(tmp_path))
+    from eagle_infer.head_runner import HeadRunner
+
     target, head = target_and_head(2)
+    head = HeadRunner(head, target)
     first = load_or_measure(target, head, 4, 9)
     assert first.key["model"] == target.name and first.key == {**machine_key(target.device), **{
         k: first.key[k] for k in ("revision", "model", "dtype", "top_k", "head")}}

@@ -14,10 +14,11 @@ import torch.nn.functional as F
 from safetensors.torch import save_file
 from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb
 
-from eagle_infer.draft_head import load_head
-from eagle_infer.engine import DecodeConfig, Engine
+from eagle_infer.head_checkpoint import load_head
+from eagle_infer.config import InferConf
+from eagle_infer.engine import Engine
 from eagle_infer.errors import EagleError
-from eagle_infer.target import eagle3_layers
+from eagle_infer.draft_head import eagle3_layers
 from tests.oracles import one_thread, scaled_target, vanilla_tokens  # noqa: F401 (one_thread is autouse)
 
 VOCAB, HIDDEN, DRAFT = 96, 64, 40
@@ -122,8 +123,8 @@ def test_eagle3_checkpoint_computes_eagle3s_draft_model(target, tmp_path):
         torch.testing.assert_close(again.draft_logits(again(aux, tokens, positions)), want_logits, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("config", [DecodeConfig(method="eagle2", depth=4, top_k=4, total_tokens=12),
-                                    DecodeConfig(method="chain", depth=3)], ids=["eagle2", "chain"])
+@pytest.mark.parametrize("config", [InferConf(method="eagle2", depth=4, top_k=4, total_tokens=12),
+                                    InferConf(method="chain", depth=3)], ids=["eagle2", "chain"])
 def test_eagle3_checkpoint_decodes_losslessly(target, tmp_path, config):
     eagle3_checkpoint(tmp_path / "e3", target, seed=3)
     head = load_head(tmp_path / "e3", target)

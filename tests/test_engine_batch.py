@@ -13,8 +13,9 @@ import torch
 
 from eagle_infer import engine as engine_module
 from eagle_infer.draft_head import random_head
-from eagle_infer.engine import DecodeConfig, Engine
-from eagle_infer.target import compiled
+from eagle_infer.config import InferConf
+from eagle_infer.engine import Engine
+from eagle_infer.target import compile_target
 from eagle_infer.tree import check_paths
 from eagle_infer.verify import SamplingParams
 from tests.oracles import one_thread, oracle_drafter, scaled_target, vanilla_tokens  # noqa: F401 (fixture)
@@ -30,7 +31,7 @@ def target_and_head(seed: int = 5, path: str = "eager"):
     """A tiny target and random head; path "compiled": the same ones decoding through a compiled forward."""
     if path == "compiled":
         target, head = target_and_head(seed)
-        return compiled(target), head
+        return compile_target(target), head
     target = scaled_target(vocab=VOCAB, seed=seed, name=f"tiny-batch-{seed}")
     return target, random_head(target, seed=seed)
 
@@ -45,13 +46,13 @@ def stops_and_references(max_new: int = 30) -> tuple[list[int], list[list[int]]]
 
 
 CONFIGS = {
-    "vanilla": DecodeConfig(method="vanilla"),
-    "chain-d4": DecodeConfig(method="chain", depth=4),
-    "eagle1": DecodeConfig(method="eagle1"),
-    "eagle2-d4-k4-t12": DecodeConfig(method="eagle2", depth=4, top_k=4, total_tokens=12),
-    "eagle2-norerank-conf": DecodeConfig(method="eagle2", depth=3, top_k=5, total_tokens=9, expand_by="confidence",
+    "vanilla": InferConf(method="vanilla"),
+    "chain-d4": InferConf(method="chain", depth=4),
+    "eagle1": InferConf(method="eagle1"),
+    "eagle2-d4-k4-t12": InferConf(method="eagle2", depth=4, top_k=4, total_tokens=12),
+    "eagle2-norerank-conf": InferConf(method="eagle2", depth=3, top_k=5, total_tokens=9, expand_by="confidence",
                                          rerank=False),
-    "eagle2-budget-40": DecodeConfig(method="eagle2", depth=5, top_k=4, total_tokens=16, batch_token_budget=40),
+    "eagle2-budget-40": InferConf(method="eagle2", depth=5, top_k=4, total_tokens=16, batch_token_budget=40),
 }
 
 
@@ -112,20 +113,20 @@ def test_stream_reports_each_request():
 
 
 def test_tree_budget_shrinks_as_the_batch_grows():
-    config = DecodeConfig(method="eagle2", depth=6, top_k=8, total_tokens=32, batch_token_budget=64)
+    config = InferConf(method="eagle2", depth=6, top_k=8, total_tokens=32, batch_token_budget=64)
     assert [config.tree_budget(b) for b in (1, 2, 4, 8, 64, 200)] == [32, 31, 15, 7, 1, 1]
     small = config.at_batch(8)
     assert (small.total_tokens, small.depth, small.top_k) == (7, 6, 8)
     assert config.at_batch(16).depth == 3 and config.at_batch(1) is config
-    static = DecodeConfig(method="eagle1", batch_token_budget=24).at_batch(2)
+    static = InferConf(method="eagle1", batch_token_budget=24).at_batch(2)
     assert len(static.static_paths) == 11 and check_paths(static.static_paths)  # a closed breadth-first prefix
-    assert DecodeConfig(method="chain", depth=5, batch_token_budget=8).at_batch(2).depth == 3
-    assert DecodeConfig(method="eagle2").at_batch(8).total_tokens == 32  # budget 0: no shrinking
-    tight = DecodeConfig(method="eagle2", depth=2, top_k=4, total_tokens=8, batch_token_budget=8)
+    assert InferConf(method="chain", depth=5, batch_token_budget=8).at_batch(2).depth == 3
+    assert InferConf(budget="fixed", method="eagle2").at_batch(8).total_tokens == 32  # budget 0: no shrinking
+    tight = InferConf(method="eagle2", depth=2, top_k=4, total_tokens=8, batch_token_budget=8)
     assert tight.at_batch(1).total_tokens == 7 == tight.tree_budget(1)  # a budget below the tree cuts batch 1 too
     # In a run, each cycle's tree fits the budget at that cycle's batch size.
     target, head = target_and_head()
-    config = DecodeConfig(method="eagle2", depth=4, top_k=4, total_tokens=16, batch_token_budget=24)
+    config = InferConf(method="eagle2", depth=4, top_k=4, total_tokens=16, batch_token_budget=24)
     batch = Engine(target, head, config).generate_batch(PROMPTS, 20, batch_size=4)
     cycles = [c for r in batch.results for c in r.cycles]
     assert all(c.tree_size <= config.tree_budget(c.batch) for c in cycles)
@@ -136,7 +137,7 @@ def test_tree_budget_shrinks_as_the_batch_grows():
 
 def test_bad_batches_are_refused_before_any_work(monkeypatch):
     target, head = target_and_head()
-    engine = Engine(target, head, DecodeConfig(method="eagle2", depth=3, top_k=2, total_tokens=4, max_batch_size=4))
+    engine = Engine(target, head, InferConf(method="eagle2", depth=3, top_k=2, total_tokens=4, max_batch_size=4))
 
     def no_work(*args, **kwargs):
         raise AssertionError("work started before the batch was checked")
@@ -151,13 +152,13 @@ def test_bad_batches_are_refused_before_any_work(monkeypatch):
     need = engine.cache_bytes(4, max(map(len, PROMPTS)) + 8 - 1 + 4)
     one_line_error(lambda: engine.generate_batch(PROMPTS, 8, batch_size=4), "batch_size 4", "GiB", "cpu")
     assert need > 10_000
-    one_line_error(lambda: Engine(target, head, DecodeConfig(max_batch_size=0)), "max_batch_size 0")
-    one_line_error(lambda: Engine(target, head, DecodeConfig(batch_token_budget=-1)), "batch_token_budget -1")
+    one_line_error(lambda: Engine(target, head, InferConf(budget="fixed", max_batch_size=0)), "max_batch_size 0")
+    one_line_error(lambda: Engine(target, head, InferConf(batch_token_budget=-1)), "batch_token_budget -1")
 
 
 def test_default_batch_size_is_capped_by_max_batch_size():
     target, head = target_and_head()
-    engine = Engine(target, head, DecodeConfig(method="vanilla", max_batch_size=3))
+    engine = Engine(target, head, InferConf(method="vanilla", max_batch_size=3))
     batch = engine.generate_batch(PROMPTS, 5)
     assert batch.batch_size == 3 and all(len(r.tokens) == 5 for r in batch.results)
     assert batch.cache_bytes == engine.cache_bytes(3, max(map(len, PROMPTS)) + 5 - 1)
@@ -190,7 +191,7 @@ def test_custom_drafter_is_held_to_the_per_batch_tree_budget():
     target, head = target_and_head()
     stops, references = stops_and_references()
     refs = [list(p) + r for p, r in zip(PROMPTS, references)]
-    config = DecodeConfig(method="eagle2", depth=4, top_k=1, total_tokens=16, batch_token_budget=24)
+    config = InferConf(method="eagle2", depth=4, top_k=1, total_tokens=16, batch_token_budget=24)
     assert config.tree_budget(4) == 5
     fits = oracle_drafter(None, 5, branch=0, vocab=VOCAB, references=refs)
     batch = Engine(target, head, config, drafter=fits).generate_batch(PROMPTS[:4], 12, batch_size=4)

@@ -7,8 +7,10 @@ from functools import lru_cache
 import pytest
 import torch
 
-from eagle_infer.draft_head import DraftHead, DraftHeadConfig, load_head, random_head
-from eagle_infer.engine import DecodeConfig, Engine
+from eagle_infer.draft_head import DraftHead, DraftHeadConfig, random_head
+from eagle_infer.head_checkpoint import load_head
+from eagle_infer.config import InferConf
+from eagle_infer.engine import Engine
 from eagle_infer.errors import EagleError
 from eagle_infer.verify import SamplingParams
 from tests.oracles import one_thread  # noqa: F401 (autouse fixture)
@@ -38,24 +40,24 @@ def one_line_error(fn, *needles) -> str:
     return message
 
 
-def engine(config: DecodeConfig, with_head: bool = True) -> Engine:
+def engine(config: InferConf, with_head: bool = True) -> Engine:
     return Engine(target(), head() if with_head else None, config)
 
 
 @pytest.mark.parametrize(
     "config,needles",
     [
-        (DecodeConfig(method="eagle3"), ["'eagle3'", "vanilla", "chain", "eagle1", "eagle2"]),
-        (DecodeConfig(method="EAGLE2"), ["'EAGLE2'"]),
-        (DecodeConfig(top_k=97), ["top_k 97", "vocabulary size 96"]),
-        (DecodeConfig(top_k=0), ["top_k 0"]),
-        (DecodeConfig(total_tokens=0), ["total_tokens 0", ">= 1"]),
-        (DecodeConfig(total_tokens=-3), ["total_tokens -3"]),
-        (DecodeConfig(depth=0), ["depth 0"]),
-        (DecodeConfig(expand_by="prob"), ["'prob'", "value", "confidence"]),
-        (DecodeConfig(pad_trees="yes"), ["'yes'", "auto", "on", "off"]),
-        (DecodeConfig(method="eagle1", static_paths=[[0], [0, 0, 1]]), ["[0, 0, 1]", "[0, 0]"]),
-        (DecodeConfig(method="eagle1", static_paths=[]), ["empty"]),
+        (InferConf(method="eagle3"), ["'eagle3'", "vanilla", "chain", "eagle1", "eagle2"]),
+        (InferConf(method="EAGLE2"), ["'EAGLE2'"]),
+        (InferConf(budget="fixed", top_k=97), ["top_k 97", "vocabulary size 96"]),
+        (InferConf(budget="fixed", top_k=0), ["top_k 0"]),
+        (InferConf(budget="fixed", total_tokens=0), ["total_tokens 0", ">= 1"]),
+        (InferConf(budget="fixed", total_tokens=-3), ["total_tokens -3"]),
+        (InferConf(budget="fixed", depth=0), ["depth 0"]),
+        (InferConf(budget="fixed", expand_by="prob"), ["'prob'", "value", "confidence"]),
+        (InferConf(budget="fixed", pad_trees="yes"), ["'yes'", "auto", "on", "off"]),
+        (InferConf(method="eagle1", static_paths=[[0], [0, 0, 1]]), ["[0, 0, 1]", "[0, 0]"]),
+        (InferConf(method="eagle1", static_paths=[]), ["empty"]),
     ],
 )
 def test_bad_config(config, needles):
@@ -64,28 +66,28 @@ def test_bad_config(config, needles):
 
 @pytest.mark.parametrize("method", ["chain", "eagle1", "eagle2"])
 def test_method_needs_a_head(method):
-    one_line_error(lambda: engine(DecodeConfig(method=method), with_head=False), f"'{method}'", "head")
-    Engine(target(), None, DecodeConfig(method="vanilla"))  # vanilla needs none
+    one_line_error(lambda: engine(InferConf(method=method), with_head=False), f"'{method}'", "head")
+    Engine(target(), None, InferConf(method="vanilla"))  # vanilla needs none
 
 
 def test_tree_budget_too_large_for_the_cache():
-    eng = engine(DecodeConfig(method="eagle2", total_tokens=600))
+    eng = engine(InferConf(budget="fixed", method="eagle2", total_tokens=600))
     one_line_error(lambda: eng.generate(PROMPT, 10), "600", "512")
-    eng = engine(DecodeConfig(method="eagle2", total_tokens=400))
+    eng = engine(InferConf(budget="fixed", method="eagle2", total_tokens=400))
     one_line_error(lambda: eng.generate(PROMPT, 200), "400", "512")
     assert len(eng.generate(PROMPT, 8).tokens) == 8  # a request that fits runs
-    eng = engine(DecodeConfig(method="chain", depth=520))
+    eng = engine(InferConf(method="chain", depth=520))
     one_line_error(lambda: eng.generate(PROMPT, 4), "520", "512")
 
 
 def test_prompt_and_length_errors():
-    eng = engine(DecodeConfig(method="eagle2", depth=3, top_k=2, total_tokens=4))
+    eng = engine(InferConf(method="eagle2", depth=3, top_k=2, total_tokens=4))
     one_line_error(lambda: eng.generate([], 4), "empty")
     one_line_error(lambda: eng.generate([1] * 600, 4), "600", "512")
     one_line_error(lambda: eng.generate([1] * 512, 1), "512")
     one_line_error(lambda: eng.generate(PROMPT, 0), "max_new_tokens 0")
     one_line_error(lambda: eng.generate([1] * 500, 20), "500", "max_new_tokens 20", "512")
-    vanilla = engine(DecodeConfig(method="vanilla"), with_head=False)
+    vanilla = engine(InferConf(method="vanilla"), with_head=False)
     one_line_error(lambda: vanilla.generate([], 4), "empty")
     one_line_error(lambda: vanilla.generate([1] * 600, 4), "600", "512")
 
@@ -94,7 +96,7 @@ def test_vanilla_request_that_fills_the_context_exactly_is_accepted():
     """prompt + max_new_tokens == context: the last token is never fed back, so the cache needs only
     context - 1 positions; vanilla has no tree, yet _check_room demands prompt + max_new + 0 + 1 positions and
     refuses with 'tree budget of 0 tokens does not fit' (engine.py, Engine._check_room: `need = ... + 1`)."""
-    vanilla = engine(DecodeConfig(method="vanilla"), with_head=False)
+    vanilla = engine(InferConf(method="vanilla"), with_head=False)
     result = vanilla.generate([1] * 510, 2)
     assert len(result.tokens) == 2
 
@@ -117,7 +119,7 @@ def test_static_tree_rank_beyond_the_vocabulary():
     not surface as a torch RuntimeError from topk inside draft_static."""
     small = tiny_target(vocab=8, hidden=32, layers=1, seed=0)
     small_head = random_head(small)
-    one_line_error(lambda: Engine(small, small_head, DecodeConfig(method="eagle1", static_paths=[[0], [8]]))
+    one_line_error(lambda: Engine(small, small_head, InferConf(method="eagle1", static_paths=[[0], [8]]))
                    .generate([1, 2, 3], 4), "8")
 
 
@@ -133,6 +135,32 @@ def test_load_head_missing_directory(tmp_path):
     (tmp_path / "no-weights").mkdir()
     (tmp_path / "no-weights" / "config.json").write_text("{}")
     one_line_error(lambda: load_head(tmp_path / "no-weights", target()), "model.safetensors", "pytorch_model.bin")
+
+
+def test_load_head_corrupt_files_name_the_file(tmp_path):
+    """A head directory whose config.json is not JSON, or whose weights are truncated: one line naming the file."""
+    good = tmp_path / "good"
+    head().save(good)
+    for name, mangle in (("config.json", lambda b: b[: len(b) // 2]), ("model.safetensors", lambda b: b[: len(b) // 3]),
+                         ("model.safetensors", lambda b: b"not a weights file")):
+        bad = tmp_path / f"bad-{name}-{len(list(tmp_path.iterdir()))}"
+        bad.mkdir()
+        for f in good.iterdir():
+            data = f.read_bytes()
+            (bad / f.name).write_bytes(mangle(data) if f.name == name else data)
+        message = one_line_error(lambda: load_head(bad, target()), str(bad / name))
+        assert ("not valid JSON" if name == "config.json" else "cannot be read") in message
+    (tmp_path / "list").mkdir()
+    (tmp_path / "list" / "config.json").write_text("[1, 2]")
+    one_line_error(lambda: load_head(tmp_path / "list", target()), "config.json", "JSON object")
+
+
+@pytest.mark.parametrize("settings,needles", [
+    (dict(batch_size=0), ["batch_size 0", "max_batch_size 16"]),
+    (dict(batch_size=1000), ["batch_size 1000", "max_batch_size 16"]),
+])
+def test_batch_size_outside_its_range_is_refused(settings, needles):
+    one_line_error(lambda: Engine(target(), head(), InferConf(**settings)), *needles)
 
 
 @pytest.mark.parametrize(
@@ -160,7 +188,7 @@ def same_run(head_a, head_b, config, sampling, with_stats=True):
 
 
 def draft_vocab_head(seed: int, ids: list[int]) -> DraftHead:
-    config = DraftHeadConfig.for_target(target())
+    config = DraftHeadConfig.of_target(target())
     config.draft_vocab_size = len(ids)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
@@ -170,7 +198,7 @@ def draft_vocab_head(seed: int, ids: list[int]) -> DraftHead:
 
 
 def test_head_save_load_round_trip_gives_identical_outputs(tmp_path):
-    config = DecodeConfig(method="eagle2", depth=3, top_k=4, total_tokens=10)
+    config = InferConf(method="eagle2", depth=3, top_k=4, total_tokens=10)
     heads = {
         "shifted": random_head(target(), seed=4),
         "unshifted": random_head(target(), seed=5, input_mode="feature+token"),
@@ -195,7 +223,7 @@ def test_head_saved_in_bfloat16_by_default(tmp_path):
     assert all(b[k].dtype == torch.float32 for k in b)
     assert all(torch.equal(a[k].to(torch.bfloat16).float(), b[k]) for k in a)
     again = load_head(tmp_path / "head", target())
-    config = DecodeConfig(method="eagle2", depth=3, top_k=4, total_tokens=10)
+    config = InferConf(method="eagle2", depth=3, top_k=4, total_tokens=10)
     same_run(loaded, again, config, SamplingParams(temperature=1.0))
     same_run(original, loaded, config, SamplingParams(), with_stats=False)  # greedy output never depends on the head
 
@@ -235,7 +263,7 @@ def test_published_eagle_checkpoint_loads(tmp_path):
     assert loaded.config.hidden_size == 64 and loaded.config.vocab_size == 96 and loaded.config.fc_bias
     a, b = source.trainable_state_dict(), loaded.trainable_state_dict()
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
-    config = DecodeConfig(method="eagle2", depth=3, top_k=3, total_tokens=8)
+    config = InferConf(method="eagle2", depth=3, top_k=3, total_tokens=8)
     ra = Engine(target(), source, config).generate(PROMPT, 16)
     rb = Engine(target(), loaded, config).generate(PROMPT, 16)
     assert ra.tokens == rb.tokens and [c.tested_conf for c in ra.cycles] == [c.tested_conf for c in rb.cycles]
@@ -257,21 +285,23 @@ def test_published_eagle_checkpoint_errors(tmp_path):
     one_line_error(lambda: load_head(tmp_path / "bias", target()), "layers.0.self_attn.q_proj.bias")
 
 
-def test_infer_conf_builds_decode_config_by_field_name():
-    """One schema: InferConf holds every DecodeConfig field under the same name and default, and decode_config
-    carries each one over by name (distinct values per field, so a swapped or dropped field shows)."""
-    from dataclasses import fields
+def test_one_schema_from_the_command_line_to_the_engine():
+    """One schema: the command line's infer group (with the lookup group as its lookup settings) is the InferConf
+    the engine runs, field for field (distinct values per field, so a swapped or dropped field shows)."""
+    from hydra import compose, initialize_config_dir
 
-    from eagle_infer.config import InferConf, LookupConf, decode_config, sampling_params
+    from eagle_infer.cli import InferRunConf  # noqa: F401 (registers the schema)
+    from eagle_infer.cli_support import CONF_DIR
+    from eagle_infer.config import InferConf, LookupConf
+    from omegaconf import OmegaConf
 
-    shared = [f.name for f in fields(DecodeConfig) if f.name != "lookup_conf"]  # lookup_conf: the lookup group
-    infer_fields = {f.name: f for f in fields(InferConf)}
-    assert set(shared) <= set(infer_fields)
-    assert all(getattr(InferConf(), n) == getattr(DecodeConfig(), n) for n in shared)
-    values = dict(method="chain", depth=3, top_k=5, total_tokens=11, static_paths=[[0], [1]], expand_by="confidence",
-                  rerank=False, max_batch_size=7, batch_token_budget=13, pad_trees="on")
-    assert decode_config(InferConf(**values)) == DecodeConfig(**values)
-    lookup = LookupConf(max_ngram=3, num_tokens=4)
-    assert decode_config(InferConf(lookup=True), lookup) == DecodeConfig(lookup=True, lookup_conf=lookup)
-    params = sampling_params(InferConf(temperature=0.5, top_p=0.9, sampling_top_k=4, top_k=6))
-    assert params == SamplingParams(temperature=0.5, top_p=0.9, sampling_top_k=4)
+    values = dict(method="chain", depth=5, top_k=5, total_tokens=11, expand_by="confidence", rerank=False,
+                  max_batch_size=7, batch_token_budget=13, pad_trees="on", budget="fixed", temperature=0.5,
+                  top_p=0.9, sampling_top_k=4, lookup=True)
+    with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
+        cfg = compose("infer", [f"infer.{k}={v}" for k, v in values.items()] + ["lookup.max_ngram=3",
+                                                                                 "lookup.num_tokens=4"])
+    conf = OmegaConf.to_object(cfg)
+    assert conf.infer == InferConf(**values, lookup_conf=LookupConf(max_ngram=3, num_tokens=4))
+    assert Engine(target(), head(), conf.infer).config == conf.infer.resolved()
+    assert conf.infer.sampling() == SamplingParams(temperature=0.5, top_p=0.9, sampling_top_k=4)

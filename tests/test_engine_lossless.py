@@ -15,10 +15,12 @@ import pytest
 import torch
 
 from eagle_infer.draft_head import DraftHead, DraftHeadConfig, random_head
-from eagle_infer.engine import DecodeConfig, Engine
+from eagle_infer.config import InferConf
+from eagle_infer.engine import Engine
+from eagle_infer.head_runner import HeadRunner
 from eagle_infer.tree import causal_mask, check_paths
 from eagle_infer.kv_cache import KVCache
-from eagle_infer.target import compiled
+from eagle_infer.target import compile_target
 from tests.oracles import (  # noqa: F401 (one_thread is an autouse fixture)
     distinct_enough, one_thread, oracle_drafter, scaled_target, vanilla_tokens,
 )
@@ -32,7 +34,7 @@ def target_and_head(seed: int, arch: str = "llama", path: str = "eager"):
     forward (eagle_infer.compiled)."""
     if path == "compiled":
         target, head = target_and_head(seed, arch)
-        return compiled(target), head
+        return compile_target(target), head
     target = scaled_target(vocab=VOCAB, seed=seed, arch=arch, name=f"tiny-{arch}-{seed}")
     return target, random_head(target, seed=seed)
 
@@ -57,21 +59,21 @@ def case(seed: int, prompt_len: int, max_new: int, arch: str = "llama"):
 CASES = [(2, 1, 40), (3, 7, 33), (1, 40, 24), (4, 13, 19)]
 
 HEAD_CONFIGS = {
-    "chain-d1": DecodeConfig(method="chain", depth=1),
-    "chain-d5": DecodeConfig(method="chain", depth=5),
-    "eagle1-default": DecodeConfig(method="eagle1"),
+    "chain-d1": InferConf(method="chain", depth=1),
+    "chain-d5": InferConf(method="chain", depth=5),
+    "eagle1-default": InferConf(method="eagle1"),
     # Deliberately unsorted: the engine sorts it breadth-first.
-    "eagle1-custom": DecodeConfig(
+    "eagle1-custom": InferConf(
         method="eagle1", static_paths=[[0, 0, 0], [1], [0], [2], [0, 1], [2, 0], [1, 0], [0, 0], [0, 0, 0, 0], [0, 1, 0]]
     ),
-    "eagle2-default": DecodeConfig(method="eagle2"),
-    "eagle2-d3-k4-t10-conf": DecodeConfig(method="eagle2", depth=3, top_k=4, total_tokens=10, expand_by="confidence"),
-    "eagle2-d5-k3-t60-norerank": DecodeConfig(method="eagle2", depth=5, top_k=3, total_tokens=60, rerank=False),
-    "eagle2-d4-k5-t7-conf-norerank": DecodeConfig(
+    "eagle2-default": InferConf(budget="fixed", method="eagle2"),
+    "eagle2-d3-k4-t10-conf": InferConf(method="eagle2", depth=3, top_k=4, total_tokens=10, expand_by="confidence"),
+    "eagle2-d5-k3-t60-norerank": InferConf(method="eagle2", depth=5, top_k=3, total_tokens=60, rerank=False),
+    "eagle2-d4-k5-t7-conf-norerank": InferConf(
         method="eagle2", depth=4, top_k=5, total_tokens=7, expand_by="confidence", rerank=False
     ),
-    "eagle2-d2-k10-t100": DecodeConfig(method="eagle2", depth=2, top_k=10, total_tokens=100),
-    "eagle2-d1-k1-t1": DecodeConfig(method="eagle2", depth=1, top_k=1, total_tokens=1),
+    "eagle2-d2-k10-t100": InferConf(method="eagle2", depth=2, top_k=10, total_tokens=100),
+    "eagle2-d1-k1-t1": InferConf(method="eagle2", depth=1, top_k=1, total_tokens=1),
 }
 
 
@@ -100,8 +102,9 @@ def test_random_head_drafters_match_vanilla(name, path):
             assert sum(c.tested_hit) == c.accepted
 
 
-def max_depth(config: DecodeConfig) -> int:
+def max_depth(config: InferConf) -> int:
     """The deepest node a config's tree can hold: the static tree's deepest path for EAGLE-1, else its depth."""
+    config = config.resolved()
     return max(map(len, config.paths())) if config.method == "eagle1" else config.depth
 
 
@@ -168,7 +171,7 @@ def test_max_new_tokens_truncation_matches_vanilla(max_new):
     expected = vanilla_tokens(target, prompt, max_new)
     assert expected == list(full[:max_new])
     oracle = oracle_drafter(list(prompt) + list(full), 5, branch=1, vocab=VOCAB)
-    for config, drafter in ((oracle.config(), oracle), (DecodeConfig(method="eagle2"), None)):
+    for config, drafter in ((oracle.config(), oracle), (InferConf(budget="fixed", method="eagle2"), None)):
         result = run(target, head, config, prompt, max_new, drafter=drafter)
         assert result.tokens == expected and result.stop_reason == "length"
 
@@ -188,7 +191,7 @@ def test_stop_ids_truncation_matches_vanilla():
         expected = vanilla_tokens(target, prompt, max_new, stop_ids=stops)
         cut = min((firsts[s] for s in stops if s in firsts), default=None)
         assert expected == list(full if cut is None else full[: cut + 1])
-        for config, drafter in ((oracle.config(), oracle), (DecodeConfig(method="eagle2", depth=4), None)):
+        for config, drafter in ((oracle.config(), oracle), (InferConf(budget="fixed", method="eagle2", depth=4), None)):
             result = run(target, head, config, prompt, max_new, drafter=drafter, stop_ids=stops)
             assert result.tokens == expected, stops
             assert result.stop_reason == ("length" if cut is None else "stop")
@@ -210,7 +213,7 @@ def test_stream_receives_exactly_the_output():
         assert [len(c) for c in chunks[:-1]] == sizes[:-1] and len(chunks[-1]) <= sizes[-1]
         oracle.log.clear()
     chunks = []
-    result = run(target, None, DecodeConfig(method="vanilla"), prompt, 9, stream=chunks.append)
+    result = run(target, None, InferConf(method="vanilla"), prompt, 9, stream=chunks.append)
     assert chunks == [[t] for t in full[:9]] and result.tokens == list(full[:9])
 
 
@@ -220,9 +223,9 @@ def test_cycles_count_their_head_forwards():
     seed, prompt_len, max_new = CASES[0]
     target, head = target_and_head(seed)
     prompt, _ = case(seed, prompt_len, max_new)
-    result = run(target, head, DecodeConfig(method="eagle2", depth=3, top_k=2, total_tokens=4), prompt, 12)
+    result = run(target, head, InferConf(method="eagle2", depth=3, top_k=2, total_tokens=4), prompt, 12)
     assert [c.head_forwards for c in result.cycles] == [2] + [3] * (len(result.cycles) - 1)
-    vanilla = run(target, None, DecodeConfig(method="vanilla"), prompt, 4)
+    vanilla = run(target, None, InferConf(method="vanilla"), prompt, 4)
     assert {c.head_forwards for c in vanilla.cycles} == {0}
 
 
@@ -232,14 +235,14 @@ def test_draft_vocabulary_head_matches_vanilla():
     target, _ = target_and_head(seed)
     prompt, expected = case(seed, prompt_len, max_new)
     ids = sorted(set(expected), key=expected.index)[:4] + [0, 1]
-    config = DraftHeadConfig.for_target(target)
+    config = DraftHeadConfig.of_target(target)
     config.draft_vocab_size = len(ids)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(11)
         head = DraftHead(config, target).eval()
     head.set_draft_vocab(torch.tensor(ids))
-    for decode in (DecodeConfig(method="eagle2", depth=4, top_k=8, total_tokens=20), DecodeConfig(method="eagle1"),
-                   DecodeConfig(method="chain", depth=3)):
+    for decode in (InferConf(method="eagle2", depth=4, top_k=8, total_tokens=20), InferConf(method="eagle1"),
+                   InferConf(method="chain", depth=3)):
         result = run(target, head, decode, prompt, max_new)
         assert result.tokens == list(expected), decode
 
@@ -250,7 +253,7 @@ def test_other_architectures_match_vanilla(arch, seed):
     assert target.config.model_type == arch and type(head.layers[0]).__name__.lower().startswith(arch)
     for prompt_len, max_new in ((7, 30), (25, 21)):
         prompt, expected = case(seed, prompt_len, max_new, arch)
-        for config in (DecodeConfig(method="eagle2", depth=4, top_k=4, total_tokens=16), DecodeConfig(method="eagle1")):
+        for config in (InferConf(method="eagle2", depth=4, top_k=4, total_tokens=16), InferConf(method="eagle1")):
             assert run(target, head, config, prompt, max_new).tokens == list(expected)
         oracle = oracle_drafter(list(prompt) + list(expected), 5, branch=2, wrong_rate=0.3, vocab=VOCAB)
         result = run(target, head, oracle.config(), prompt, max_new, drafter=oracle)
@@ -278,9 +281,9 @@ def test_caches_after_generation_equal_a_fresh_forward(monkeypatch):
         monkeypatch.setattr(owner, "new_cache", new_cache)
 
     capture(target, "target")
-    capture(head, "head")
+    capture(HeadRunner, "head")
     oracle = oracle_drafter(reference, 5, branch=2, wrong_rate=0.4, vocab=VOCAB)
-    for config, drafter in ((oracle.config(), oracle), (DecodeConfig(method="eagle2", depth=3), None)):
+    for config, drafter in ((oracle.config(), oracle), (InferConf(budget="fixed", method="eagle2", depth=3), None)):
         result = run(target, head, config, prompt, max_new, drafter=drafter)
         assert result.tokens == list(full)
         tc, hc = made["target"], made["head"]
@@ -293,8 +296,9 @@ def test_caches_after_generation_equal_a_fresh_forward(monkeypatch):
             # The head's committed pairs (feature f_i, token x_{i+1}) for i < its length.
             m = hc.length
             assert 0 < m <= n
-            fresh_head = head.new_cache(1, m)
-            head(feats[:, :m], torch.tensor([reference[1 : m + 1]]), torch.arange(m)[None], fresh_head,
+            runner = HeadRunner(head, target)
+            fresh_head = runner.new_cache(1, m)
+            runner(feats[:, :m], torch.tensor([reference[1 : m + 1]]), torch.arange(m)[None], fresh_head,
                  causal_mask(0, m, feats.dtype, feats.device))
             assert_cache_close(hc, fresh_head, m)
 
@@ -407,7 +411,7 @@ def test_padded_trees_match_vanilla_in_few_widths(path, monkeypatch):
     for pad in ("on", "off"):
         oracle = oracle_drafter(list(prompt) + list(expected), 6, branch=2, wrong_rate=0.5, vocab=VOCAB)
         configs = [(replace(oracle.config(), pad_trees=pad), oracle),
-                   (DecodeConfig(method="eagle2", depth=4, top_k=4, total_tokens=20, pad_trees=pad), None)]
+                   (InferConf(method="eagle2", depth=4, top_k=4, total_tokens=20, pad_trees=pad), None)]
         seen[pad] = set()
         for config, drafter in configs:
             widths.clear()

@@ -19,11 +19,12 @@ from functools import lru_cache
 import pytest
 import torch
 
-import eagle_infer.engine as engine_module
+import eagle_infer.cycle as engine_module
 import eagle_infer.verify as verify
 from eagle_infer.draft_head import random_head
-from eagle_infer.engine import DecodeConfig, Engine
-from eagle_infer.target import compiled
+from eagle_infer.config import InferConf
+from eagle_infer.engine import Engine
+from eagle_infer.target import compile_target
 from eagle_infer.tree import DraftTree
 from eagle_infer.verify import SamplingParams, target_probs, verify_sampling
 from tests.oracles import one_thread, oracle_drafter, scaled_target, vanilla_tokens  # noqa: F401 (fixture)
@@ -341,7 +342,7 @@ def small(path: str = "eager"):
     head; path "compiled": the same pair decoding through a compiled forward (infer.compile)."""
     if path == "compiled":
         target, head = small()
-        return compiled(target), head
+        return compile_target(target), head
     target = scaled_target(vocab=VOCAB, hidden=32, layers=2, seed=2, scale=16.0, name="tiny-sampling")
     return target, random_head(target, seed=2)
 
@@ -373,9 +374,9 @@ def drafter_setup(name: str):
         oracle = oracle_drafter(reference, 2, branch=2, seed=5, vocab=VOCAB, subtrees=False)
         return replace(oracle.config(), pad_trees="on"), oracle
     return {
-        "chain": DecodeConfig(method="chain", depth=2),
-        "eagle1": DecodeConfig(method="eagle1", static_paths=[[0], [1], [2], [0, 0], [0, 1], [1, 0], [2, 0]]),
-        "eagle2": DecodeConfig(method="eagle2", depth=2, top_k=4, total_tokens=9, expand_by="confidence"),
+        "chain": InferConf(method="chain", depth=2),
+        "eagle1": InferConf(method="eagle1", static_paths=[[0], [1], [2], [0, 0], [0, 1], [1, 0], [2, 0]]),
+        "eagle2": InferConf(method="eagle2", depth=2, top_k=4, total_tokens=9, expand_by="confidence"),
     }[name], None
 
 
@@ -441,7 +442,7 @@ def test_first_token_is_the_targets_seeded_draw():
         probs = target_probs(target.model(input_ids=torch.tensor([list(PROMPT)])).logits[0, -1].float(), params)
     for seed in range(5):
         expected = int(torch.multinomial(probs, 1, generator=torch.Generator().manual_seed(seed)))
-        engine = Engine(target, head, DecodeConfig(method="eagle2", depth=2, top_k=2, total_tokens=4))
+        engine = Engine(target, head, InferConf(method="eagle2", depth=2, top_k=2, total_tokens=4))
         assert engine.generate(list(PROMPT), 1, sampling=params, seed=seed).tokens == [expected]
 
 
@@ -451,7 +452,7 @@ def test_every_draw_comes_from_the_request_generator(name):
     its draws from the request's seeded generator, so a seed reproduces the whole output whatever the global RNG
     does in between, and different seeds give different outputs."""
     target, head = small()
-    config, drafter = (DecodeConfig(method="vanilla"), None) if name == "vanilla" else drafter_setup(name)
+    config, drafter = (InferConf(method="vanilla"), None) if name == "vanilla" else drafter_setup(name)
     engine = Engine(target, head, config, drafter=drafter)
     params = SamplingParams(temperature=1.3)
     outputs = {}

@@ -14,10 +14,13 @@ import torch
 
 import eagle_train.regenerate as regenerate_mod
 from eagle_infer.chat import Message, prompt_ids, stop_ids
-from eagle_infer.draft_head import DraftHead, load_head, random_head
-from eagle_infer.engine import DecodeConfig, Engine
+from eagle_infer.draft_head import DraftHead, random_head
+from eagle_infer.head_checkpoint import load_head
+from eagle_infer.config import InferConf
+from eagle_infer.engine import Engine
 from eagle_infer.errors import EagleError
-from eagle_infer.target import compiled, eagle3_layers
+from eagle_infer.draft_head import eagle3_layers
+from eagle_infer.target import compile_target
 from eagle_infer.tree import additive_mask
 from eagle_train.featurize import FeaturizeConfig, featurize
 from eagle_train.features import Manifest, read_samples
@@ -139,13 +142,13 @@ def _sample(target, conv):
 
 @pytest.fixture(scope="module")
 def deep_compiled(deep_target):
-    return compiled(deep_target)
+    return compile_target(deep_target)
 
 
 @pytest.mark.parametrize("path", ["eager", "compiled"])
 @pytest.mark.parametrize("name", ["two-layer", "fused", "fused-two-layer"])
-@pytest.mark.parametrize("config", [DecodeConfig(method="eagle2"), DecodeConfig(method="chain", depth=3),
-                                    DecodeConfig(method="eagle1")], ids=["eagle2", "chain", "eagle1"])
+@pytest.mark.parametrize("config", [InferConf(budget="fixed", method="eagle2"), InferConf(method="chain", depth=3),
+                                    InferConf(method="eagle1")], ids=["eagle2", "chain", "eagle1"])
 def test_fused_and_deep_heads_are_lossless(deep_target, deep_compiled, name, config, path):
     """Eager vanilla's output, drafting with each head on the eager or the compiled forward (infer.compile)."""
     target, head = (deep_compiled if path == "compiled" else deep_target), heads(deep_target)[name]
@@ -210,7 +213,7 @@ def test_bad_head_and_objective_settings(deep_target):
 
 
 def test_autocast_only_for_float32_training(monkeypatch):
-    import eagle_infer.target as target_mod
+    import eagle_infer.platform as target_mod
 
     cpu = torch.device("cpu")
     assert not use_autocast("on", torch.bfloat16, cpu) and not use_autocast("off", torch.float32, cpu)
@@ -268,7 +271,7 @@ def test_mix_ratio_spreads_regenerated_conversations():
 def test_regeneration_answers_with_the_engine_and_is_reused(tiny_smol, tmp_path, monkeypatch):
     convs = conversations(4)
     settings = RegenerateSettings(fraction=0.5, turns=1, max_new_tokens=8, max_length=96)
-    engine = Engine(tiny_smol, None, DecodeConfig(method="vanilla", max_batch_size=4))
+    engine = Engine(tiny_smol, None, InferConf(method="vanilla", max_batch_size=4))
     out, info = regenerated_shard(convs, 0, tmp_path, engine, settings, batch_size=4)
     assert info["regenerated"] == 2 and out[0] == convs[0] and out[2] == convs[2]  # kept the dataset's answers
     for j in (1, 3):
@@ -309,7 +312,7 @@ def test_train_fused_head_with_ttt_then_decode_losslessly(tiny_smol6, deepspeed_
     assert (head.config.layers, head.config.feature_layers) == (2, [1, 2, 2])
     prompt = prompt_ids(tiny_smol6.tokenizer, [Message("user", "Count from 3.")], tiny_smol6.template)
     want = vanilla_tokens(tiny_smol6, prompt, 16)
-    assert Engine(tiny_smol6, head, DecodeConfig(method="eagle2")).generate(prompt, 16).tokens == want
+    assert Engine(tiny_smol6, head, InferConf(budget="fixed", method="eagle2")).generate(prompt, 16).tokens == want
     with pytest.raises(EagleError, match="holds no fused layers"):
         featurize(convs[:4], tiny_smol6, tmp_path / "last", dataclasses.replace(FEAT, features="last"))
         train(dataclasses.replace(cfg, features=str(tmp_path / "last"), out_dir=str(tmp_path / "r2")), tiny_smol6,

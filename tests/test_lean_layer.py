@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from eagle_infer.draft_head import random_head
+from eagle_infer.head_runner import HeadRunner
 from eagle_infer.lean_layer import LeanLayer
 from eagle_infer.tree import additive_mask, causal_mask
 
@@ -12,14 +13,14 @@ from .tiny import tiny_target
 
 
 def _both_paths(head, feats, tokens, positions, prefix: int, mask):
-    """(lean output, transformers-layer output) of one cached forward after `prefix` committed positions."""
-    lean_cache = head.new_cache(feats.shape[0], 64)
-    with torch.no_grad():
-        head(feats[:, :prefix], tokens[:, :prefix], positions[:, :prefix], lean_cache, causal_mask(0, prefix, feats.dtype, "cpu"))
+    """(lean output, transformers-layer output) of one cached forward after `prefix` committed positions: the head's
+    runner (lean steps) against the trainable module (transformers' layers)."""
+    runner = HeadRunner(head, head.target)
+    lean_cache = runner.new_cache(feats.shape[0], 64)
+    runner(feats[:, :prefix], tokens[:, :prefix], positions[:, :prefix], lean_cache, causal_mask(0, prefix, feats.dtype, "cpu"))
     lean_cache.advance(prefix)
     hf_cache = lean_cache.copy()
-    with torch.no_grad():
-        lean = head(feats[:, prefix:], tokens[:, prefix:], positions[:, prefix:], lean_cache, mask)
+    lean = runner(feats[:, prefix:], tokens[:, prefix:], positions[:, prefix:], lean_cache, mask)
     with torch.enable_grad():  # gradients enabled: the training path, transformers' layers
         reference = head(feats[:, prefix:], tokens[:, prefix:], positions[:, prefix:], hf_cache, mask)
     return lean, reference.detach()
@@ -29,7 +30,7 @@ def _both_paths(head, feats, tokens, positions, prefix: int, mask):
 def test_lean_step_equals_transformers_layers(arch, layers):
     target = tiny_target(arch=arch, layers=3)
     head = random_head(target, seed=1, layers=layers)
-    assert all(isinstance(x, LeanLayer) for x in head._lean_layers())
+    assert all(isinstance(x, LeanLayer) for x in HeadRunner(head, target).lean)
     torch.manual_seed(0)
     feats, tokens = torch.randn(2, 11, 64), torch.randint(0, 96, (2, 11))
     positions = torch.arange(11)[None].expand(2, -1) + 3
@@ -40,7 +41,8 @@ def test_lean_step_equals_transformers_layers(arch, layers):
 
 
 def test_lean_step_follows_weight_updates():
-    """Training updates weights in place between held-out checks: the fused copies must follow."""
+    """Training updates weights in place between held-out checks: a runner built after the update drafts with the
+    new weights (a runner is built once and never revalidated: the weights' owner builds a new one)."""
     target = tiny_target()
     head = random_head(target, seed=2)
     feats, tokens, positions = torch.randn(1, 6, 64), torch.randint(0, 96, (1, 6)), torch.arange(6)[None]

@@ -11,10 +11,10 @@ from functools import lru_cache
 import pytest
 import torch
 
-from eagle_infer.config import InferConf, LookupConf, decode_config
+from eagle_infer.config import InferConf, LookupConf
 from eagle_infer.cost import CostModel
 from eagle_infer.draft_head import random_head
-from eagle_infer.engine import DecodeConfig, Engine
+from eagle_infer.engine import Engine
 from eagle_infer.lookup import CopyRates, continuations, lookup_chains
 from eagle_infer.merge import merge_trees
 from eagle_infer.tree import DraftTree
@@ -165,12 +165,12 @@ def copy_prompt(seed: int, length: int = 24) -> list[int]:
 
 
 CONFIGS = {
-    "lookup": DecodeConfig(method="lookup"),
-    "lookup-3gram-branches": DecodeConfig(method="lookup", lookup_conf=LookupConf(max_ngram=3, num_tokens=6, branches=3)),
-    "chain+lookup": DecodeConfig(method="chain", depth=5, lookup=True, lookup_conf=LookupConf(num_tokens=5)),
-    "eagle1+lookup": DecodeConfig(method="eagle1", lookup=True),
-    "eagle2+lookup": DecodeConfig(method="eagle2", depth=3, top_k=4, total_tokens=12, lookup=True),
-    "eagle2+lookup-tight": DecodeConfig(method="eagle2", depth=2, top_k=4, total_tokens=4, lookup=True,
+    "lookup": InferConf(budget="fixed", method="lookup"),
+    "lookup-3gram-branches": InferConf(budget="fixed", method="lookup", lookup_conf=LookupConf(max_ngram=3, num_tokens=6, branches=3)),
+    "chain+lookup": InferConf(method="chain", depth=5, lookup=True, lookup_conf=LookupConf(num_tokens=5)),
+    "eagle1+lookup": InferConf(method="eagle1", lookup=True),
+    "eagle2+lookup": InferConf(method="eagle2", depth=3, top_k=4, total_tokens=12, lookup=True),
+    "eagle2+lookup-tight": InferConf(method="eagle2", depth=2, top_k=4, total_tokens=4, lookup=True,
                                         lookup_conf=LookupConf(num_tokens=4, branches=2)),
 }
 
@@ -200,9 +200,9 @@ def test_long_copies_through_lookup_nodes():
         prompt = copy_prompt(10 + seed)
         expected = vanilla_tokens(target, prompt, 48)
         oracle = oracle_drafter(list(prompt) + expected, 2, branch=1, wrong_rate=1.0, seed=seed, vocab=VOCAB)
-        config = DecodeConfig(method="eagle2", depth=1, top_k=1, total_tokens=oracle.max_nodes + 6, lookup=True,
+        config = InferConf(method="eagle2", depth=1, top_k=1, total_tokens=oracle.max_nodes + 6, lookup=True,
                               lookup_conf=LookupConf(max_ngram=3, num_tokens=8))
-        for drafter, cfg in ((oracle, config), (None, DecodeConfig(method="lookup", lookup_conf=config.lookup_conf))):
+        for drafter, cfg in ((oracle, config), (None, InferConf(budget="fixed", method="lookup", lookup_conf=config.lookup_conf))):
             result = Engine(target, head, cfg, drafter=drafter).generate(prompt, 48)
             assert result.tokens == expected
             seen += sum(c.lookup_accepted >= 2 for c in result.cycles)
@@ -228,8 +228,8 @@ def test_batch_equals_batch_of_one(name):
 def test_batch_token_budget_cuts_merged_trees():
     target, head = target_and_head(5)
     prompts = [copy_prompt(i, 10) for i in range(4)]
-    for config in (DecodeConfig(method="lookup", batch_token_budget=12),
-                   DecodeConfig(method="eagle2", depth=3, top_k=4, total_tokens=12, lookup=True, batch_token_budget=24)):
+    for config in (InferConf(method="lookup", budget="fixed", batch_token_budget=12),
+                   InferConf(method="eagle2", depth=3, top_k=4, total_tokens=12, lookup=True, batch_token_budget=24)):
         batch = Engine(target, head, config).generate_batch(prompts, 24, batch_size=4)
         assert [r.tokens for r in batch.results] == [vanilla_tokens(target, p, 24) for p in prompts]
         assert all(c.tree_size <= config.tree_budget(c.batch) for r in batch.results for c in r.cycles)
@@ -242,16 +242,16 @@ def test_batch_token_budget_cuts_merged_trees():
 @pytest.mark.parametrize(
     "config,needles",
     [
-        (DecodeConfig(method="lookup", lookup_conf=LookupConf(min_ngram=0)), ["lookup.min_ngram 0", ">= 1"]),
-        (DecodeConfig(method="lookup", lookup_conf=LookupConf(min_ngram=3, max_ngram=2)),
+        (InferConf(budget="fixed", method="lookup", lookup_conf=LookupConf(min_ngram=0)), ["lookup.min_ngram 0", ">= 1"]),
+        (InferConf(budget="fixed", method="lookup", lookup_conf=LookupConf(min_ngram=3, max_ngram=2)),
          ["lookup.min_ngram 3", "lookup.max_ngram 2"]),
-        (DecodeConfig(method="lookup", lookup_conf=LookupConf(num_tokens=0)), ["lookup.num_tokens 0"]),
-        (DecodeConfig(method="lookup", lookup_conf=LookupConf(branches=0)), ["lookup.branches 0"]),
-        (DecodeConfig(method="eagle2", total_tokens=8, lookup=True), ["lookup.num_tokens 10", "tree budget", "8"]),
-        (DecodeConfig(method="chain", depth=3, lookup=True, lookup_conf=LookupConf(num_tokens=4)),
+        (InferConf(budget="fixed", method="lookup", lookup_conf=LookupConf(num_tokens=0)), ["lookup.num_tokens 0"]),
+        (InferConf(budget="fixed", method="lookup", lookup_conf=LookupConf(branches=0)), ["lookup.branches 0"]),
+        (InferConf(budget="fixed", method="eagle2", total_tokens=8, lookup=True), ["lookup.num_tokens 10", "tree budget", "8"]),
+        (InferConf(method="chain", depth=3, lookup=True, lookup_conf=LookupConf(num_tokens=4)),
          ["lookup.num_tokens 4", "3"]),
-        (DecodeConfig(method="vanilla", lookup=True), ["'vanilla'", "lookup"]),
-        (DecodeConfig(method="lookup", lookup=True), ["'lookup'"]),
+        (InferConf(method="vanilla", lookup=True), ["'vanilla'", "lookup"]),
+        (InferConf(budget="fixed", method="lookup", lookup=True), ["'lookup'"]),
     ],
 )
 def test_bad_lookup_settings_are_refused_before_any_work(monkeypatch, config, needles):
@@ -267,11 +267,12 @@ def test_bad_lookup_settings_are_refused_before_any_work(monkeypatch, config, ne
 def test_lookup_needs_no_head_and_builds_from_config():
     target, _ = target_and_head(2)
     conf = LookupConf(max_ngram=3, num_tokens=4)
-    config = decode_config(InferConf(method="eagle2", total_tokens=8, lookup=True), conf)
+    config = Engine(target, random_head(target), InferConf(budget="fixed", method="eagle2", total_tokens=8, lookup=True,
+                                                           lookup_conf=conf)).config
     assert config.lookup and config.lookup_conf == conf
-    engine = Engine(target, None, DecodeConfig(method="lookup"))
-    assert engine.cache_bytes(1, 64) == Engine(target, None, DecodeConfig(method="vanilla")).cache_bytes(1, 64)
-    one_line_error(lambda: Engine(target, None, DecodeConfig(method="eagle2", lookup=True, total_tokens=16)),
+    engine = Engine(target, None, InferConf(budget="fixed", method="lookup"))
+    assert engine.cache_bytes(1, 64) == Engine(target, None, InferConf(method="vanilla")).cache_bytes(1, 64)
+    one_line_error(lambda: Engine(target, None, InferConf(budget="fixed", method="eagle2", lookup=True, total_tokens=16)),
                    "'eagle2'", "head")
 
 
@@ -280,9 +281,9 @@ def test_lookup_needs_no_head_and_builds_from_config():
 
 COPY_PROMPT = (3, 6, 1, 4, 3, 6, 1, 4, 3)  # on the 8-token target, lookup proposes 6, 1, 4, ... every cycle
 SAMPLED = {
-    "lookup": DecodeConfig(method="lookup", lookup_conf=LookupConf(num_tokens=2, branches=2)),
+    "lookup": InferConf(budget="fixed", method="lookup", lookup_conf=LookupConf(num_tokens=2, branches=2)),
     # Merged trees: copied chains share prefixes with the head's candidates and compete for a budget of 4.
-    "eagle2+lookup": DecodeConfig(method="eagle2", depth=2, top_k=2, total_tokens=4, lookup=True,
+    "eagle2+lookup": InferConf(method="eagle2", depth=2, top_k=2, total_tokens=4, lookup=True,
                                   lookup_conf=LookupConf(num_tokens=2, branches=2)),
 }
 SAMPLED["lookup-auto"] = replace(SAMPLED["lookup"], budget="auto")
@@ -327,14 +328,14 @@ def test_eval_methods_and_lookup_share(tmp_path, monkeypatch):
                                                                                                False]
     target, head = target_and_head(2)
     conf = LookupConf(max_ngram=3, num_tokens=6)
-    lookup, hybrid, pld = make_methods(["lookup", "eagle2+lookup", "pld"], target, InferConf(total_tokens=12), head,
-                                       None, "float32", lookup=conf)
+    lookup, hybrid, pld = make_methods(["lookup", "eagle2+lookup", "pld"], target,
+                                       InferConf(budget="fixed", total_tokens=12, lookup_conf=conf), head, None, "float32")
     assert lookup.engine.config.method == "lookup" and lookup.engine.head is None
     assert (hybrid.engine.config.method, hybrid.engine.config.lookup, hybrid.engine.config.lookup_conf) == ("eagle2", True,
                                                                                                            conf)
     assert pld.lookup == conf  # transformers' prompt lookup runs at the same max_ngram and num_tokens
     with pytest.raises(EagleError, match="'lookup\\+lookup'"):
-        make_methods(["lookup+lookup"], target, InferConf(), head, None, "float32")
+        make_methods(["lookup+lookup"], target, InferConf(budget="fixed"), head, None, "float32")
     # An auto tree budget: vanilla beside it in one table ignores it, lookup cuts its copies by it, the hybrid too.
     vanilla, lookup, eagle2, hybrid = make_methods(["vanilla", "lookup", "eagle2", "eagle2+lookup"], target,
                                                    InferConf(depth="auto", total_tokens="auto"), head, None, "float32")

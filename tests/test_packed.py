@@ -6,10 +6,12 @@ import pytest
 import torch
 
 from eagle_infer.draft_head import random_head
-from eagle_infer.engine import DecodeConfig, Engine
+from eagle_infer.config import InferConf
+from eagle_infer.engine import Engine
 from eagle_infer.errors import EagleError
 from eagle_infer.packed import PackedLinear, pack_available, pack_linears, resolve_pack
-from eagle_infer.target import cpu_has_bf16_matmul, load_target
+from eagle_infer.platform import cpu_has_bf16_matmul
+from eagle_infer.target import load_target
 from tests.tiny import tiny_target
 
 needs_bf16_pack = pytest.mark.skipif(
@@ -62,8 +64,8 @@ def test_engine_on_a_packed_target():
     assert (after.argmax(-1) == before.argmax(-1)).float().mean() >= 0.8
     assert (after.float() - before.float()).abs().max() < 0.1 * before.float().abs().max()
     prompt = [1, 5, 9, 14, 3, 7, 11]
-    vanilla = Engine(target, None, DecodeConfig(method="vanilla")).generate(prompt, 24)
-    eagle2 = Engine(target, head, DecodeConfig(method="eagle2", depth=3, top_k=3, total_tokens=8)).generate(prompt, 24)
+    vanilla = Engine(target, None, InferConf(method="vanilla")).generate(prompt, 24)
+    eagle2 = Engine(target, head, InferConf(method="eagle2", depth=3, top_k=3, total_tokens=8)).generate(prompt, 24)
     assert eagle2.tokens == vanilla.tokens and len(vanilla.tokens) == 24
 
 
@@ -80,7 +82,7 @@ def test_resolve_pack():
 
 @pytest.mark.skipif(not (pack_available() and cpu_has_bf16_matmul()), reason="auto packs only on CPUs with native bfloat16")
 def test_load_target_packs_where_auto_says_and_memory_allows(tmp_path, smol_tok, monkeypatch):
-    import eagle_infer.engine as engine_mod
+    import eagle_infer.target as engine_mod
     from tests.conftest import make_tiny_smol
 
     make_tiny_smol(smol_tok).model.save_pretrained(tmp_path)

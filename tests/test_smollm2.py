@@ -6,9 +6,11 @@ import torch
 
 from eagle_infer.chat import Message, prompt_ids
 from eagle_infer.chat import stop_ids
-from eagle_infer.config import HEADS_DIR
-from eagle_infer.draft_head import load_head, random_head
-from eagle_infer.engine import DecodeConfig, Engine
+from eagle_infer.build import HEADS_DIR
+from eagle_infer.draft_head import random_head
+from eagle_infer.head_checkpoint import load_head
+from eagle_infer.config import InferConf
+from eagle_infer.engine import Engine
 
 pytestmark = pytest.mark.integration
 
@@ -32,7 +34,7 @@ def _ids(target, text):
 
 def test_vanilla_matches_transformers_generate(smol):
     ids = _ids(smol, PROMPTS[0])
-    ours = Engine(smol, None, DecodeConfig(method="vanilla")).generate(ids, 48, stop_ids=stop_ids(smol))
+    ours = Engine(smol, None, InferConf(method="vanilla")).generate(ids, 48, stop_ids=stop_ids(smol))
     x = torch.tensor([ids])
     ref = smol.model.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=48, do_sample=False,
                               eos_token_id=stop_ids(smol), pad_token_id=stop_ids(smol)[0])
@@ -44,8 +46,8 @@ def test_greedy_lossless_random_head(smol, method):
     """float32 greedy output equals vanilla's, 128 new tokens, on several chat prompts, with an untrained head."""
     head = random_head(smol)
     stops = stop_ids(smol)
-    vanilla = Engine(smol, None, DecodeConfig(method="vanilla"))
-    engine = Engine(smol, head, DecodeConfig(method=method, depth=5, top_k=6, total_tokens=24))
+    vanilla = Engine(smol, None, InferConf(method="vanilla"))
+    engine = Engine(smol, head, InferConf(method=method, depth=5, top_k=6, total_tokens=24))
     for text in PROMPTS:
         ids = _ids(smol, text)
         assert engine.generate(ids, 128, stop_ids=stops).tokens == vanilla.generate(ids, 128, stop_ids=stops).tokens
@@ -61,8 +63,8 @@ def shipped_head(target):
 def test_shipped_head_accepts_and_stays_lossless(smol):
     head = shipped_head(smol)
     stops = stop_ids(smol)
-    vanilla = Engine(smol, None, DecodeConfig(method="vanilla"))
-    engine = Engine(smol, head, DecodeConfig(method="eagle2"))
+    vanilla = Engine(smol, None, InferConf(method="vanilla"))
+    engine = Engine(smol, head, InferConf(budget="fixed", method="eagle2"))
     taus = []
     for text in PROMPTS:
         ids = _ids(smol, text)
@@ -80,7 +82,7 @@ def test_batched_requests_equal_their_batch_of_one(smol):
     texts = PROMPTS + ["List three uses of a paperclip, one short line for each of them.", "Say hello."]
     prompts = [_ids(smol, t) for t in texts]
     assert len({len(p) for p in prompts}) == len(prompts)
-    for config in (DecodeConfig(method="vanilla"), DecodeConfig(method="eagle2", depth=4, top_k=4, total_tokens=12)):
+    for config in (InferConf(method="vanilla"), InferConf(method="eagle2", depth=4, top_k=4, total_tokens=12)):
         engine = Engine(smol, head, config)
         batch = engine.generate_batch(prompts, 64, stop_ids=stops, batch_size=3)
         singles = [engine.generate(p, 64, stop_ids=stops).tokens for p in prompts]
@@ -102,11 +104,11 @@ def test_lookup_and_hybrid_trees_copy_and_stay_lossless(smol):
     head = shipped_head(smol)
     stops = stop_ids(smol)
     prompts = [_ids(smol, t) for t in COPY_PROMPTS]
-    expected = [Engine(smol, None, DecodeConfig(method="vanilla")).generate(p, 64, stop_ids=stops).tokens
+    expected = [Engine(smol, None, InferConf(method="vanilla")).generate(p, 64, stop_ids=stops).tokens
                 for p in prompts]
     lookup = LookupConf(max_ngram=2, num_tokens=8)
-    for config in (DecodeConfig(method="lookup", lookup_conf=lookup),
-                   DecodeConfig(method="eagle2", depth=2, top_k=4, total_tokens=12, lookup=True, lookup_conf=lookup)):
+    for config in (InferConf(budget="fixed", method="lookup", lookup_conf=lookup),
+                   InferConf(method="eagle2", depth=2, top_k=4, total_tokens=12, lookup=True, lookup_conf=lookup)):
         engine = Engine(smol, head, config)
         results = [engine.generate(p, 64, stop_ids=stops) for p in prompts]
         assert [r.tokens for r in results] == expected, config.method

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from eagle_infer.engine import BatchResult, CycleStats, GenerationResult
+from eagle_infer.records import BatchResult, CycleStats, GenerationResult
 from eval import throughput
 from eval.benchmarks import Question
 from eval.harness import HarnessSettings
@@ -23,9 +23,12 @@ class FakeBatcher:
     def generate_batch(self, prompts, max_new, sampling, stops, seed, batch_size=1) -> BatchResult:
         self.calls.append((len(prompts), batch_size))
         tokens = [[7, 8, 9, 10] if i != 1 or self.name == "vanilla" else [7, 8, 9, 11] for i in range(len(prompts))]
-        cycles = [CycleStats(4, 2, self.accepted, 0.0, 0.0, batch=batch_size)] * 2
-        results = [GenerationResult(t, cycles, 0.0, 1.0, "length") for t in tokens]
-        return BatchResult(results, len(prompts) * 4 / (8.0 * batch_size ** 0.5), batch_size, 1024 * batch_size)
+        cycles = [CycleStats(tree_size=4, tree_depth=2, accepted=self.accepted, draft_s=0.0, verify_s=0.0,
+                             batch=batch_size)] * 2
+        results = [GenerationResult(tokens=t, cycles=cycles, prefill_s=0.0, wall_s=1.0, stop_reason="length")
+                   for t in tokens]
+        return BatchResult(results=results, wall_s=len(prompts) * 4 / (8.0 * batch_size ** 0.5), batch_size=batch_size,
+                           cache_bytes=1024 * batch_size)
 
 
 def test_points_are_measured_once_and_tabled(tiny_smol, tmp_path, monkeypatch):

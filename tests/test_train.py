@@ -18,8 +18,9 @@ import eagle_train.featurize as featurize_mod
 import eagle_train.train as train_mod
 from eagle_infer.chat import Message, loss_mask, prompt_ids, render
 from eagle_infer.chat import stop_ids
-from eagle_infer.draft_head import load_head
-from eagle_infer.engine import DecodeConfig, Engine
+from eagle_infer.head_checkpoint import load_head
+from eagle_infer.config import InferConf
+from eagle_infer.engine import Engine
 from eagle_infer.errors import EagleError
 from eagle_train.featurize import FeaturizeConfig, featurize
 from eagle_train.features import Manifest, read_samples, shard_name
@@ -131,6 +132,14 @@ def test_featurize_manifest_and_rerun(tmp_path, tiny_smol, monkeypatch):
     }
     assert [s.input_ids.tolist() for s in read_samples(out)] == [s.input_ids.tolist() for s in samples]
 
+    shard = out / shard_name(2)
+    shard.write_bytes(shard.read_bytes()[:100])  # truncated (a copy cut short, a full disk)
+    with pytest.raises(EagleError, match=f"^feature shard '{shard}' cannot be read .*featurize again"):
+        read_samples(out)
+    shard.unlink()  # as the error says: featurize redoes that shard alone
+    assert featurize(convs, tiny_smol, out, FEAT) == manifest
+    assert [s.input_ids.tolist() for s in read_samples(out)] == [s.input_ids.tolist() for s in samples]
+
     with pytest.raises(EagleError, match="max_length=96, not 64"):
         featurize(convs, tiny_smol, out, dataclasses.replace(FEAT, max_length=64))
 
@@ -182,8 +191,8 @@ def test_featurize_train_load_roundtrip(features, tiny_smol, deepspeed_cpu_env, 
 
     prompt = prompt_ids(tiny_smol.tokenizer, [Message("user", "Count from 3.")], tiny_smol.template)
     stops = stop_ids(tiny_smol)
-    vanilla = Engine(tiny_smol, None, DecodeConfig(method="vanilla")).generate(prompt, 24, stop_ids=stops)
-    eagle = Engine(tiny_smol, head, DecodeConfig(method="eagle2")).generate(prompt, 24, stop_ids=stops)
+    vanilla = Engine(tiny_smol, None, InferConf(method="vanilla")).generate(prompt, 24, stop_ids=stops)
+    eagle = Engine(tiny_smol, head, InferConf(budget="fixed", method="eagle2")).generate(prompt, 24, stop_ids=stops)
     assert eagle.tokens == vanilla.tokens
     assert len(vanilla.tokens) > 1 and eagle.cycles
 

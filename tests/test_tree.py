@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from eagle_infer.draft_head import DraftHead, DraftHeadConfig, random_head
+from eagle_infer.head_runner import HeadRunner
 from eagle_infer.drafting import DraftRoot, TreeFeeder, draft_chain, draft_dynamic, draft_static
 from eagle_infer.errors import EagleError
 from eagle_infer.kv_cache import KVCache
@@ -110,7 +111,7 @@ ROOT = 71
 def setup(input_mode: str = "feature+shifted_token", draft_vocab: tuple = ()):
     target = tiny_target(seed=1)
     if draft_vocab:
-        config = DraftHeadConfig.for_target(target, input_mode)
+        config = DraftHeadConfig.of_target(target, input_mode)
         config.draft_vocab_size = len(draft_vocab)
         torch.manual_seed(3)
         head = DraftHead(config, target).eval()
@@ -122,6 +123,7 @@ def setup(input_mode: str = "feature+shifted_token", draft_vocab: tuple = ()):
 
 def committed_feeder(head: DraftHead, target, room: int = 200) -> TreeFeeder:
     """A feeder over a head cache holding the prompt's pairs, as the engine builds it after prefill."""
+    head = HeadRunner(head, target)
     n = len(PROMPT)
     with torch.inference_mode():
         tcache = target.new_cache(1, n)
@@ -324,6 +326,7 @@ ROOTS = [ROOT, 12, 50]
 
 def batch_feeder(head: DraftHead, target, room: int = 200) -> TreeFeeder:
     """A feeder over one head cache holding PROMPTS in three rows of different lengths (prefilled row by row)."""
+    head = HeadRunner(head, target)
     cache = head.new_cache(len(PROMPTS), max(map(len, PROMPTS)) + room)
     features = []
     with torch.inference_mode():

@@ -1,0 +1,41 @@
+"""Building what the schemas describe: the draft head an InferConf asks for, and an Engine over a loaded target."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from .config import HEADLESS, InferConf
+from .draft_head import random_head
+from .engine import Engine
+from .errors import EagleError
+from .head_checkpoint import load_head
+from .head_runner import HeadRunner
+
+HEADS_DIR = Path(__file__).resolve().parent / "heads"
+
+
+def shipped_head_dir(model_name: str) -> Path:
+    """The head shipped for a registry model (eagle_infer/heads/<model>); a one-line error when there is none."""
+    path = HEADS_DIR / model_name
+    if not (path / "config.json").exists():
+        raise EagleError(
+            f"no shipped draft head for model {model_name!r}: train one (make train MODEL={model_name}), "
+            "give infer.head=<directory>, or try infer.head=random"
+        )
+    return path
+
+
+def build_head(infer: InferConf, target) -> HeadRunner | None:
+    """The draft head an InferConf asks for, ready to draft for `target` (None for the headless methods vanilla and
+    lookup): infer.head "shipped", "random" or a head directory."""
+    if infer.method in HEADLESS:
+        return None
+    if infer.head == "random":
+        module = random_head(target, seed=infer.seed)
+    else:
+        module = load_head(shipped_head_dir(target.name) if infer.head == "shipped" else infer.head, target)
+    return HeadRunner(module, target)
+
+
+def build_engine(infer: InferConf, target, head=None) -> Engine:
+    """An Engine for `target` configured by `infer` (its head loaded unless given)."""
+    return Engine(target, head if head is not None else build_head(infer, target), infer)

@@ -1,0 +1,148 @@
+"""Reading draft-head checkpoints: this toolkit's own (config.json + model.safetensors) and the published EAGLE
+layouts (EAGLE-1/2: `fc`, `layers.N.*` beside a LlamaConfig-style config.json; EAGLE-3: `midlayer.*`, `fc` over
+fused layers, `norm`, `lm_head`, `d2t`/`t2d`), converted to one DraftHead. A head for another target, or a
+directory whose files cannot be read, is a one-line error naming the directory.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file
+
+from .draft_head import CONFIG_FILE, WEIGHTS_FILE, DraftHead, DraftHeadConfig, eagle3_layers
+from .errors import EagleError
+
+
+# Key names of the published EAGLE-1/EAGLE-2 heads (pytorch_model.bin or model.safetensors + a LlamaConfig-style
+# config.json): fc.weight, fc.bias, layers.N.self_attn.*, layers.N.mlp.*, layers.N.post_attention_layernorm.weight,
+# and often embed_tokens.weight (ignored: the target's embedding is used).
+def _from_eagle_keys(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    return {k: v for k, v in state.items() if k.startswith(("fc.", "layers."))}
+
+
+# Key names of the published EAGLE-3 heads (SafeAILab EAGLE-3, SpecForge): midlayer.{self_attn,mlp}.*,
+# midlayer.{input_layernorm,hidden_norm,post_attention_layernorm}.weight, fc.weight (k*h -> h over the fused target
+# layers), norm.weight, lm_head.weight [Vd, h], d2t [Vd] (target id = draft id + d2t), t2d [V] (bool), and
+# sometimes embed_tokens.weight (ignored).
+def _is_eagle3(state: dict[str, torch.Tensor]) -> bool:
+    return any(k.startswith("midlayer.") for k in state)
+
+
+def _d2t_ids(state: dict[str, torch.Tensor]) -> torch.Tensor:
+    """EAGLE-3's d2t offsets [Vd] -> the target ids of the draft tokens [Vd]."""
+    return torch.arange(state["d2t"].numel()) + state["d2t"].long()
+
+
+def _from_eagle3_keys(state: dict[str, torch.Tensor], subset: bool) -> dict[str, torch.Tensor]:
+    """EAGLE-3 names -> this head's: midlayer.* -> layers.0.*, fc -> fuse, d2t -> draft_vocab (target ids) when the
+    head drafts a subset of the vocabulary (a full-vocabulary head's d2t is all zeros)."""
+    out = {"layers.0." + k[len("midlayer."):]: v for k, v in state.items() if k.startswith("midlayer.")}
+    out.update({k: state[k] for k in ("norm.weight", "lm_head.weight") if k in state})
+    if "fc.weight" in state:
+        out["fuse.weight"] = state["fc.weight"]
+    if subset:
+        out["draft_vocab"] = _d2t_ids(state)
+    return out
+
+
+def _published_config(raw: dict, state: dict[str, torch.Tensor], target, where: str) -> DraftHeadConfig:
+    """The DraftHeadConfig of a published EAGLE-1/2/3 head (whose config.json is a LlamaConfig-style dict)."""
+    config = DraftHeadConfig(target.name, target.config.model_type, int(raw.get("hidden_size", -1)),
+                             int(raw.get("vocab_size", -1)), target_layers=target.config.num_hidden_layers)
+    checks = [("hidden size", config.hidden_size, target.hidden_size), ("vocabulary size", config.vocab_size, target.vocab_size)]
+    if "target_hidden_size" in raw:
+        checks.append(("target hidden size", int(raw["target_hidden_size"]), target.hidden_size))
+    if not _is_eagle3(state):
+        config.fc_bias, config.layers = "fc.bias" in state, _layer_count(state)
+    else:
+        config.block = "eagle3"
+        fc = state.get("fc.weight")
+        if fc is not None and fc.shape[1] != target.hidden_size:
+            config.feature_layers = list(eagle3_layers(target.config.num_hidden_layers))
+            checks.append(("fused feature width", fc.shape[1], len(config.feature_layers) * target.hidden_size))
+        lm_head = state.get("lm_head.weight")  # absent: reported as missing when the weights are loaded
+        draft = lm_head.shape[0] if lm_head is not None else config.vocab_size
+        config.draft_vocab_size = draft if draft != config.vocab_size else 0
+        if config.draft_vocab_size and "d2t" not in state:
+            raise EagleError(f"EAGLE-3 head {where} drafts {draft} of {config.vocab_size} tokens but has no d2t map")
+        if "d2t" in state:
+            ids = _d2t_ids(state)
+            if int(ids.min()) < 0 or int(ids.max()) >= config.vocab_size:
+                raise EagleError(f"EAGLE-3 head {where} maps draft tokens outside the target's {config.vocab_size} ids")
+    for field, value, expected in checks:
+        if value != expected:
+            raise EagleError(f"EAGLE head {where} has {field} {value}, but the target has {expected}")
+    return config
+
+
+def _upgrade_keys(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Heads saved before `layers` existed named their one layer `layer.*`."""
+    return {("layers.0." + k[len("layer."):] if k.startswith("layer.") else k): v for k, v in state.items()}
+
+
+def _layer_count(state: dict[str, torch.Tensor]) -> int:
+    return 1 + max((int(k.split(".")[1]) for k in state if k.startswith("layers.")), default=0)
+
+
+def _read_weights(directory: Path) -> dict[str, torch.Tensor]:
+    """The state dict in model.safetensors (or a published head's pytorch_model.bin); one line naming the file when
+    it cannot be read (truncated, not a weights file)."""
+    path = directory / WEIGHTS_FILE
+    if not path.exists():
+        path = directory / "pytorch_model.bin"
+        if not path.exists():
+            raise EagleError(f"draft head directory {str(directory)!r} has neither {WEIGHTS_FILE} nor pytorch_model.bin")
+    try:
+        if path.suffix == ".safetensors":
+            return load_file(str(path))
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except (SafetensorError, OSError, RuntimeError, EOFError, ValueError) as err:
+        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise EagleError(f"draft head weights {str(path)!r} cannot be read ({reason}): expected a complete "
+                         f"{path.name}; copy or save the head again") from None
+
+
+def _read_config(directory: Path) -> dict:
+    """config.json as a dict; one line naming the file when it is not a JSON object."""
+    path = directory / CONFIG_FILE
+    try:
+        raw = json.loads(path.read_text())
+    except (ValueError, UnicodeDecodeError) as err:
+        raise EagleError(f"draft head config {str(path)!r} is not valid JSON ({err}): expected the config.json "
+                         "the head was saved with") from None
+    if not isinstance(raw, dict):
+        raise EagleError(f"draft head config {str(path)!r} holds a {type(raw).__name__}: expected a JSON object")
+    return raw
+
+
+def load_head(directory: str | Path, target) -> DraftHead:
+    """Load a head saved by this toolkit, or a published EAGLE-1/2 or EAGLE-3 checkpoint directory, for `target`
+    (the trainable module, in eval mode; the engine drafts with it through a HeadRunner)."""
+    directory = Path(directory)
+    where = repr(str(directory))
+    if not directory.is_dir():
+        raise EagleError(f"draft head directory {where} does not exist")
+    if not (directory / CONFIG_FILE).exists():
+        raise EagleError(f"draft head directory {where} has no {CONFIG_FILE}")
+    raw = _read_config(directory)
+    state = _upgrade_keys(_read_weights(directory))
+    if "target" in raw:  # this toolkit's format
+        known = set(DraftHeadConfig.__dataclass_fields__)
+        config = DraftHeadConfig(**{k: v for k, v in raw.items() if k in known})
+        config.check()
+        config.check_matches(target, str(directory))
+    else:  # published EAGLE head: its config is the target's LlamaConfig
+        config = _published_config(raw, state, target, where)
+        state = (_from_eagle3_keys(state, config.draft_vocab_size > 0) if config.block == "eagle3"
+                 else _from_eagle_keys(state))
+    head = DraftHead(config, target)
+    missing, unexpected = head.load_state_dict(state, strict=False)
+    missing = [k for k in missing if not k.startswith("rotary.")]
+    if missing or unexpected:
+        raise EagleError(
+            f"draft head {where} does not fit the target's layer: missing {missing[:3]}, unexpected {unexpected[:3]}"
+        )
+    return head.eval()
