@@ -9,7 +9,7 @@ METHODS ?=
 DRY_RUN ?=
 NGPU ?= 1
 DATA_DIR ?= $(abspath ../shared/data/benchmarks)
-CPU_ENV := $(shell $(PY) -c "import torch,sys; sys.exit(torch.cuda.is_available())" 2>/dev/null && echo DS_ACCELERATOR=cpu)
+CPU_ENV = $(shell $(PY) -m eagle_train.launch 2>/dev/null)
 STAMP := .venv/.installed
 
 .PHONY: setup demo test train eval sweep sweep-batch throughput bench-engine check-lossless chat clean ablate-head
@@ -41,18 +41,17 @@ else
 endif
 
 # The whole pipeline in miniature: featurize a few hundred conversations, train a head for a few minutes, then
-# evaluate that head and the shipped one against vanilla on a few MT-bench questions; then a short float32 check that
+# evaluate that head and the shipped one against vanilla on a few MT-bench questions with the default settings (the
+# tree chosen per cycle by the measured cost model); then a short float32 check that
 # greedy EAGLE-2 output is vanilla's token for token (the table above may be in bfloat16, where near-ties can flip).
 demo: $(STAMP)
 	$(PY) -m eagle_train.cli recipes=demo stage=featurize
 	$(CPU_ENV) .venv/bin/deepspeed --num_gpus 1 --no_local_rank --module eagle_train.cli recipes=demo stage=train
 	$(PY) -m eval.cli run=demo model.name=smollm2-135m bench.names=[mt_bench] bench.limit=3 infer.max_new_tokens=96 \
-	  infer.depth=2 infer.top_k=4 infer.total_tokens=8 \
 	  methods=[vanilla,eagle2,eagle2:demo] +heads.demo=runs/demo/head/head $(ARGS)
 	@echo "float32 check: vanilla and EAGLE-2 (shipped head) on the same 3 first turns ..."
 	@$(PY) -m eval.cli run=demo-float32 model.name=smollm2-135m model.dtype=float32 bench.names=[mt_bench] bench.limit=3 \
-	  bench.max_turns=1 infer.max_new_tokens=96 infer.depth=2 infer.top_k=4 infer.total_tokens=8 methods=[vanilla,eagle2] \
-	  wandb.mode=disabled > /dev/null
+	  bench.max_turns=1 infer.max_new_tokens=96 methods=[vanilla,eagle2] wandb.mode=disabled > /dev/null
 	$(PY) -m eval.identical results/demo-float32 "float32 greedy"
 
 EVAL_ARGS = model.name=$(MODEL) run=$(RUN) $(if $(BENCH),bench.names=[$(BENCH)]) $(if $(LIMIT),bench.limit=$(LIMIT)) \

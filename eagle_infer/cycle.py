@@ -99,7 +99,8 @@ def propose(run, rows) -> Proposal:
     root = DraftRoot(features, [r.root for r in rows], lengths, [r.index for r in rows])
     feeder = TreeFeeder(run.head, run.head_cache, root)
     budget = engine.budget_at(batch, config.tree_size()) if config.budget == "auto" else None
-    inp = DraftInput(feeder, [run.context(r) for r in rows], [r.rates for r in rows], config, budget)
+    contexts = [run.context(r) for r in rows] if config.uses_lookup else []
+    inp = DraftInput(feeder, contexts, [r.rates for r in rows], config, budget)
     trees = engine.drafter.propose(inp)
     feeder.reset()
     limit, largest = engine.config.tree_budget(batch), max((len(t) for t in trees), default=0)

@@ -29,7 +29,8 @@ class DraftInput:
     """What a drafter may read in one cycle (the contract between the scheduler and the drafters).
 
     feeder: the head over its cache and the rows' roots (feeder.root: predicted features [B, H], root tokens, their
-    positions, request indices); contexts[b]: row b's prompt and emitted tokens, ending with the root; rates[b]: its
+    positions, request indices); contexts[b]: row b's prompt and emitted tokens, ending with the root (built only
+    when the config uses lookup); rates[b]: its
     measured acceptance of copied tokens per depth (lookup only); config: the settings at this batch size; budget:
     the auto budget's per-cycle chooser for this batch (None: fixed trees); extra: [B, E] path log-values of
     candidates another drafter proposes for the same verification (a hybrid's copies, -inf padding), which an auto
@@ -107,11 +108,12 @@ class HybridDrafter:
 
     def propose(self, inp: DraftInput) -> list[DraftTree]:
         copied = copies(inp)
-        heads = self.head.propose(inp if inp.budget is None else replace(inp, extra=log_values(copied)))
-        if len(heads) != len(copied):  # a custom drafter's wrong count: the engine names it
+        found = any(len(c) for c in copied)  # nothing found: the head's trees as its drafter alone makes them
+        heads = self.head.propose(inp if inp.budget is None or not found else replace(inp, extra=log_values(copied)))
+        if len(heads) != len(copied) or not found:  # (a custom drafter's wrong count: the engine names it)
             return heads
         size, device = inp.config.tree_size(), inp.feeder.root.feature.device
-        trees = [merge_trees([h, c], size, device) for h, c in zip(heads, copied)]
+        trees = [merge_trees([h, c], size, device) if len(c) else h for h, c in zip(heads, copied)]
         return trees if inp.budget is None else cut_trees(trees, inp.budget, 1 + inp.feeder.levels)
 
 

@@ -25,19 +25,23 @@ import subprocess
 import sys
 from pathlib import Path
 
-from eagle_infer.cli_support import REPO, setup_logging
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from eagle_infer.cli_support import CONF_DIR, REPO, setup_logging
 from eagle_infer.errors import EagleError
+from eagle_infer.platform import cache_root
+from eagle_train.cli import TrainRunConf  # noqa: F401 (registers the schema `recipes=` composes over)
+from eagle_train.launch import accelerator_env, free_port
 from eagle_train.train import ALPHA_STEPS  # the held-out α positions every row reports
+from eval.markdown import table
 
 log = logging.getLogger("ablate")
-OUT = Path()  # set by main: cache root / ablate-head
 COVERAGE_SIZES = (4096, 8192, 16384, 32768)
 
 
 def _load_yaml(path: Path) -> dict:
     """A YAML config with its ${...} interpolations resolved (${eagle_cache:} included)."""
-    from omegaconf import OmegaConf
-
     return OmegaConf.to_container(OmegaConf.load(path), resolve=True)
 
 
@@ -54,27 +58,20 @@ def load_spec(recipe: str) -> dict:
 
 
 def recipe(name: str) -> dict:
-    """recipes/<name>.yaml as Hydra composes it: the recipes named in its defaults list first, then its own keys."""
-    from omegaconf import OmegaConf
-
-    raw = OmegaConf.load(REPO / "recipes" / f"{name}.yaml")
-    bases = [d for d in raw.pop("defaults", []) if isinstance(d, str) and d != "_self_"]
-    merged = OmegaConf.merge(*(OmegaConf.create(recipe(b)) for b in bases), raw)
-    return OmegaConf.to_container(merged, resolve=True)
+    """The training config `eagle_train.cli recipes=<name>` runs: composed by Hydra (the schema's defaults, the
+    recipes in its defaults list, then its own keys), interpolations resolved."""
+    with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
+        cfg = compose("train", [f"recipes={name}", f"hydra.searchpath=[file://{REPO}]"])
+    return OmegaConf.to_container(cfg, resolve=True)
 
 
 def features_dir(name: str) -> Path:
     """The recipe's feature directory (its data.features_dir; the training default otherwise)."""
-    raw = recipe(name)
-    return Path(raw.get("data", {}).get("features_dir") or f"runs/{raw['model']['name']}/features")
+    return Path(recipe(name)["data"]["features_dir"])
 
 
 def _run(cmd: list[str], log_path: Path) -> None:
-    env = dict(os.environ)
-    import torch
-
-    if not torch.cuda.is_available():
-        env["DS_ACCELERATOR"] = "cpu"
+    env = {**os.environ, **accelerator_env()}
     log_path.parent.mkdir(parents=True, exist_ok=True)
     log.info("$ %s  (log: %s)", " ".join(cmd), log_path)
     with log_path.open("a") as f:
@@ -90,23 +87,14 @@ def _loss_tokens(directory: Path) -> int:
     return Manifest.load(directory).loss_tokens if (directory / "manifest.json").exists() else 0
 
 
-def _fixed_features(spec: dict, name: str) -> Path:
+def _fixed_features(out: Path, spec: dict, name: str) -> Path:
     """Featurize ShareGPT's own answers (the fixed-data row's features) once; resumes like any featurize."""
     root = Path(spec["fixed_features"])
     if not (root / "train" / "manifest.json").exists() or _loss_tokens(root / "train") == 0:
         _run([sys.executable, "-m", "eagle_train.cli", f"recipes={name}", "stage=featurize",
               "featurize.regenerate=false", "featurize.features=last", f"featurize.max_shards={spec['fixed_shards']}",
-              f"data.features_dir={root}"], OUT / "logs" / "featurize-fixed.log")
+              f"data.features_dir={root}"], out / "logs" / "featurize-fixed.log")
     return root / "train"
-
-
-def _free_port() -> int:
-    """A free local port for the launcher's rendezvous, so rows of two ablation processes can train side by side."""
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def row_overrides(spec: dict, name: str, row: dict) -> tuple[list[str], list[Path]]:
@@ -124,22 +112,22 @@ def row_overrides(spec: dict, name: str, row: dict) -> tuple[list[str], list[Pat
     return args, feats
 
 
-def train_row(spec: dict, name: str, row: dict) -> str:
-    """Train the row's head unless done; returns "done" or why it is pending."""
-    out = OUT / row["name"]
-    if (out / "summary.json").exists():
+def train_row(out: Path, spec: dict, name: str, row: dict) -> str:
+    """Train the row's head under out/<row> unless done; returns "done" or why it is pending."""
+    row_dir = out / row["name"]
+    if (row_dir / "summary.json").exists():
         return "done"
     args, feats = row_overrides(spec, name, row)
     if "fixed" in row["overrides"]:
-        _fixed_features(spec, name)
+        _fixed_features(out, spec, name)
     have = sum(_loss_tokens(f) for f in feats)
     if have < row["loss_tokens"]:
         where = " + ".join(str(f) for f in feats)
         return f"pending: {where} holds {have} loss tokens, the row needs {row['loss_tokens']}"
     launcher = str(Path(sys.executable).parent / "deepspeed")
-    _run([launcher, "--num_gpus", "1", "--master_port", str(_free_port()), "--no_local_rank", "--module",
+    _run([launcher, "--num_gpus", "1", "--master_port", str(free_port()), "--no_local_rank", "--module",
           "eagle_train.cli", f"recipes={name}",
-          "stage=train", f"train.out_dir={out}", "train.wandb_mode=disabled", *args], OUT / "logs" / f"{row['name']}.log")
+          "stage=train", f"train.out_dir={row_dir}", "train.wandb_mode=disabled", *args], out / "logs" / f"{row['name']}.log")
     return "done"
 
 
@@ -151,50 +139,50 @@ def tau_run(row: dict, bench: str = "") -> str:
     return f"{row['name']}-tau" + (f"-{bench}" if bench else "")
 
 
-def heldout_questions(name: str) -> Path:
+def heldout_questions(out: Path, name: str) -> Path:
     """The recipe's held-out first turns as eval's question set `heldout`, written once beside its held-out features."""
     path = features_dir(name) / HELDOUT / "question.jsonl"
     if not path.exists():
         _run([sys.executable, "-m", "eagle_train.cli", f"recipes={name}", "stage=heldout-questions"],
-             OUT / "logs" / "heldout-questions.log")
+             out / "logs" / "heldout-questions.log")
     return path
 
 
-def tau_row(spec: dict, name: str, row: dict, bench: str = "") -> float | None:
+def tau_row(out: Path, spec: dict, name: str, row: dict, bench: str = "") -> float | None:
     """Measure τ of the row's head on the spec's benchmark, or with bench=HELDOUT on the recipe's held-out prompts
     (records resume; a complete set is not rerun)."""
     from eval.records import read_records
 
     model = recipe(name)["model"]["name"]
     ev = spec["eval"]
-    records = OUT / tau_run(row, bench) / "records.jsonl"
+    records = out / tau_run(row, bench) / "records.jsonl"
     if records.exists() and len(read_records(records)) >= ev["questions"]:
-        return recorded_tau(row, bench)
+        return recorded_tau(out, row, bench)
     questions = [f"bench.names=[{ev['bench']}]"]
     if bench == HELDOUT:
-        heldout_questions(name)
+        heldout_questions(out, name)
         questions = [f"bench.names=[{HELDOUT}]", f"bench.data_dir={features_dir(name)}"]
-    # Unpacked weights (model.pack=off): τ is a property of the head, so it must not depend on the CPU's kernels.
-    _run([sys.executable, "-m", "eval.cli", f"model.name={model}", "model.pack=off", f"results_dir={OUT}",
-          f"run={tau_run(row, bench)}",
-          "methods=[eagle2]",
-          f"infer.head={OUT / row['name'] / 'head'}", *questions, f"bench.limit={ev['questions']}",
+    # Unpacked weights (model.pack=off): τ is a property of the head, so it must not depend on the CPU's kernels; the
+    # fixed EAGLE-2 tree (infer.budget=fixed: depth 6, top-k 8, 32 tokens), so τ does not depend on a cost model.
+    _run([sys.executable, "-m", "eval.cli", f"model.name={model}", "model.pack=off", f"results_dir={out}",
+          f"run={tau_run(row, bench)}", "methods=[eagle2]", "infer.budget=fixed",
+          f"infer.head={out / row['name'] / 'head'}", *questions, f"bench.limit={ev['questions']}",
           "bench.max_turns=1", f"infer.max_new_tokens={ev['max_new_tokens']}", "wandb.mode=disabled"],
-         OUT / "logs" / f"{tau_run(row, bench)}.log")
-    return recorded_tau(row, bench)
+         out / "logs" / f"{tau_run(row, bench)}.log")
+    return recorded_tau(out, row, bench)
 
 
-def recorded_tau(row: dict, bench: str = "") -> float | None:
+def recorded_tau(out: Path, row: dict, bench: str = "") -> float | None:
     """τ over every cycle of the row's τ records (on the spec's benchmark, or `bench`), None before any."""
     from eval.metrics import tau
     from eval.records import read_records
 
-    records = OUT / tau_run(row, bench) / "records.jsonl"
+    records = out / tau_run(row, bench) / "records.jsonl"
     return tau([c for r in read_records(records) for c in r["cycles"]]) if records.exists() else None
 
 
-def row_result(row: dict, status: str, tau_value: float | None, tau_heldout: float | None = None) -> dict:
-    summary_path = OUT / row["name"] / "summary.json"
+def row_result(out: Path, row: dict, status: str, tau_value: float | None, tau_heldout: float | None = None) -> dict:
+    summary_path = out / row["name"] / "summary.json"
     summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
     result = {"row": row["name"], "status": status, "loss_tokens": summary.get("loss_tokens"),
               "epochs": summary.get("epochs"), "top1": summary.get("heldout/top1"), "tau": tau_value,
@@ -211,25 +199,24 @@ def _fmt(value, digits: int = 3) -> str:
     return f"{value:.{digits}f}" if isinstance(value, float) else str(value)
 
 
-def write_table(results: list[dict]) -> str:
-    OUT.mkdir(parents=True, exist_ok=True)
+def write_table(out: Path, results: list[dict]) -> str:
+    out.mkdir(parents=True, exist_ok=True)
     columns = (["row", "loss_tokens", "epochs", "top1"] + [f"alpha_{k}" for k in range(ALPHA_STEPS)]
                + ["tau", "tau_heldout", "train_min", "status"])
-    with (OUT / "table.csv").open("w", newline="") as f:
+    with (out / "table.csv").open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=columns)
         writer.writeheader()
         writer.writerows({c: r.get(c) for c in columns} for r in results)
     head = (["row", "loss tokens", "epochs", "held-out top-1"] + [f"{k}-α" for k in range(ALPHA_STEPS)]
             + ["τ", "τ held-out prompts", "train min", ""])
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for r in results:
-        cells = [r["row"], _fmt(r["loss_tokens"]), _fmt(r["epochs"]), _fmt(r["top1"])]
-        cells += [_fmt(r[f"alpha_{k}"]) for k in range(ALPHA_STEPS)]
-        cells += [_fmt(r["tau"], 2), _fmt(r.get("tau_heldout"), 2), _fmt(r["train_min"], 1),
-                  "" if r["status"] == "done" else r["status"]]
-        lines.append("| " + " | ".join(cells) + " |")
-    markdown = "\n".join(lines) + "\n"
-    (OUT / "table.md").write_text(markdown)
+    markdown = table(head, [
+        [r["row"], _fmt(r["loss_tokens"]), _fmt(r["epochs"]), _fmt(r["top1"])]
+        + [_fmt(r[f"alpha_{k}"]) for k in range(ALPHA_STEPS)]
+        + [_fmt(r["tau"], 2), _fmt(r.get("tau_heldout"), 2), _fmt(r["train_min"], 1),
+           "" if r["status"] == "done" else r["status"]]
+        for r in results
+    ])
+    (out / "table.md").write_text(markdown)
     return markdown
 
 
@@ -240,7 +227,7 @@ def family(name: str) -> str:
     return "baseline" if base in ("regen", "baseline") else base
 
 
-def plot(results: list[dict]) -> Path | None:
+def plot(out: Path, results: list[dict]) -> Path | None:
     """τ against training loss tokens per family: MT-bench solid, the recipe's held-out prompts dashed (same colour)."""
     points: dict[str, list[tuple[int, float, float | None]]] = {}
     for r in results:
@@ -265,14 +252,14 @@ def plot(results: list[dict]) -> Path | None:
     ax.set_ylabel("τ, default tree (—: MT-bench, --: held-out)")
     ax.legend()
     ax.grid(alpha=0.3)
-    path = OUT / "tau_vs_tokens.png"
+    path = out / "tau_vs_tokens.png"
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
 
 
-def coverage(name: str) -> str:
+def coverage(out: Path, name: str) -> str:
     """Share of the target's held-out argmax tokens (at loss positions) inside the draft vocabulary made from the
     training features' most frequent answer tokens, per vocabulary size."""
     import torch
@@ -287,16 +274,12 @@ def coverage(name: str) -> str:
     train, heldout = read_samples(root / "train", aux=False), read_samples(root / "heldout", aux=False)
     with torch.no_grad():
         argmax = torch.cat([target.lm_head(s.hidden[1:-1].float())[s.loss_mask[2:] > 0].argmax(-1) for s in heldout])
-    lines = [f"Draft-vocabulary coverage: {argmax.numel()} held-out target argmax tokens, vocabularies from "
-             f"{sum(int(s.loss_mask[2:].sum()) for s in train)} training loss tokens ({root}).", "",
-             "| draft_vocab_size | coverage |", "|---|---|"]
-    for size in COVERAGE_SIZES:
-        vocab = frequent_tokens(train, size)
-        share = torch.isin(argmax, vocab).float().mean().item()
-        lines.append(f"| {size} | {share:.4f} |")
-    markdown = "\n".join(lines) + "\n"
-    OUT.mkdir(parents=True, exist_ok=True)
-    (OUT / "coverage.md").write_text(markdown)
+    shares = [(size, torch.isin(argmax, frequent_tokens(train, size)).float().mean().item()) for size in COVERAGE_SIZES]
+    markdown = (f"Draft-vocabulary coverage: {argmax.numel()} held-out target argmax tokens, vocabularies from "
+                f"{sum(int(s.loss_mask[2:].sum()) for s in train)} training loss tokens ({root}).\n\n"
+                + table(["draft_vocab_size", "coverage"], [[size, f"{share:.4f}"] for size, share in shares]))
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "coverage.md").write_text(markdown)
     return markdown
 
 
@@ -306,13 +289,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rows", default="", help="comma-separated row names (default: all, in spec order)")
     parser.add_argument("--table-only", action="store_true", help="train and measure nothing; tabulate what exists")
     parser.add_argument("--coverage", action="store_true", help="also write coverage.md")
+    parser.add_argument("--out", default=None, help="where rows, logs and tables live (default: <cache root>/ablate-head)")
     args = parser.parse_args(argv)
     setup_logging()
-    global OUT
-    from eagle_infer.platform import cache_root
-
-    OUT = cache_root() / "ablate-head"
-    log.info("ablation runs in %s", OUT)
+    out = Path(args.out) if args.out else cache_root() / "ablate-head"
+    log.info("ablation runs in %s", out)
     try:
         spec = load_spec(args.recipe)
         wanted = [r for r in args.rows.split(",") if r]
@@ -322,20 +303,20 @@ def main(argv: list[str] | None = None) -> None:
         results = []
         for row in spec["rows"]:
             if (not wanted or row["name"] in wanted) and not args.table_only:
-                status = train_row(spec, args.recipe, row)
+                status = train_row(out, spec, args.recipe, row)
                 done = status == "done"
-                taus = [tau_row(spec, args.recipe, row, b) if done else None for b in ("", HELDOUT)]
+                taus = [tau_row(out, spec, args.recipe, row, b) if done else None for b in ("", HELDOUT)]
             else:
-                status = "done" if (OUT / row["name"] / "summary.json").exists() else "not run"
-                taus = [recorded_tau(row, b) for b in ("", HELDOUT)]
-            results.append(row_result(row, status, *taus))
-            write_table(results)
-        print(write_table(results))
-        picture = plot(results)
+                status = "done" if (out / row["name"] / "summary.json").exists() else "not run"
+                taus = [recorded_tau(out, row, b) for b in ("", HELDOUT)]
+            results.append(row_result(out, row, status, *taus))
+            write_table(out, results)
+        print(write_table(out, results))
+        picture = plot(out, results)
         if picture:
             print(f"plot: {picture}")
         if args.coverage:
-            print(coverage(args.recipe))
+            print(coverage(out, args.recipe))
     except EagleError as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)

@@ -42,11 +42,8 @@ class EngineMethod:
         self.name = name
         method, hybrid = engine_method(name)
         settings = replace(infer, method=method, lookup=hybrid)
-        if not needs_head(name):
-            # No head tree: depth does not apply; total_tokens does to lookup only ('auto' cuts its copies per cycle)
-            defaults = InferConf()
-            total = settings.total_tokens if method == "lookup" else defaults.total_tokens
-            settings = replace(settings, depth=defaults.depth, total_tokens=total)
+        if method == "vanilla":  # no tree: the run's tree settings do not apply (lookup keeps them: auto or fixed)
+            settings = replace(settings, budget="fixed", depth=1, total_tokens=1)
         self.engine = build_engine(settings, target, head)
 
     def generate_batch(self, prompts, max_new, sampling: SamplingParams, stops, seed, batch_size: int = 1) -> BatchResult:

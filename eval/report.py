@@ -7,6 +7,7 @@ from dataclasses import astuple, fields
 from pathlib import Path
 
 from eagle_infer.errors import EagleError
+from eval.markdown import table
 from eval.metrics import ALL, ALPHA_POSITIONS, ROW_COLUMNS, CycleRow, Row, accept_length_hist, calibration
 
 WANDB_MODES = ("offline", "online", "disabled")
@@ -29,23 +30,12 @@ def write_table(rows: list[Row], out_dir: str | os.PathLike, dtype: str | None =
         writer = csv.writer(f)
         writer.writerow(ROW_COLUMNS)
         writer.writerows(astuple(row) for row in rows)
-    lines = [_md_line(_MD_COLUMNS), _md_line(["---"] * len(_MD_COLUMNS))]
-    lines += [
-        _md_line(
-            [
-                row.benchmark,
-                row.method,
-                _fmt(row.speedup_vs_vanilla, "{:.2f}x"),
-                _fmt(row.speedup_vs_hf, "{:.2f}x"),
-                _fmt(row.tau, "{:.2f}"),
-                _fmt(row.tok_s, "{:.1f}"),
-                _fmt(row.identical_share, "{:.0%}"),
-                _fmt(row.lookup_share, "{:.0%}"),
-            ]
-        )
+    markdown = table(_MD_COLUMNS, [
+        [row.benchmark, row.method, _fmt(row.speedup_vs_vanilla, "{:.2f}x"), _fmt(row.speedup_vs_hf, "{:.2f}x"),
+         _fmt(row.tau, "{:.2f}"), _fmt(row.tok_s, "{:.1f}"), _fmt(row.identical_share, "{:.0%}"),
+         _fmt(row.lookup_share, "{:.0%}")]
         for row in rows
-    ]
-    markdown = "\n".join(lines) + "\n"
+    ])
     if dtype in ("bfloat16", "float16"):
         markdown += "\n" + HALF_PRECISION_NOTE.format(dtype=dtype) + "\n"
     (out / "table.md").write_text(markdown, encoding="utf-8")
@@ -59,15 +49,12 @@ _CYCLE_COLUMNS = ("benchmark", "method", "cycles", "draft ms/cycle", "verify ms/
 def write_cycles(rows: list[CycleRow], out_dir: str | os.PathLike) -> str:
     """Write `cycles.md`, where each method's time goes per cycle (draft time includes the head's pass over the
     tokens accepted in the previous cycle; transformers' peers keep no cycles, only their ms/token); return it."""
-    lines = [_md_line(_CYCLE_COLUMNS), _md_line(["---"] * len(_CYCLE_COLUMNS))]
-    lines += [
-        _md_line([row.benchmark, row.method, str(row.cycles) if row.cycles else "—", _fmt(row.draft_ms, "{:.1f}"),
-                  _fmt(row.verify_ms, "{:.1f}"), _fmt(row.tree_nodes, "{:.1f}"), _fmt(row.accepted, "{:.2f}"),
-                  _fmt(row.copied_accepted, "{:.2f}"), _fmt(row.ms_per_head_forward, "{:.2f}"),
-                  _fmt(row.ms_per_token, "{:.1f}")])
+    markdown = table(_CYCLE_COLUMNS, [
+        [row.benchmark, row.method, str(row.cycles) if row.cycles else "—", _fmt(row.draft_ms, "{:.1f}"),
+         _fmt(row.verify_ms, "{:.1f}"), _fmt(row.tree_nodes, "{:.1f}"), _fmt(row.accepted, "{:.2f}"),
+         _fmt(row.copied_accepted, "{:.2f}"), _fmt(row.ms_per_head_forward, "{:.2f}"), _fmt(row.ms_per_token, "{:.1f}")]
         for row in rows
-    ]
-    markdown = "\n".join(lines) + "\n"
+    ])
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "cycles.md").write_text(markdown, encoding="utf-8")
@@ -127,10 +114,6 @@ def log_wandb(
         run.log({"results": table, **{Path(path).stem: wandb.Image(path) for path in plot_paths}})
     finally:
         run.finish()
-
-
-def _md_line(cells) -> str:
-    return "| " + " | ".join(cells) + " |"
 
 
 def _fmt(value: float | None, pattern: str) -> str:

@@ -16,6 +16,7 @@ from pathlib import Path
 from eagle_infer.errors import EagleError
 
 from . import throughput
+from .markdown import table
 from .metrics import summarize
 from .records import read_records
 
@@ -90,12 +91,11 @@ def write(points: list[SweepPoint], sweep_dir: Path) -> str:
     def fmt(v, pattern):
         return "—" if v is None else pattern.format(v)
 
-    lines = ["| " + " | ".join(header[:-1]) + " | note |", "|" + "---|" * len(header)]
-    for p in points:
-        note = "**best**" if p is best else p.error
-        lines.append("| " + " | ".join([p.settings.get(k, "") for k in keys] + [str(p.questions), fmt(p.tok_s, "{:.1f}"),
-                     fmt(p.speedup, "{:.2f}x"), fmt(p.tau, "{:.2f}"), note]) + " |")
-    md = "\n".join(lines) + "\n"
+    md = table(header[:-1] + ["note"], [
+        [p.settings.get(k, "") for k in keys] + [str(p.questions), fmt(p.tok_s, "{:.1f}"), fmt(p.speedup, "{:.2f}x"),
+                                                 fmt(p.tau, "{:.2f}"), "**best**" if p is best else p.error]
+        for p in points
+    ])
     auto = [p for p in ok if "auto" in p.settings.values()]
     fixed = [p for p in ok if p not in auto]
     if auto and fixed:

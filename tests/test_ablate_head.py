@@ -10,8 +10,7 @@ from eagle_infer.errors import EagleError
 
 
 @pytest.fixture()
-def out(tmp_path, monkeypatch):
-    monkeypatch.setattr(ab, "OUT", tmp_path)
+def out(tmp_path):
     return tmp_path
 
 
@@ -49,7 +48,7 @@ def test_families_group_data_sizes():
 def test_row_with_too_little_data_is_pending_not_trained(out, monkeypatch):
     monkeypatch.setattr(ab, "_loss_tokens", lambda directory: 1234)
     monkeypatch.setattr(ab, "_run", lambda *a, **k: pytest.fail("nothing may run"))
-    status = ab.train_row({"train": []}, "smollm2-135m", {"name": "big", "loss_tokens": 10_000, "overrides": []})
+    status = ab.train_row(out, {"train": []}, "smollm2-135m", {"name": "big", "loss_tokens": 10_000, "overrides": []})
     assert status.startswith("pending") and "1234" in status and "10000" in status
 
 
@@ -61,9 +60,9 @@ def test_row_on_both_parts_counts_and_trains_on_both(out, monkeypatch):
     monkeypatch.setattr(ab, "_run", lambda cmd, log_path: runs.append(cmd))
     spec = {"train": [], "more_features": "smollm2-135m-part2"}
     row = {"name": "both", "loss_tokens": 1200, "overrides": ["more", "train.epochs=5"]}
-    status = ab.train_row(spec, "smollm2-135m", row)
+    status = ab.train_row(out, spec, "smollm2-135m", row)
     assert status.startswith("pending") and "1100" in status and "part2" in status and not runs
-    assert ab.train_row(spec, "smollm2-135m", {**row, "loss_tokens": 1100}) == "done"
+    assert ab.train_row(out, spec, "smollm2-135m", {**row, "loss_tokens": 1100}) == "done"
     extra = [a for a in runs[0] if a.startswith("train.extra_features=")]
     assert len(extra) == 1 and "smollm2-135m-part2/train" in extra[0] and "more" not in runs[0]
     assert "train.epochs=5" in runs[0]
@@ -76,12 +75,12 @@ def test_trained_row_is_not_retrained_and_table_reads_its_summary(out, monkeypat
                **{f"heldout/alpha_{k}": 0.1 * k for k in range(7)}}
     (out / "r" / "summary.json").write_text(json.dumps(summary))
     monkeypatch.setattr(ab, "_run", lambda *a, **k: pytest.fail("a trained row is not retrained"))
-    assert ab.train_row({"train": []}, "smollm2-135m", row) == "done"
-    result = ab.row_result(row, "done", 1.75, 2.5)
-    table = ab.write_table([result, ab.row_result({"name": "p"}, "pending: no data", None)])
+    assert ab.train_row(out, {"train": []}, "smollm2-135m", row) == "done"
+    result = ab.row_result(out, row, "done", 1.75, 2.5)
+    table = ab.write_table(out, [result, ab.row_result(out, {"name": "p"}, "pending: no data", None)])
     assert "| r | 101 | 2 | 0.500 | 0.000 | 0.100 |" in table and "| 1.75 | 2.50 | 2.0 |" in table
     assert "pending: no data" in table and (out / "table.csv").exists()
-    assert ab.plot([result]) is not None and (out / "tau_vs_tokens.png").exists()
+    assert ab.plot(out, [result]) is not None and (out / "tau_vs_tokens.png").exists()
 
 
 def test_second_tau_decodes_the_recipes_heldout_prompts(out, monkeypatch, tmp_path):
@@ -99,14 +98,15 @@ def test_second_tau_decodes_the_recipes_heldout_prompts(out, monkeypatch, tmp_pa
     monkeypatch.setattr(ab, "_run", fake_run)
     spec = {"eval": {"bench": "mt_bench", "questions": 10, "max_new_tokens": 128}}
     row = {"name": "r", "loss_tokens": 100, "overrides": []}
-    assert ab.tau_row(spec, "smollm2-135m", row, ab.HELDOUT) is None  # fake runs write no records
-    ab.tau_row(spec, "smollm2-135m", row, ab.HELDOUT)
+    assert ab.tau_row(out, spec, "smollm2-135m", row, ab.HELDOUT) is None  # fake runs write no records
+    ab.tau_row(out, spec, "smollm2-135m", row, ab.HELDOUT)
     assert sum("stage=heldout-questions" in cmd for cmd in runs) == 1  # written once
     evals = [cmd for cmd in runs if "eval.cli" in cmd]
     assert len(evals) == 2 and "bench.names=[heldout]" in evals[0] and "run=r-tau-heldout" in evals[0]
     assert f"bench.data_dir={tmp_path / 'feats'}" in evals[0]
-    ab.tau_row(spec, "smollm2-135m", row)
+    ab.tau_row(out, spec, "smollm2-135m", row)
     assert "bench.names=[mt_bench]" in runs[-1] and "run=r-tau" in runs[-1]
+    assert "infer.budget=fixed" in runs[-1]  # τ on the fixed tree, whatever eval's default budget
 
 
 def test_unknown_row_is_one_line_error(capsys, monkeypatch, tmp_path):
