@@ -64,44 +64,33 @@ class LookupConf:
 
 @dataclass
 class InferConf:
-    """How to decode: the `infer` group, and what Engine takes.
+    """How to decode: the `infer` group, and what Engine takes (each field's meaning beside it; "auto" tree settings:
+    the module docstring)."""
 
-    method: vanilla | chain | eagle1 | eagle2 | lookup (prompt lookup alone, no head). lookup: merge prompt lookup
-    branches (settings lookup_conf, the command line's `lookup` group) into the head's tree each cycle (chain,
-    eagle1, eagle2) within the method's budget. head: "shipped" (eagle_infer/heads/<model>), "random" (untrained,
-    for trying the engine) or a head directory. depth: longest draft path; top_k: EAGLE-2's expansion width (nodes
-    expanded per level and children kept per expanded node; the sampling filter is sampling_top_k); total_tokens:
-    EAGLE-2's draft budget (root excluded); both "auto" by default (module docstring). static_paths: EAGLE-1's tree
-    (None = tree.DEFAULT_STATIC_PATHS). budget: "fixed" verifies total_tokens nodes every cycle; "auto" treats
-    depth and total_tokens as caps and picks the depth and the nodes per cycle; None (default): "auto" where depth
-    or total_tokens is "auto" and the method can choose per cycle, else "fixed".
-    batch_size: requests decoded together (eval answers in batches of it), at most max_batch_size;
-    batch_token_budget: most tokens of one verification forward over the whole batch, shrinking trees as the batch
-    grows (0 = off). compile: decode through the target's forward compiled by torch.compile (eagle_infer.compiled;
-    minutes of compiling per process on a CPU). pad_trees: "on" pads every cycle's verification to
-    tree.padded_width nodes with slots that see only the root and themselves and are never accepted; "auto" pads
-    exactly where the target is compiled on a GPU (one CUDA graph per width); "off" never."""
-
-    method: str = "eagle2"
-    head: str = "shipped"
-    depth: Any = "auto"
-    top_k: int = 8
-    total_tokens: Any = "auto"
-    static_paths: Optional[list[Any]] = None
-    expand_by: str = "value"
-    rerank: bool = True
-    lookup: bool = False
-    lookup_conf: LookupConf = field(default_factory=LookupConf)
-    temperature: float = 0.0
+    method: str = "eagle2"  # vanilla | chain | eagle1 | eagle2 | lookup (prompt lookup alone, no head)
+    head: str = "shipped"  # "shipped" (eagle_infer/heads/<model>), "random" (untrained) or a head directory
+    depth: Any = "auto"  # longest draft path
+    top_k: int = 8  # EAGLE-2's expansion width: nodes expanded per level, children kept per node
+    total_tokens: Any = "auto"  # EAGLE-2's draft budget (root excluded)
+    static_paths: Optional[list[Any]] = None  # EAGLE-1's tree of child ranks (None: tree.DEFAULT_STATIC_PATHS)
+    expand_by: str = "value"  # EAGLE-2 expands by path value or by the node's own confidence
+    rerank: bool = True  # EAGLE-2 keeps the best total_tokens by value (else the expanded nodes level by level)
+    lookup: bool = False  # merge prompt lookup's copies into a head's tree (chain, eagle1, eagle2) within its budget
+    lookup_conf: LookupConf = field(default_factory=LookupConf)  # the command line's `lookup` group
+    temperature: float = 0.0  # 0: greedy
     top_p: float = 1.0
-    sampling_top_k: int = 0
+    sampling_top_k: int = 0  # the sampling filter (top_k is EAGLE-2's width); 0: off
     max_new_tokens: int = 128
     seed: int = 0
-    batch_size: int = 1
+    batch_size: int = 1  # requests decoded together (eval answers in batches of it), at most max_batch_size
     max_batch_size: int = 16
-    batch_token_budget: int = 0
+    batch_token_budget: int = 0  # most tokens of one verification forward over the batch (trees shrink); 0: off
+    # "fixed": total_tokens nodes every cycle; "auto": depth and total_tokens are caps, the tree chosen per cycle;
+    # None: "auto" where depth or total_tokens is "auto" and the method can choose per cycle, else "fixed"
     budget: Optional[str] = None
-    compile: bool = False
+    compile: bool = False  # the target's forward compiled by torch.compile (minutes of warm-up on a CPU)
+    # "on": verifications padded to tree.padded_width nodes (slots that see only the root and themselves, never
+    # accepted); "auto": exactly where the target is compiled on a GPU (one CUDA graph per width); "off"
     pad_trees: str = "auto"
 
     @property

@@ -1,7 +1,8 @@
 """`python -m eval.cli run=NAME bench.names=[mt_bench] bench.limit=10 methods=[vanilla,eagle2]` (make eval).
 
-Writes results/<run>/records.jsonl as answers finish (a rerun resumes), then table.md / table.csv, PNG plots and a
-W&B log (offline unless wandb.mode=online). infer.batch_size=N answers N questions per batch. mode=throughput
+Writes results/<run>/records.jsonl as answers finish (a rerun resumes), then table.md / table.csv (with a
+per-category table where a benchmark's questions span several categories), Spec-Bench answer files
+model_answer/<method>.jsonl (eval.spec_bench), PNG plots and a W&B log (offline unless wandb.mode=online). infer.batch_size=N answers N questions per batch. mode=throughput
 (make throughput) instead measures tokens/s at each of batch_sizes into throughput.jsonl / throughput.md. In a Hydra multirun (make sweep) each job is one run under
 results/<sweep>/<job>; a failed job writes failed.txt and the sweep goes on.
 """
@@ -94,7 +95,8 @@ def evaluate(conf: EvalRunConf, out: Path) -> str:
     from .methods import make_methods, needs_head
     from .metrics import cycle_split, summarize
     from .records import RecordWriter, read_records
-    from .report import log_wandb, plot_all, write_cycles, write_table
+    from .report import category_table, log_wandb, plot_all, write_cycles, write_table
+    from .spec_bench import write_answer_files
 
     check_names(conf.bench.names, data_dir(conf.bench))
     _check_batches(conf)
@@ -126,7 +128,8 @@ def evaluate(conf: EvalRunConf, out: Path) -> str:
     run(benchmarks, methods, target, settings, writer, stop_ids(target))
     records = [r for r in read_records(out / "records.jsonl") if r["method"] in conf.methods and r["benchmark"] in benchmarks]
     rows = summarize(records)
-    markdown = write_table(rows, out, str(target.dtype).removeprefix("torch."))
+    markdown = write_table(rows, out, str(target.dtype).removeprefix("torch."), category_table(records))
+    write_answer_files(records, out, target.name)
     write_cycles(cycle_split(records), out)
     plots = plot_all(records, rows, out)
     log_wandb(rows, plots, out.name, OmegaConf.to_container(OmegaConf.structured(conf)), conf.wandb.mode, conf.wandb.project)

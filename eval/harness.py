@@ -52,8 +52,9 @@ def answer_group(method, target, questions: list[Question], settings: HarnessSet
     it is the time the batches took and tokens / wall_s is the throughput (for a batch of one: its own time).
     """
     chats: list[list[Message]] = [[] for _ in questions]
-    bodies = [{"question_id": str(q.question_id), "turns": [], "new_tokens": 0, "wall_s": 0.0, "cycles": [],
-               "temperature": settings.sampling.temperature, "tokens": []} for q in questions]
+    bodies = [{"question_id": str(q.question_id), "category": q.category, "turns": [], "new_tokens": 0, "wall_s": 0.0,
+               "cycles": [], "temperature": settings.sampling.temperature, "tokens": [], "turn_tokens": [],
+               "turn_wall_s": [], "turn_steps": []} for q in questions]
     for turn in range(max(len(q.turns[: settings.max_turns]) for q in questions)):
         live = [i for i, q in enumerate(questions) if turn < len(q.turns[: settings.max_turns])]
         prompts = []
@@ -70,8 +71,12 @@ def answer_group(method, target, questions: list[Question], settings: HarnessSet
             body["turns"].append(text)
             body["tokens"] += result.tokens
             body["cycles"] += [asdict(c) for c in result.cycles]
-            body["wall_s"] += batch.wall_s * len(result.tokens) / max(batch.new_tokens, 1)
+            share = batch.wall_s * len(result.tokens) / max(batch.new_tokens, 1)
+            body["wall_s"] += share
             body["new_tokens"] += len(result.tokens)
+            body["turn_tokens"].append(len(result.tokens))
+            body["turn_wall_s"].append(share)
+            body["turn_steps"].append(len(result.cycles))
     return bodies
 
 

@@ -1,7 +1,9 @@
 """Evaluation records: one JSON object a line, appended as answers finish, so an interrupted run resumes.
 
 A record holds `RECORD_FIELDS`: benchmark, method, question_id (str), turns (answer strings), new_tokens (int),
-wall_s (float), cycles (per-cycle stat dicts, see `eval.metrics`), temperature, tokens (generated token ids).
+wall_s (float), cycles (per-cycle stat dicts, see `eval.metrics`), temperature, tokens (generated token ids); and,
+in records written since they were added, category (the question's), turn_tokens, turn_wall_s and turn_steps (new
+tokens, seconds and target forwards per turn: eval.spec_bench's answer files).
 """
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from eagle_infer.errors import EagleError
 from eval.markdown import table
-from eval.metrics import ALL, ALPHA_POSITIONS, ROW_COLUMNS, CycleRow, Row, accept_length_hist, calibration
+from eval.metrics import ALL, ALPHA_POSITIONS, ROW_COLUMNS, CycleRow, Row, accept_length_hist, calibration, summarize
 
 WANDB_MODES = ("offline", "online", "disabled")
 _MD_COLUMNS = ("benchmark", "method", "speedup", "vs HF", "τ", "tok/s", "identical", "from lookup")
@@ -21,9 +21,26 @@ HALF_PRECISION_NOTE = (
 )
 
 
-def write_table(rows: list[Row], out_dir: str | os.PathLike, dtype: str | None = None) -> str:
-    """Write `table.csv` (header = `ROW_COLUMNS`, None as empty) and `table.md`; return the Markdown. With a 16-bit
-    float dtype the Markdown ends with a note saying why its answers can differ from vanilla's."""
+def category_table(records: list[dict]) -> str:
+    """Speedup, τ and tok/s per (benchmark, category, method), for benchmarks whose questions span several
+    categories (MT-bench's eight); "" when none does."""
+    spans: dict[str, set] = {}
+    for r in records:
+        spans.setdefault(r["benchmark"], set()).add(r.get("category") or "")
+    relabelled = [{**r, "benchmark": f"{r['benchmark']} / {r['category']}"} for r in records
+                  if len(spans[r["benchmark"]]) > 1]
+    rows = [row for row in summarize(relabelled) if row.benchmark != ALL]
+    if not rows:
+        return ""
+    return "By category:\n\n" + table(["benchmark / category", "method", "speedup", "τ", "tok/s"], [
+        [row.benchmark, row.method, _fmt(row.speedup_vs_vanilla, "{:.2f}x"), _fmt(row.tau, "{:.2f}"),
+         _fmt(row.tok_s, "{:.1f}")] for row in rows])
+
+
+def write_table(rows: list[Row], out_dir: str | os.PathLike, dtype: str | None = None, extra: str = "") -> str:
+    """Write `table.csv` (header = `ROW_COLUMNS`, None as empty) and `table.md`, with `extra` (Markdown, e.g. the
+    category table) after the table; return the Markdown. With a 16-bit float dtype the Markdown ends with a note
+    saying why its answers can differ from vanilla's."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     with open(out / "table.csv", "w", newline="", encoding="utf-8") as f:
@@ -36,6 +53,8 @@ def write_table(rows: list[Row], out_dir: str | os.PathLike, dtype: str | None =
          _fmt(row.lookup_share, "{:.0%}")]
         for row in rows
     ])
+    if extra:
+        markdown += "\n" + extra
     if dtype in ("bfloat16", "float16"):
         markdown += "\n" + HALF_PRECISION_NOTE.format(dtype=dtype) + "\n"
     (out / "table.md").write_text(markdown, encoding="utf-8")
