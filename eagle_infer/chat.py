@@ -196,15 +196,20 @@ def _check_messages(messages: list[Message]) -> None:
             raise EagleError(f"message {i} has content of type {type(m.content).__name__}; expected str")
 
 
+def check_template(template: str) -> None:
+    """A one-line error unless `template` is "tokenizer" or one of NAMED_TEMPLATES."""
+    if template != "tokenizer" and template not in NAMED_TEMPLATES:
+        raise EagleError(f"unknown chat template {template!r}; expected one of: tokenizer, {', '.join(NAMED_TEMPLATES)}")
+
+
 def render(messages: list[Message], tokenizer, template: str, add_generation_prompt: bool) -> RenderedChat:
     """Render `messages` with `template` ("tokenizer" for the tokenizer's own Jinja template, or one of
     `NAMED_TEMPLATES`). The text carries BOS text itself where the format has it (``<s>`` for vicuna and
     llama2), so tokenize it with ``add_special_tokens=False``. See the module docstring for the spans."""
     _check_messages(messages)
+    check_template(template)
     if template == "tokenizer":
         return _tokenizer_render(tokenizer, messages, add_generation_prompt)
-    if template not in NAMED_TEMPLATES:
-        raise EagleError(f"unknown chat template {template!r}; expected one of: tokenizer, {', '.join(NAMED_TEMPLATES)}")
     return NAMED_TEMPLATES[template](messages, add_generation_prompt)
 
 

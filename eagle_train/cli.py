@@ -6,7 +6,7 @@ recipe's conversations to <features_dir>/conversations.jsonl, so another machine
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Optional
 
@@ -14,6 +14,7 @@ import hydra
 from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
 
+from eagle_infer.chat import check_template
 from eagle_infer.cli_support import CONF_DIR, launch, one_line_errors, setup_logging
 from eagle_infer.config import ModelConf
 from eagle_infer.errors import EagleError
@@ -37,6 +38,9 @@ class DataConf:
     skip: int = 0
     seed: int = 0
     features_dir: str = "runs/${model.name}/features"
+    # the chat template the data is rendered with, for any model: "tokenizer" (its own Jinja template) or a named
+    # one (eagle_infer.chat: vicuna_v1.1, llama2_chat, chatml); null: the model's registered template
+    template: Optional[str] = None
 
 
 @dataclass
@@ -152,6 +156,8 @@ def main(cfg) -> None:
     if conf.stage not in STAGES:
         raise EagleError(f"unknown stage {conf.stage!r}: expected one of {', '.join(STAGES)}")
     conf.train.check()  # before featurizing: `make train` featurizes first
+    if conf.data.template is not None:
+        check_template(conf.data.template)
     if conf.stage == "plan":
         print(plan(conf))
         return
@@ -167,6 +173,8 @@ def main(cfg) -> None:
     training = conf.stage == "train"
     dtype = train_dtype(conf.train) if training else conf.model.dtype
     target = load_target(conf.model.name, dtype, conf.model.device, "off" if training else conf.model.pack)
+    if conf.data.template is not None:  # features record it (their manifest), so training checks it too
+        target = replace(target, template=conf.data.template)
     if conf.stage == "featurize":
         run_featurize(conf, target)
     elif conf.stage == "heldout-questions":

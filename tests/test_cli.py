@@ -178,6 +178,25 @@ def test_train_that_would_train_nothing_is_refused_before_featurizing(cli, args,
     assert_one_line_error(cli("eagle_train.cli", "recipes=demo", "stage=featurize", *args), *needles)
 
 
+def test_train_unknown_data_template(cli):
+    assert_one_line_error(cli("eagle_train.cli", "recipes=demo", "stage=featurize", "data.template=bogus"),
+                          "'bogus'", "tokenizer", "chatml")
+
+
+def test_data_template_renders_the_features(cli, model_dir, tmp_path):
+    """data.template overrides the model's chat template for the data; the features' manifest records it."""
+    source = tmp_path / "chats.jsonl"
+    source.write_text("".join(json.dumps({"messages": [{"role": "user", "content": f"Q{i}"},
+                                                       {"role": "assistant", "content": f"A{i}"}]}) + "\n"
+                              for i in range(3)))
+    proc = cli("eagle_train.cli", "recipes=demo", "stage=featurize", f"model.name={model_dir}", f"data.source={source}",
+               "data.conversations=2", "data.heldout=1", f"data.features_dir={tmp_path / 'features'}",
+               "data.template=chatml", "featurize.regenerate=false")
+    assert proc.returncode == 0, proc.stderr[-500:]
+    manifest = json.loads((tmp_path / "features" / "train" / "manifest.json").read_text())
+    assert manifest["template"] == "chatml" and manifest["conversations"] == 2
+
+
 def test_train_unknown_recipe(cli):
     line = assert_one_line_error(cli("eagle_train.cli", "recipes=nope"), "'nope'")
     assert all(name in line for name in RECIPES)

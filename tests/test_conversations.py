@@ -144,3 +144,46 @@ def test_data_skip_takes_a_later_disjoint_part(tmp_path):
         with pytest.raises(EagleError, match=needle) as err:
             _conversations(TrainRunConf(data=DataConf(source=str(path), conversations=1, skip=skip)))
         assert "\n" not in str(err.value)
+
+
+# --- role/content records (UltraChat, OpenAI-style JSONL) ---------------------------------------------------------
+
+ULTRACHAT = [
+    {"prompt": "Q1", "prompt_id": "x1", "messages": [{"role": "user", "content": "Q1"},
+                                                      {"role": "assistant", "content": "A1"}]},
+    {"prompt_id": "x2", "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Q2"},
+                                     {"role": "assistant", "content": "A2"}, {"role": "user", "content": "Q3"},
+                                     {"role": "assistant", "content": "A3"}]},
+    {"conversations": [{"role": "user", "content": "Q4"}, {"role": "assistant", "content": "A4"}]},
+    {"messages": [{"role": "user", "content": "no answer"}]},
+]
+
+
+def test_role_content_records_load_beside_sharegpt(tmp_path):
+    path = tmp_path / "ultrachat.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in ULTRACHAT + RECORDS[:1]))
+    convs, stats = load_conversations(str(path))
+    assert convs[:3] == [
+        [Message("user", "Q1"), Message("assistant", "A1")],
+        [Message("system", "Be brief."), Message("user", "Q2"), Message("assistant", "A2"), Message("user", "Q3"),
+         Message("assistant", "A3")],
+        [Message("user", "Q4"), Message("assistant", "A4")],
+    ]
+    assert convs[3] == KEPT[0] and (stats.kept, stats.no_assistant) == (4, 1)  # a ShareGPT record in the same file
+
+
+@pytest.mark.parametrize("first, needles", [
+    ({"text": "hello"}, ["record 1 has keys ['text']", "'conversations'", "'messages'"]),
+    ({"messages": [{"speaker": "user", "utterance": "hi"}]}, ["record 1", "['speaker', 'utterance']", "role/content"]),
+    (["user", "hi"], ["record 1 is a list", "JSON object"]),
+])
+def test_unknown_schema_is_one_line_naming_what_the_record_holds(tmp_path, first, needles):
+    path = tmp_path / "odd.jsonl"
+    path.write_text(json.dumps(first) + "\n" + json.dumps(RECORDS[0]) + "\n")
+    with pytest.raises(EagleError) as err:
+        load_conversations(str(path))
+    assert all(n in str(err.value) for n in needles) and "\n" not in str(err.value), str(err.value)
+    # Past the first record (the source's schema is known by then) a misfit is skipped, not fatal.
+    path.write_text(json.dumps(RECORDS[0]) + "\n" + json.dumps(first) + "\n")
+    convs, stats = load_conversations(str(path))
+    assert convs == [KEPT[0]] and stats.empty == 1

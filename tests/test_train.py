@@ -414,3 +414,18 @@ def test_feature_dir_without_manifest(features, tiny_smol, tmp_path):
     manifest.save(copy)
     with pytest.raises(EagleError, match="holds no conversations"):
         read_samples(copy)
+
+
+def test_role_content_conversations_featurize(tiny_smol, tmp_path):
+    """An UltraChat-style file (role/content `messages`) is featurized as ShareGPT is: the assistant turns are the
+    loss tokens, the conversations counted in the manifest."""
+    from eagle_train.conversations import load_conversations
+    from tests.test_conversations import ULTRACHAT
+
+    path = tmp_path / "ultrachat.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in ULTRACHAT))
+    convs, _ = load_conversations(str(path))
+    manifest = featurize(convs, tiny_smol, tmp_path / "features", FEAT)
+    encoded = [loss_mask(tiny_smol.tokenizer, render(c, tiny_smol.tokenizer, "tokenizer", False), None) for c in convs]
+    assert manifest.conversations == 3 and manifest.loss_tokens == sum(sum(m) for _, m in encoded) > 0
+    assert [s.input_ids.tolist() for s in read_samples(tmp_path / "features")] == [ids for ids, _ in encoded]
