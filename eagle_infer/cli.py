@@ -15,8 +15,7 @@ import hydra
 from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
 
-from .build import build_engine
-from .chat import Message, prompt_ids, stop_ids
+from .api import Eagle
 from .cli_support import CONF_DIR, launch, one_line_errors
 from .config import InferConf, LookupConf, ModelConf
 from .errors import EagleError
@@ -42,19 +41,14 @@ class InferRunConf:
 ConfigStore.instance().store(name="infer_schema", node=InferRunConf)
 
 
-def prompt_and_stops(target, chat: str | None, prompt: str | None) -> tuple[list[int], list[int]]:
-    """Token ids to continue and the ids that end an answer."""
-    tok = target.tokenizer
+def the_prompt(chat: str | None, prompt: str | None) -> tuple[str, bool]:
+    """(text, raw) of the command line's chat= (a user message) or prompt= (raw text): exactly one, not empty."""
     if (chat is None) == (prompt is None):
         raise EagleError('give exactly one of chat="..." (a user message) or prompt="..." (raw text)')
     given = ("chat", chat) if chat is not None else ("prompt", prompt)
     if not given[1].strip():
         raise EagleError(f'{given[0]}={given[1]!r} is empty: expected some text to answer or continue')
-    if chat is not None:
-        ids = prompt_ids(tok, [Message("user", chat)], target.template)
-    else:
-        ids = list(tok(prompt, add_special_tokens=True)["input_ids"])
-    return ids, stop_ids(target)
+    return given[1], prompt is not None
 
 
 @hydra.main(version_base=None, config_path=CONF_DIR, config_name="infer")
@@ -63,19 +57,18 @@ def main(cfg) -> None:
     conf: InferRunConf = OmegaConf.to_object(cfg)
     if conf.output not in OUTPUTS:
         raise EagleError(f"unknown output {conf.output!r}: expected one of {', '.join(OUTPUTS)}")
+    text, raw = the_prompt(conf.chat, conf.prompt)
     target = load_target(conf.model.name, conf.model.dtype, conf.model.device, conf.model.pack,
                          conf.infer.compile)
-    engine = build_engine(conf.infer, target)
-    ids, stops = prompt_and_stops(target, conf.chat, conf.prompt)
     show = conf.output == "text" and conf.stream
-    stream = (lambda new: print(target.tokenizer.decode(new), end="", flush=True)) if show else None
-    result = engine.generate(ids, conf.infer.max_new_tokens, conf.infer.sampling(), stops, stream, conf.infer.seed)
-    text = target.tokenizer.decode(result.tokens, skip_special_tokens=True)
+    answer = Eagle(target, conf.infer).generate(text, raw=raw,
+                                                stream=(lambda chunk: print(chunk, end="", flush=True)) if show else None)
+    result = answer.result
     if conf.output == "json":
-        print(json.dumps({"text": text, "tokens": result.tokens, "stats": result.stats()}))
+        print(json.dumps({"text": answer.text, "tokens": result.tokens, "stats": result.stats()}))
         return
     if not show:
-        print(text, end="")
+        print(answer.text, end="")
     method = conf.infer.method + ("+lookup" if conf.infer.lookup else "")
     print(
         f"\n[{method} | {len(result.tokens)} tokens | tau {result.tau:.2f} | {result.tok_s:.1f} tokens/s | "
