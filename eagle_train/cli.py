@@ -185,7 +185,7 @@ def main(cfg) -> None:
     else:
         from .train import train
 
-        metrics = train(conf.train, target, conf.head)
+        metrics = train(conf.train, target, conf.head, {"data_source": conf.data.source, "recipe": conf.recipe})
         log.info("done: %s", " ".join(f"{k}={v:.4g}" for k, v in metrics.items() if isinstance(v, float)))
 
 

@@ -19,6 +19,8 @@ from typing import Optional
 import torch
 
 from eagle_infer.draft_head import DraftHead, DraftHeadConfig
+from eagle_infer.head_card import machine as card_machine
+from eagle_infer.head_card import target_revision, write_card
 from eagle_infer.errors import EagleError
 
 from .features import Manifest, read_samples
@@ -218,8 +220,9 @@ def _run_id(cfg: TrainConfig) -> str:
     return path.read_text().strip()
 
 
-def train(cfg: TrainConfig, target, head_shape: HeadConf = HeadConf()) -> dict:
-    """Train (or resume) a head for `target`; writes checkpoints and the engine-format head to out_dir/head."""
+def train(cfg: TrainConfig, target, head_shape: HeadConf = HeadConf(), provenance: dict | None = None) -> dict:
+    """Train (or resume) a head for `target`; writes checkpoints and the engine-format head to out_dir/head, with its
+    model card (eagle_infer.head_card; `provenance`: what the caller knows of the data, e.g. its source and recipe)."""
     cfg.check()
     import deepspeed
 
@@ -340,4 +343,7 @@ def train(cfg: TrainConfig, target, head_shape: HeadConf = HeadConf()) -> dict:
                    "loss_tokens": int(sum(float(s.loss_mask[2:].sum()) for s in samples)), "epochs": cfg.epochs,
                    "autocast": autocast, **{k: v for k, v in metrics.items() if k.startswith("heldout/")}}
         (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        write_card(out / "head", hconf, {
+            **(provenance or {}), **summary, "max_steps": cfg.max_steps, "template": manifest.template, "regenerated": manifest.regenerate,
+            "target_revision": target_revision(target), "machine": card_machine(target)})
     return metrics

@@ -188,6 +188,11 @@ def test_featurize_train_load_roundtrip(features, tiny_smol, deepspeed_cpu_env, 
     head = load_head(out_dir / "head", tiny_smol)
     assert head.config.target == "tiny-smol" and head.config.draft_vocab_size == 512
     assert head.draft_vocab.tolist() == frequent_tokens(read_samples(features[0]), 512).tolist()
+    card = (out_dir / "head" / "README.md").read_text()  # the model card, from the run's own summary
+    summary = json.loads((out_dir / "summary.json").read_text())
+    assert "# EAGLE draft head for tiny-smol" in card and "| chat template | tokenizer |" in card
+    assert f"{summary['loss_tokens']} loss tokens" in card and "30 steps (train.epochs 1, train.max_steps 30)" in card
+    assert f"| held-out top-1 | {summary['heldout/top1']:.3f} |" in card and "τ | not measured yet" in card
 
     prompt = prompt_ids(tiny_smol.tokenizer, [Message("user", "Count from 3.")], tiny_smol.template)
     stops = stop_ids(tiny_smol)
