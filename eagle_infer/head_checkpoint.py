@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import huggingface_hub
 import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file
@@ -118,10 +119,31 @@ def _read_config(directory: Path) -> dict:
     return raw
 
 
+def is_hub_id(name: str) -> bool:
+    """Whether a head argument names a Hugging Face repository ("owner/name") rather than a local path."""
+    parts = str(name).split("/")
+    return len(parts) == 2 and all(parts) and not str(name).startswith((".", "/", "~")) and not Path(name).exists()
+
+
+def head_directory(name: str | Path) -> Path:
+    """A head's local directory: `name` itself, or for a hub id ("owner/name") its snapshot, downloaded on first use
+    into the Hugging Face cache; offline or unknown, a one-line error naming the id and the local alternative."""
+    if not is_hub_id(str(name)):
+        return Path(name)
+    try:
+        return Path(huggingface_hub.snapshot_download(str(name), allow_patterns=["*.json", "*.safetensors", "*.bin",
+                                                                                 "*.md", "*.pt"]))
+    except Exception as err:  # noqa: BLE001 (the hub client raises many types: offline, unknown id, gated, ...)
+        raise EagleError(f"draft head {str(name)!r} could not be fetched from the Hugging Face hub "
+                         f"({type(err).__name__}): download it where the hub is reachable and give "
+                         "infer.head=<its local directory>") from None
+
+
 def load_head(directory: str | Path, target) -> DraftHead:
     """Load a head saved by this toolkit, or a published EAGLE-1/2 or EAGLE-3 checkpoint directory, for `target`
-    (the trainable module, in eval mode; the engine drafts with it through a HeadRunner)."""
-    directory = Path(directory)
+    (the trainable module, in eval mode; the engine drafts with it through a HeadRunner). A hub id ("owner/name")
+    is downloaded on first use."""
+    directory = head_directory(directory)
     where = repr(str(directory))
     if not directory.is_dir():
         raise EagleError(f"draft head directory {where} does not exist")

@@ -269,7 +269,8 @@ def load_target(model: str, dtype: str = "auto", device: str = "auto", pack: str
     except OSError as err:
         raise EagleError(
             f"cannot load model {model!r} from {source!r}: not found locally and the Hugging Face hub is unreachable "
-            f"or the id is wrong ({type(err).__name__})"
+            f"or the id is wrong ({type(err).__name__}); download it where the hub is reachable and give "
+            "model.name=<its local directory>"
         ) from None
     if config.model_type not in SUPPORTED_ARCHITECTURES:
         raise EagleError(

@@ -305,3 +305,40 @@ def test_one_schema_from_the_command_line_to_the_engine():
     assert conf.infer == InferConf(**values, lookup_conf=LookupConf(max_ngram=3, num_tokens=4))
     assert Engine(target(), head(), conf.infer).config == conf.infer.resolved()
     assert conf.infer.sampling() == SamplingParams(temperature=0.5, top_p=0.9, sampling_top_k=4)
+
+
+def test_head_hub_id_downloads_once_and_offline_is_one_line(tmp_path, monkeypatch):
+    """infer.head=<owner/name> fetches the head's snapshot through huggingface_hub (a local stand-in here, never the
+    network); offline, one line names the id and the local alternative."""
+    import huggingface_hub
+
+    from eagle_infer.head_checkpoint import is_hub_id
+
+    snapshot = tmp_path / "snapshot"
+    head().save(snapshot)
+    asked = []
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", lambda repo, **kw: asked.append(repo) or str(snapshot))
+    loaded = load_head("someone/eagle-tiny", target())
+    assert asked == ["someone/eagle-tiny"] and loaded.config == head().config
+    assert not is_hub_id(str(snapshot)) and not is_hub_id("./a/b") and is_hub_id("a/b")
+
+    def offline(repo, **kw):
+        raise OSError("no network")
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", offline)
+    one_line_error(lambda: load_head("someone/eagle-tiny", target()), "'someone/eagle-tiny'", "OSError",
+                   "infer.head=<its local directory>")
+
+
+def test_model_hub_id_offline_is_one_line(monkeypatch):
+    import transformers
+
+    from eagle_infer.target import load_target
+
+    def offline(*args, **kwargs):  # what from_pretrained raises without the hub (the network is never asked)
+        raise OSError("We couldn't connect to 'https://huggingface.co'")
+
+    monkeypatch.setattr(transformers.AutoConfig, "from_pretrained", offline)
+
+    one_line_error(lambda: load_target("someone/not-cached-model", "float32", "cpu"), "'someone/not-cached-model'",
+                   "model.name=<its local directory>")
