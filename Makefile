@@ -12,7 +12,7 @@ DATA_DIR ?= $(abspath ../shared/data/benchmarks)
 CPU_ENV = $(shell $(PY) -m eagle_train.launch 2>/dev/null)
 STAMP := .venv/.installed
 
-.PHONY: setup demo test train eval sweep sweep-batch throughput bench-engine check-lossless chat clean ablate-head
+.PHONY: setup demo test train eval sweep sweep-batch throughput bench-engine check-lossless chat clean ablate-head export
 
 setup: $(STAMP)
 
@@ -106,6 +106,13 @@ sweep-batch: $(STAMP)
 ROWS ?=
 ablate-head: $(STAMP)
 	$(PY) -m eval.ablate_head --recipe $(MODEL) $(if $(ROWS),--rows $(ROWS)) --coverage
+
+# A trained head in a server's layout: make export HEAD=<head directory or hub id> FORMAT=vllm|sglang|eagle OUT=<dir>
+HEAD ?= eagle_infer/heads/$(MODEL)
+FORMAT ?= sglang
+OUT ?= runs/$(MODEL)/export-$(FORMAT)
+export: $(STAMP)
+	$(PY) -m eagle_train.cli recipes=$(MODEL) stage=export export.head=$(HEAD) export.format=$(FORMAT) export.out=$(OUT) $(ARGS)
 
 bench-engine: $(STAMP)
 	$(PY) scripts/bench_engine.py $(ARGS)

@@ -16,6 +16,8 @@ from safetensors.torch import load_file
 from .draft_head import CONFIG_FILE, WEIGHTS_FILE, DraftHead, DraftHeadConfig, eagle3_layers
 from .errors import EagleError
 
+TOKEN_MAP_FILE = "token_map.pt"  # SGLang's hot-token file: the draft vocabulary's target ids, of an EAGLE-1/2 head
+
 
 # Key names of the published EAGLE-1/EAGLE-2 heads (pytorch_model.bin or model.safetensors + a LlamaConfig-style
 # config.json): fc.weight, fc.bias, layers.N.self_attn.*, layers.N.mlp.*, layers.N.post_attention_layernorm.weight,
@@ -62,7 +64,9 @@ def _published_config(raw: dict, state: dict[str, torch.Tensor], target, where: 
         config.block = "eagle3"
         fc = state.get("fc.weight")
         if fc is not None and fc.shape[1] != target.hidden_size:
-            config.feature_layers = list(eagle3_layers(target.config.num_hidden_layers))
+            aux = (raw.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
+            # vLLM's aux ids count the embedding as 0: the outputs of decoder layers id - 1
+            config.feature_layers = [i - 1 for i in aux] if aux else list(eagle3_layers(target.config.num_hidden_layers))
             checks.append(("fused feature width", fc.shape[1], len(config.feature_layers) * target.hidden_size))
         lm_head = state.get("lm_head.weight")  # absent: reported as missing when the weights are loaded
         draft = lm_head.shape[0] if lm_head is not None else config.vocab_size
@@ -139,6 +143,18 @@ def head_directory(name: str | Path) -> Path:
                          "infer.head=<its local directory>") from None
 
 
+def _token_map(path: Path, vocab_size: int) -> torch.Tensor:
+    """The target ids [Vd] of a token-map file (a saved tensor or list of distinct ids below vocab_size)."""
+    try:
+        ids = torch.as_tensor(torch.load(path, map_location="cpu", weights_only=True), dtype=torch.long).flatten()
+    except (OSError, RuntimeError, EOFError, ValueError, TypeError) as err:
+        raise EagleError(f"token map {str(path)!r} cannot be read ({type(err).__name__}): expected a saved tensor "
+                         "of target token ids") from None
+    if ids.numel() == 0 or int(ids.min()) < 0 or int(ids.max()) >= vocab_size or ids.unique().numel() != ids.numel():
+        raise EagleError(f"token map {str(path)!r} is invalid: expected distinct token ids below {vocab_size}")
+    return ids
+
+
 def load_head(directory: str | Path, target) -> DraftHead:
     """Load a head saved by this toolkit, or a published EAGLE-1/2 or EAGLE-3 checkpoint directory, for `target`
     (the trainable module, in eval mode; the engine drafts with it through a HeadRunner). A hub id ("owner/name")
@@ -160,6 +176,9 @@ def load_head(directory: str | Path, target) -> DraftHead:
         config = _published_config(raw, state, target, where)
         state = (_from_eagle3_keys(state, config.draft_vocab_size > 0) if config.block == "eagle3"
                  else _from_eagle_keys(state))
+        if config.block == "eagle" and (directory / TOKEN_MAP_FILE).exists():  # a reduced draft vocabulary
+            state["draft_vocab"] = _token_map(directory / TOKEN_MAP_FILE, config.vocab_size)
+            config.draft_vocab_size = state["draft_vocab"].numel()
     head = DraftHead(config, target)
     missing, unexpected = head.load_state_dict(state, strict=False)
     missing = [k for k in missing if not k.startswith("rotary.")]

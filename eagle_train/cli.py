@@ -1,8 +1,10 @@
-"""`python -m eagle_train.cli recipes=NAME stage=featurize|train|plan|regenerate|export|heldout-questions` (make train
-runs featurize, then train under the deepspeed launcher). `stage=plan` (make train DRY_RUN=1) prints the resolved plan
-and does nothing else. `stage=regenerate` only answers the prompts (e.g. on a GPU machine); `stage=export` writes the
-recipe's conversations to <features_dir>/conversations.jsonl, so another machine can use them as data.source;
-`stage=heldout-questions` writes the held-out split's first turns as eval's question set `heldout`."""
+"""`python -m eagle_train.cli recipes=NAME stage=featurize|train|plan|regenerate|export|export-conversations|
+heldout-questions` (make train runs featurize, then train under the deepspeed launcher). `stage=plan` (make train
+DRY_RUN=1) prints the resolved plan and does nothing else. `stage=regenerate` only answers the prompts (e.g. on a GPU
+machine); `stage=export-conversations` writes the recipe's conversations to <features_dir>/conversations.jsonl, so
+another machine can use them as data.source; `stage=export export.head=DIR export.format=vllm|sglang|eagle
+export.out=DIR` writes a head in a server's layout (eagle_train.export); `stage=heldout-questions` writes the
+held-out split's first turns as eval's question set `heldout`."""
 from __future__ import annotations
 
 import logging
@@ -23,7 +25,7 @@ from .featurize import FeaturizeConfig
 from .train import HeadConf, TrainConfig
 
 log = logging.getLogger("eagle_train")
-STAGES = ("featurize", "train", "plan", "regenerate", "export", "heldout-questions")
+STAGES = ("featurize", "train", "plan", "regenerate", "export", "export-conversations", "heldout-questions")
 
 
 @dataclass
@@ -44,12 +46,22 @@ class DataConf:
 
 
 @dataclass
+class ExportConf:
+    """stage=export: the head directory to export, the layout (eagle_train.export.FORMATS) and where to write it."""
+
+    head: Optional[str] = None
+    format: str = "sglang"
+    out: Optional[str] = None
+
+
+@dataclass
 class TrainRunConf:
     model: ModelConf = field(default_factory=ModelConf)
     data: DataConf = field(default_factory=DataConf)
     featurize: FeaturizeConfig = field(default_factory=FeaturizeConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     head: HeadConf = field(default_factory=HeadConf)
+    export: ExportConf = field(default_factory=ExportConf)
     stage: str = "plan"
     recipe: str = "none"
     notes: str = ""
@@ -87,6 +99,26 @@ def run_featurize(cfg: TrainRunConf, target) -> None:
         manifest = featurize(convs, target, f"{cfg.data.features_dir}/{name}", cfg.featurize)
         log.info("%s features: %d conversations, %d tokens (%d in the loss), skipped %s", name,
                  manifest.conversations, manifest.tokens, manifest.loss_tokens, manifest.skipped or "none")
+
+
+def _check_export(conf: ExportConf) -> None:
+    """stage=export's settings, checked before the target loads."""
+    from .export import FORMATS
+
+    if conf.format not in FORMATS:
+        raise EagleError(f"unknown export format {conf.format!r}: expected one of {', '.join(FORMATS)}")
+    if not conf.head or not conf.out:
+        raise EagleError("stage=export needs export.head=<head directory or hub id> and export.out=<directory>")
+
+
+def run_export(conf: ExportConf, target) -> None:
+    from eagle_infer.head_checkpoint import head_directory, load_head
+
+    from .export import copy_card, export
+
+    files = export(load_head(conf.head, target), conf.format, conf.out)
+    card = copy_card(head_directory(conf.head), conf.out, conf.format)
+    log.info("wrote %s", ", ".join(str(p) for p in files + ([card] if card else [])))
 
 
 def run_regenerate(cfg: TrainRunConf, target) -> None:
@@ -162,6 +194,8 @@ def main(cfg) -> None:
         print(plan(conf))
         return
     if conf.stage == "export":
+        _check_export(conf.export)
+    if conf.stage == "export-conversations":
         from .conversations import write_jsonl
 
         path = f"{conf.data.features_dir}/conversations.jsonl"
@@ -175,7 +209,9 @@ def main(cfg) -> None:
     target = load_target(conf.model.name, dtype, conf.model.device, "off" if training else conf.model.pack)
     if conf.data.template is not None:  # features record it (their manifest), so training checks it too
         target = replace(target, template=conf.data.template)
-    if conf.stage == "featurize":
+    if conf.stage == "export":
+        run_export(conf.export, target)
+    elif conf.stage == "featurize":
         run_featurize(conf, target)
     elif conf.stage == "heldout-questions":
         path = write_heldout_questions(conf, target)
