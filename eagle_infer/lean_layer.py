@@ -4,8 +4,8 @@ A decode step or draft level runs each decoder layer over a handful of tokens; o
 take ~0.4 ms and transformers' layer wraps them in ~70 small ops and as much Python again (rotary halves,
 per-projection views, the attention interface's dispatch). `LeanLayer` holds the same weights fused for inference
 (q/k/v in one product, gate/up in one; packed for oneDNN when the model is) and `step` runs the layer's math in
-~20 ops: the same function as transformers' LlamaDecoderLayer (Mistral and Qwen2 alike) under the engine's explicit
-additive masks, with the same ops in the same order, so equal to it up to how a matmul kernel blocks a wider
+~20 ops: the same function as transformers' LlamaDecoderLayer (Mistral and Qwen2 alike; Qwen3's with its per-head
+RMSNorm of queries and keys before the rotary embedding) under the engine's explicit additive masks, with the same ops in the same order, so equal to it up to how a matmul kernel blocks a wider
 product (tests/test_lean_layer.py; bit for bit where measured). The target's eager forward and the draft head's
 drafting run it; training, featurize and transformers' own generate keep transformers' layers.
 """
@@ -17,10 +17,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .errors import EagleError
 from .packed import PackedLinear
 
 
 NATIVE_GQA_DEVICES = ("cpu",)  # where masked grouped-query SDPA runs with enable_gqa (see step)
+# The decoder-layer classes a lean step computes, each handled explicitly (Qwen3's: its q/k norms); another class is
+# refused in one line rather than run with a part of its function silently left out.
+LAYER_CLASSES = ("LlamaDecoderLayer", "MistralDecoderLayer", "Qwen2DecoderLayer", "Qwen3DecoderLayer")
 
 
 @dataclass
@@ -37,6 +41,9 @@ class LeanLayer:
     heads: int
     kv_heads: int
     head_dim: int
+    q_norm: torch.Tensor | None = None  # [D] per-head RMSNorm of queries and keys before rotary (Qwen3); None: none
+    k_norm: torch.Tensor | None = None
+    qk_eps: float = 0.0
 
 
 class _Fused(nn.Module):
@@ -71,10 +78,14 @@ def _fuse(modules: list[nn.Module], packed: bool, share: bool) -> nn.Module:
 
 
 def lean_layer(layer: nn.Module, config, packed: bool, share: bool = False) -> LeanLayer | None:
-    """The LeanLayer of a transformers Llama/Mistral/Qwen2 decoder layer, or None when the layer is not of that
-    plain form (another activation or norm). q/k/v and gate/up become one product each: copies (packed for oneDNN
-    when `packed`), or with `share` on unpacked weights the layer's own storage (see _fuse); o and down are the
-    layer's modules as they are."""
+    """The LeanLayer of a transformers Llama/Mistral/Qwen2/Qwen3 decoder layer (LAYER_CLASSES; another class is a
+    one-line error), or None when the layer is not of the plain form (another activation or norm, a sliding window:
+    then transformers' layers run). q/k/v and gate/up become one product each: copies (packed for oneDNN when
+    `packed`), or with `share` on unpacked weights the layer's own storage (see _fuse); o and down are the layer's
+    modules as they are."""
+    kind = type(layer).__name__
+    if kind not in LAYER_CLASSES:
+        raise EagleError(f"decoder layer {kind} has no lean step: expected one of {', '.join(LAYER_CLASSES)}")
     attn, mlp = getattr(layer, "self_attn", None), getattr(layer, "mlp", None)
     parts = ("q_proj", "k_proj", "v_proj", "o_proj")
     if attn is None or mlp is None or not all(hasattr(attn, p) for p in parts) or config.hidden_act != "silu":
@@ -86,6 +97,9 @@ def lean_layer(layer: nn.Module, config, packed: bool, share: bool = False) -> L
         return None
     if not hasattr(norm_post, "variance_epsilon") or attn.scaling != attn.head_dim ** -0.5:
         return None
+    if getattr(attn, "sliding_window", None) is not None:  # a windowed layer: transformers' own masks
+        return None
+    q_norm, k_norm = (getattr(attn, "q_norm", None), getattr(attn, "k_norm", None)) if kind == "Qwen3DecoderLayer" else (None, None)
     q, k, v = attn.q_proj, attn.k_proj, attn.v_proj
     return LeanLayer(
         qkv=_fuse([q, k, v], packed, share),
@@ -98,6 +112,9 @@ def lean_layer(layer: nn.Module, config, packed: bool, share: bool = False) -> L
         heads=q.weight.shape[0] // attn.head_dim,
         kv_heads=k.weight.shape[0] // attn.head_dim,
         head_dim=attn.head_dim,
+        q_norm=None if q_norm is None else q_norm.weight.detach(),
+        k_norm=None if k_norm is None else k_norm.weight.detach(),
+        qk_eps=0.0 if q_norm is None else q_norm.variance_epsilon,
     )
 
 
@@ -143,6 +160,8 @@ def step(layer: LeanLayer, hidden: torch.Tensor, rope: torch.Tensor, kv, mask: t
     x = hidden if layer.norm_in is None else _rms(hidden, layer.norm_in, layer.eps)
     qkv = layer.qkv(x).view(b, t, nh + 2 * kvh, d)
     qk = qkv[:, :, : nh + kvh]
+    if layer.q_norm is not None:  # Qwen3: queries and keys normalised per head before the rotary embedding
+        qk = torch.cat([_rms(qk[:, :, :nh], layer.q_norm, layer.qk_eps), _rms(qk[:, :, nh:], layer.k_norm, layer.qk_eps)], 2)
     cos, sin = rope[0][:, :, None], rope[1][:, :, None]
     qk = (qk * cos + qk.unflatten(-1, (2, d // 2)).flip(-2).flatten(-2) * sin).transpose(1, 2)  # [B, nh+kvh, T, D]
     keys, values = kv.update(qk[:, nh:], qkv[:, :, nh + kvh :].transpose(1, 2))

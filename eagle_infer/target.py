@@ -29,7 +29,7 @@ from .tree import causal_mask
 
 log = logging.getLogger(__name__)
 
-SUPPORTED_ARCHITECTURES = ("llama", "mistral", "qwen2")
+SUPPORTED_ARCHITECTURES = ("llama", "mistral", "qwen2", "qwen3")
 
 
 def check_feature_layers(layers, num_layers: int) -> None:

@@ -22,9 +22,11 @@ def smol_tokenizer():
     return AutoTokenizer.from_pretrained(str(converted_gguf_dir(*SMOL)))
 
 
-def make_tiny_smol(tokenizer, name: str = "tiny-smol", seed: int = 0, hidden: int = 64, layers: int = 2):
-    """A random Llama (2 layers, hidden 64) over the whole SmolLM2 vocabulary, with that tokenizer and its template."""
-    target = tiny_target(vocab=len(tokenizer), hidden=hidden, layers=layers, seed=seed, name=name)
+def make_tiny_smol(tokenizer, name: str = "tiny-smol", seed: int = 0, hidden: int = 64, layers: int = 2,
+                   arch: str = "llama"):
+    """A random Llama (2 layers, hidden 64; or another tests.tiny arch) over the whole SmolLM2 vocabulary, with that
+    tokenizer and its template."""
+    target = tiny_target(vocab=len(tokenizer), hidden=hidden, layers=layers, seed=seed, name=name, arch=arch)
     return dataclasses.replace(target, tokenizer=tokenizer, template="tokenizer", dtype=torch.float32,
                                device=torch.device("cpu"))
 

@@ -247,14 +247,18 @@ def test_draft_vocabulary_head_matches_vanilla():
         assert result.tokens == list(expected), decode
 
 
-@pytest.mark.parametrize("arch,seed", [("qwen2", 0), ("mistral", 3)])
+@pytest.mark.parametrize("arch,seed", [("qwen2", 0), ("mistral", 3), ("qwen3", 1), ("llama3", 2)])
 def test_other_architectures_match_vanilla(arch, seed):
     target, head = target_and_head(seed, arch)
-    assert target.config.model_type == arch and type(head.layers[0]).__name__.lower().startswith(arch)
+    family = arch.rstrip("3") if arch == "llama3" else arch
+    assert target.config.model_type == family and type(head.layers[0]).__name__.lower().startswith(family)
+    assert target.lean is not None  # every layer a lean step (Qwen3's with its q/k norms)
     for prompt_len, max_new in ((7, 30), (25, 21)):
         prompt, expected = case(seed, prompt_len, max_new, arch)
-        for config in (InferConf(method="eagle2", depth=4, top_k=4, total_tokens=16), InferConf(method="eagle1")):
-            assert run(target, head, config, prompt, max_new).tokens == list(expected)
+        for config in (InferConf(method="eagle2", depth=4, top_k=4, total_tokens=16), InferConf(method="eagle1"),
+                       InferConf(method="chain", depth=3), InferConf(method="lookup", budget="fixed"),
+                       InferConf(method="eagle2", depth=4, top_k=4, total_tokens=16, lookup=True)):
+            assert run(target, head if config.method != "lookup" else None, config, prompt, max_new).tokens == list(expected)
         oracle = oracle_drafter(list(prompt) + list(expected), 5, branch=2, wrong_rate=0.3, vocab=VOCAB)
         result = run(target, head, oracle.config(), prompt, max_new, drafter=oracle)
         assert result.tokens == list(expected)

@@ -317,3 +317,26 @@ def test_train_fused_head_with_ttt_then_decode_losslessly(tiny_smol6, deepspeed_
         featurize(convs[:4], tiny_smol6, tmp_path / "last", dataclasses.replace(FEAT, features="last"))
         train(dataclasses.replace(cfg, features=str(tmp_path / "last"), out_dir=str(tmp_path / "r2")), tiny_smol6,
               HeadConf(features="fused"))
+
+
+@pytest.mark.parametrize("arch", ["qwen3", "llama3"])
+def test_other_targets_featurize_train_and_decode_losslessly(arch, smol_tok, deepspeed_cpu_env, tmp_path):
+    """Qwen3 (per-head q/k norms) and a Llama with Llama 3.x's rope scaling, through featurize, training and the
+    engine: the trained head is of the target's own layer class and drafts losslessly."""
+    from tests.conftest import make_tiny_smol
+
+    target = make_tiny_smol(smol_tok, name=f"tiny-{arch}", arch=arch)
+    convs = conversations(8)
+    last = dataclasses.replace(FEAT, features="last")
+    featurize(convs[:6], target, tmp_path / "train", last)
+    featurize(convs[6:], target, tmp_path / "heldout", last)
+    cfg = TrainConfig(features=str(tmp_path / "train"), heldout=str(tmp_path / "heldout"), out_dir=str(tmp_path / "run"),
+                      deepspeed_config=DS_CPU, max_steps=4, batch_size=2, lr=1e-3, warmup_steps=1, eval_every=4,
+                      save_every=4, wandb_mode="disabled")
+    assert train(cfg, target)["step"] == 4
+    head = load_head(tmp_path / "run" / "head", target)
+    assert type(head.layers[0]).__name__.lower().startswith(arch.rstrip("3") if arch == "llama3" else arch)
+    prompt = prompt_ids(target.tokenizer, [Message("user", "Count from 3.")], target.template)
+    want = vanilla_tokens(target, prompt, 16)
+    for config in (InferConf(budget="fixed", method="eagle2"), InferConf(method="eagle1")):
+        assert Engine(target, head, config).generate(prompt, 16).tokens == want

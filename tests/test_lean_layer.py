@@ -26,7 +26,8 @@ def _both_paths(head, feats, tokens, positions, prefix: int, mask):
     return lean, reference.detach()
 
 
-@pytest.mark.parametrize("arch,layers", [("llama", 1), ("llama", 2), ("qwen2", 1), ("mistral", 2)])
+@pytest.mark.parametrize("arch,layers", [("llama", 1), ("llama", 2), ("qwen2", 1), ("mistral", 2), ("qwen3", 2),
+                                         ("llama3", 1)])
 def test_lean_step_equals_transformers_layers(arch, layers):
     target = tiny_target(arch=arch, layers=3)
     head = random_head(target, seed=1, layers=layers)
@@ -57,7 +58,7 @@ def test_lean_step_follows_weight_updates():
 
 
 @pytest.mark.parametrize("native_gqa", [True, False], ids=["cpu-gqa", "repeated-kv"])
-@pytest.mark.parametrize("arch", ["llama", "qwen2", "mistral"])
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "mistral", "qwen3", "llama3"])
 def test_target_lean_forward_equals_transformers_layers(arch, native_gqa, monkeypatch):
     """The target's eager forward (lean steps) against transformers' layers over one cache: one token (the grouped
     query heads attend as one key/value head's queries, as transformers does) and a tree, taps included. Unpacked
@@ -90,3 +91,16 @@ def test_target_lean_forward_equals_transformers_layers(arch, native_gqa, monkey
         for mine, theirs in zip(lean, reference):
             torch.testing.assert_close(mine, theirs, atol=1e-5, rtol=1e-5)
         assert torch.equal(lean[0].argmax(-1), reference[0].argmax(-1))
+
+
+def test_a_layer_class_without_a_lean_step_is_refused_in_one_line():
+    from torch import nn
+
+    from eagle_infer.errors import EagleError
+    from eagle_infer.lean_layer import lean_layer
+
+    class PhiDecoderLayer(nn.Module):
+        pass
+
+    with pytest.raises(EagleError, match="^decoder layer PhiDecoderLayer has no lean step: expected one of LlamaDecoder"):
+        lean_layer(PhiDecoderLayer(), None, False)

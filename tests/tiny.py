@@ -6,14 +6,21 @@ import torch
 from eagle_infer.target import Target
 
 
+LLAMA3_ROPE = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+               "original_max_position_embeddings": 64}  # Llama 3.x's rope scaling, at a tiny context
+
+
 def tiny_target(vocab: int = 96, hidden: int = 64, layers: int = 2, seed: int = 0, dtype=torch.float32,
                 arch: str = "llama", name: str = "tiny-llama") -> Target:
-    """A random Llama-family causal LM wrapped as a Target (tokenizer None)."""
+    """A random Llama-family causal LM wrapped as a Target (tokenizer None). arch: llama, mistral, qwen2, qwen3
+    (per-head q/k norms), or llama3 (a Llama with Llama 3.x's rope scaling)."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
+    extra = {"llama3": {"rope_scaling": LLAMA3_ROPE}, "qwen3": {"head_dim": hidden // 4}}.get(arch, {})
     config = AutoConfig.for_model(
-        arch, vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512, tie_word_embeddings=False,
+        "llama" if arch == "llama3" else arch, vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden,
+        num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+        tie_word_embeddings=False, **extra,
     )
     config._attn_implementation = "sdpa"
     torch.manual_seed(seed)
