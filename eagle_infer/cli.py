@@ -77,5 +77,10 @@ def main(cfg) -> None:
     )
 
 
-if __name__ == "__main__":
+def run() -> None:
+    """The console script's entry point."""
     launch(main)
+
+
+if __name__ == "__main__":
+    run()

@@ -225,5 +225,10 @@ def main(cfg) -> None:
         log.info("done: %s", " ".join(f"{k}={v:.4g}" for k, v in metrics.items() if isinstance(v, float)))
 
 
-if __name__ == "__main__":
+def run() -> None:
+    """The console script's entry point."""
     launch(main)
+
+
+if __name__ == "__main__":
+    run()

@@ -18,6 +18,7 @@ from typing import Optional
 
 import torch
 
+from eagle_infer.cli_support import REPO, missing_extra
 from eagle_infer.draft_head import DraftHead, DraftHeadConfig
 from eagle_infer.head_card import machine as card_machine
 from eagle_infer.head_card import target_revision, write_card
@@ -138,6 +139,8 @@ def lr_scheduler(cfg: TrainConfig, total_steps: int) -> dict:
 
 def read_ds_config(path: str, cfg: TrainConfig, total_steps: int) -> dict:
     """The DeepSpeed JSON (ZeRO stage, precision, accumulation) plus the optimizer/scheduler from TrainConfig."""
+    if not Path(path).exists() and (REPO / path).exists():  # a config shipped with the toolkit, from any directory
+        path = str(REPO / path)
     try:
         ds = json.loads(Path(path).read_text())
     except FileNotFoundError:
@@ -207,8 +210,12 @@ def _wandb(cfg: TrainConfig, rank: int, config: dict):
     if rank != 0 or cfg.wandb_mode == "disabled":
         return None
     os.environ.setdefault("WANDB_SILENT", "true")
-    import wandb
-
+    try:
+        import wandb  # optional (the `track` extra)
+    except ImportError:
+        log.warning("train.wandb_mode=%s: wandb is not installed (pip install 'eagle-toolkit[track]'); not logging",
+                    cfg.wandb_mode)
+        return None
     return wandb.init(project=cfg.wandb_project, mode=cfg.wandb_mode, dir=cfg.out_dir, config=config,
                       name=Path(cfg.out_dir).name, resume="allow", id=_run_id(cfg))
 
@@ -224,7 +231,10 @@ def train(cfg: TrainConfig, target, head_shape: HeadConf = HeadConf(), provenanc
     """Train (or resume) a head for `target`; writes checkpoints and the engine-format head to out_dir/head, with its
     model card (eagle_infer.head_card; `provenance`: what the caller knows of the data, e.g. its source and recipe)."""
     cfg.check()
-    import deepspeed
+    try:
+        import deepspeed  # optional (the `train` extra): inference installs without it
+    except ImportError:
+        raise missing_extra("deepspeed", "train", "training a head") from None
 
     from tqdm import tqdm
 

@@ -185,5 +185,10 @@ def main(cfg) -> None:
         log.error("sweep job failed: %s", err)
 
 
-if __name__ == "__main__":
+def run() -> None:
+    """The console script's entry point."""
     launch(main)
+
+
+if __name__ == "__main__":
+    run()

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import csv
+import logging
 import os
 from dataclasses import astuple, fields
 from pathlib import Path
@@ -11,6 +12,7 @@ from eval.markdown import table
 from eval.metrics import ALL, ALPHA_POSITIONS, ROW_COLUMNS, CycleRow, Row, accept_length_hist, calibration, summarize
 
 WANDB_MODES = ("offline", "online", "disabled")
+log = logging.getLogger(__name__)
 _MD_COLUMNS = ("benchmark", "method", "speedup", "vs HF", "τ", "tok/s", "identical", "from lookup")
 
 
@@ -123,8 +125,14 @@ def log_wandb(
     `WANDB_MODES` (offline writes under WANDB_DIR)."""
     if mode not in WANDB_MODES:
         raise EagleError(f"wandb mode {mode!r} is not one of {', '.join(WANDB_MODES)}")
+    if mode == "disabled":
+        return
     os.environ.setdefault("WANDB_SILENT", "true")
-    import wandb  # slow import; only needed when logging
+    try:
+        import wandb  # optional (the `track` extra); a slow import, only needed when logging
+    except ImportError:
+        log.warning("wandb.mode=%s: wandb is not installed (pip install 'eagle-toolkit[track]'); not logging", mode)
+        return
 
     run = wandb.init(project=project, name=run_name, config=config, mode=mode)
     try:
