@@ -3,7 +3,8 @@ heldout-questions` (make train runs featurize, then train under the deepspeed la
 DRY_RUN=1) prints the resolved plan and does nothing else. `stage=regenerate` only answers the prompts (e.g. on a GPU
 machine); `stage=export-conversations` writes the recipe's conversations to <features_dir>/conversations.jsonl, so
 another machine can use them as data.source; `stage=export export.head=DIR export.format=vllm|sglang|eagle
-export.out=DIR` writes a head in a server's layout (eagle_train.export); `stage=heldout-questions` writes the
+export.out=DIR` writes a head in a server's layout (eagle_train.export) and `stage=push export.out=DIR
+export.repo=owner/name` uploads it with its model card; `stage=heldout-questions` writes the
 held-out split's first turns as eval's question set `heldout`."""
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ from .featurize import FeaturizeConfig
 from .train import HeadConf, TrainConfig
 
 log = logging.getLogger("eagle_train")
-STAGES = ("featurize", "train", "plan", "regenerate", "export", "export-conversations", "heldout-questions")
+STAGES = ("featurize", "train", "plan", "regenerate", "export", "push", "export-conversations", "heldout-questions")
 
 
 @dataclass
@@ -52,6 +53,8 @@ class ExportConf:
     head: Optional[str] = None
     format: str = "sglang"
     out: Optional[str] = None
+    repo: Optional[str] = None  # stage=push: the hub repository (owner/name) export.out is uploaded to
+    private: bool = False
 
 
 @dataclass
@@ -195,6 +198,13 @@ def main(cfg) -> None:
         return
     if conf.stage == "export":
         _check_export(conf.export)
+    if conf.stage == "push":
+        from .export import push
+
+        if not conf.export.out or not conf.export.repo:
+            raise EagleError("stage=push needs export.out=<exported head directory> and export.repo=<owner/name>")
+        log.info("pushed %s to %s", conf.export.out, push(conf.export.out, conf.export.repo, conf.export.private))
+        return
     if conf.stage == "export-conversations":
         from .conversations import write_jsonl
 

@@ -21,6 +21,7 @@ import json
 import shutil
 from pathlib import Path
 
+import huggingface_hub
 import torch
 from safetensors.torch import save_file
 
@@ -130,3 +131,23 @@ def copy_card(source: str | Path, out: str | Path, fmt: str) -> Path | None:
     with target.open("a") as f:
         f.write(f"\nExported in the `{fmt}` layout (eagle_train/export.py); served by {usage}.\n")
     return target
+
+
+def push(directory: str | Path, repo_id: str, private: bool = False) -> str:
+    """Upload an exported head (its config, weights, token map and card) to the Hugging Face hub as model repo
+    `repo_id`, created when missing; returns the repository's URL. One line when the hub cannot be reached."""
+    directory = Path(directory)
+    if not (directory / "config.json").exists() or not (directory / "model.safetensors").exists():
+        raise EagleError(f"{str(directory)!r} holds no exported head: expected config.json and model.safetensors "
+                         "(stage=export writes them)")
+    if not (directory / "README.md").exists():
+        raise EagleError(f"{str(directory)!r} has no model card (README.md): export a head that has one")
+    api = huggingface_hub.HfApi()
+    try:
+        url = api.create_repo(repo_id, repo_type="model", private=private, exist_ok=True)
+        api.upload_folder(folder_path=str(directory), repo_id=repo_id, repo_type="model",
+                          commit_message="Upload an EAGLE draft head (eagle-toolkit export)")
+    except Exception as err:  # noqa: BLE001 (the hub client raises many types: offline, no token, no rights, ...)
+        raise EagleError(f"pushing {str(directory)!r} to {repo_id!r} failed ({type(err).__name__}): check the network "
+                         "and `huggingface-cli login`") from None
+    return str(url)

@@ -142,3 +142,42 @@ def test_heads_no_server_runs_are_refused_in_one_line(tiny_smol, tiny_smol6, tmp
     biased = random_head(tiny_smol, seed=2)  # a random fc bias: vLLM's fc has none
     with pytest.raises(EagleError, match="^vLLM's EAGLE-1 drafter has no fc bias"):
         export(biased, "vllm", tmp_path)
+
+
+def test_push_uploads_an_export_with_its_card_and_offline_is_one_line(tiny_smol, tmp_path, monkeypatch):
+    """stage=push against a local stand-in for the hub (never the network)."""
+    import shutil
+
+    import huggingface_hub
+
+    from eagle_train.export import push
+
+    hub = tmp_path / "hub"
+
+    class StandIn:
+        def create_repo(self, repo_id, repo_type, private, exist_ok):
+            assert repo_type == "model" and exist_ok
+            return f"https://huggingface.co/{repo_id}"
+
+        def upload_folder(self, folder_path, repo_id, repo_type, commit_message):
+            shutil.copytree(folder_path, hub / repo_id)
+
+    monkeypatch.setattr(huggingface_hub, "HfApi", StandIn)
+    head = random_head(tiny_smol)
+    export(head, "sglang", tmp_path / "out")
+    with pytest.raises(EagleError, match="has no model card"):
+        push(tmp_path / "out", "someone/head")
+    (tmp_path / "out" / "README.md").write_text("# a card\n")
+    assert push(tmp_path / "out", "someone/head") == "https://huggingface.co/someone/head"
+    assert sorted(p.name for p in (hub / "someone" / "head").iterdir()) == ["README.md", "config.json",
+                                                                            "model.safetensors"]
+    with pytest.raises(EagleError, match="holds no exported head"):
+        push(tmp_path, "someone/head")
+
+    class Offline(StandIn):
+        def create_repo(self, *args, **kwargs):
+            raise ConnectionError("no network")
+
+    monkeypatch.setattr(huggingface_hub, "HfApi", Offline)
+    with pytest.raises(EagleError, match=r"^pushing .* to 'someone/head' failed \(ConnectionError\)"):
+        push(tmp_path / "out", "someone/head")
