@@ -98,14 +98,11 @@ class Eagle:
     def generate(self, prompt: Prompt, max_new_tokens: int | None = None, stream: Callable[[str], None] | None = None,
                  raw: bool = False) -> Answer:
         """One answer; `stream(text)` gets its text as it becomes final."""
-        relay = None
-        if stream is not None:
-            text = TextStream(self.target.tokenizer, stream)
-            relay = text.push
+        streamer = None if stream is None else TextStream(self.target.tokenizer, stream)
         result = self.engine.generate(self.prompt(prompt, raw), max_new_tokens or self.infer.max_new_tokens,
-                                      self.infer.sampling(), self.stops, relay, self.infer.seed)
-        if stream is not None:
-            text.end()
+                                      self.infer.sampling(), self.stops, streamer and streamer.push, self.infer.seed)
+        if streamer is not None:
+            streamer.end()
         return self.answer(result)
 
     def generate_batch(self, prompts: list[Prompt], max_new_tokens: int | None = None, batch_size: int | None = None,

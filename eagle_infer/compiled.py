@@ -2,7 +2,7 @@
 as constants and packed for oneDNN on a CPU, elementwise ops fused), CUDA graphs on a GPU (the KV cache's buffers are
 marked static, so writing them in place does not stop capture). On a GPU the draft head's step is compiled too
 (head_runner.HeadRunner, compile_step): a level is launch-bound there. On a CPU the head drafts eagerly:
-compiling its step did not pay on the CPU measured (README, "Compiled forward").
+compiling its step did not pay on the CPU measured (docs/design.md, "Compiled forward").
 
 It runs over a static KV cache (kv_cache.KVCache with static=True): attention spans every preallocated slot under
 an additive mask and the write slots arrive as tensors, so nothing the graph reads changes between steps. The

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .config import InferConf
 from .drafters import DraftInput
 from .drafting import DraftRoot, TreeFeeder
 from .errors import EagleError
@@ -65,7 +66,7 @@ class Proposal:
     trees: list[DraftTree]
     feeder: TreeFeeder
     lengths: list[int]
-    config: object
+    config: InferConf
     draft_s: float
 
 

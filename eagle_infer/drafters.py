@@ -94,7 +94,7 @@ class LookupDrafter:
     """Prompt lookup alone: the copies, cut per cycle by the auto budget (no head levels to pay)."""
 
     def propose(self, inp: DraftInput) -> list[DraftTree]:
-        trees = [merge_trees([c], inp.config.tree_size(), c.tokens.device) for c in copies(inp)]
+        trees = copies(inp)  # already within the budget: num_tokens x branches is lookup's tree size
         return trees if inp.budget is None else cut_trees(trees, inp.budget, 0)
 
 

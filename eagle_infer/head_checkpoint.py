@@ -15,6 +15,7 @@ from safetensors.torch import load_file
 
 from .draft_head import CONFIG_FILE, WEIGHTS_FILE, DraftHead, DraftHeadConfig, eagle3_layers
 from .errors import EagleError
+from .registry import is_hub_id
 
 TOKEN_MAP_FILE = "token_map.pt"  # SGLang's hot-token file: the draft vocabulary's target ids, of an EAGLE-1/2 head
 
@@ -121,12 +122,6 @@ def _read_config(directory: Path) -> dict:
     if not isinstance(raw, dict):
         raise EagleError(f"draft head config {str(path)!r} holds a {type(raw).__name__}: expected a JSON object")
     return raw
-
-
-def is_hub_id(name: str) -> bool:
-    """Whether a head argument names a Hugging Face repository ("owner/name") rather than a local path."""
-    parts = str(name).split("/")
-    return len(parts) == 2 and all(parts) and not str(name).startswith((".", "/", "~")) and not Path(name).exists()
 
 
 def head_directory(name: str | Path) -> Path:

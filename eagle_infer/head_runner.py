@@ -31,7 +31,7 @@ class HeadRunner:
     """`module` drafting for `target`: forward over KVCaches, draft logits over the draft vocabulary, new caches.
 
     packed: products packed for oneDNN (default: as the target is); compile_step: the head's step compiled (default:
-    a target compiled on a GPU; on a CPU compiling the step did not pay, README "Compiled forward")."""
+    a target compiled on a GPU; on a CPU compiling the step did not pay, docs/design.md "Compiled forward")."""
 
     def __init__(self, module: DraftHead, target, packed: bool | None = None, compile_step: bool | None = None):
         self.module, self.target, self.config = module.eval(), target, module.config
@@ -47,11 +47,11 @@ class HeadRunner:
             self.fc, self.fuse = _packed(module.fc), _packed(module.fuse)
         self.lean = self._lean_layers() if module.config.block == "eagle" else []
         self.rope = RopeTable(module.rotary)
-        sub = target.lm_head.weight.detach()
-        if module.draft_vocab is not None:
-            sub = sub[module.draft_vocab]
-        self.vocab_weight = sub  # [Vd, H] the target's LM-head rows this head drafts over ("eagle" block)
-        self.vocab_packed = PackedLinear(sub) if self.packed else None
+        self.vocab_weight = self.vocab_packed = None  # an EAGLE-3 head drafts with its own LM head
+        if module.lm_head is None:
+            sub = target.lm_head.weight.detach()
+            self.vocab_weight = sub if module.draft_vocab is None else sub[module.draft_vocab]  # [Vd, H]
+            self.vocab_packed = PackedLinear(self.vocab_weight) if self.packed else None
         self.compiled = (CompiledForward(module, DraftHead.layers_forward, target.device, "the draft head's step")
                          if compile_step else None)
 

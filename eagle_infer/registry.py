@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,12 @@ MODELS: dict[str, ModelSpec] = {
         ModelSpec("llama3-8b-instruct", "meta-llama/Meta-Llama-3-8B-Instruct", "tokenizer"),
     )
 }
+
+
+def is_hub_id(name: str) -> bool:
+    """Whether a model or head argument names a Hugging Face repository ("owner/name") rather than a local path."""
+    parts = str(name).split("/")
+    return len(parts) == 2 and all(parts) and not str(name).startswith((".", "/", "~")) and not Path(name).exists()
 
 
 def lookup(name: str) -> ModelSpec | None:

@@ -24,7 +24,7 @@ from .lean_layer import RopeTable, fused_bytes, lean_layer
 from .lean_layer import run as lean_run
 from .packed import linear_bytes, pack_linears, resolve_pack
 from .platform import available_memory, cache_root, resolve_device, resolve_dtype
-from .registry import MODELS, lookup
+from .registry import MODELS, is_hub_id, lookup
 from .tree import causal_mask
 
 log = logging.getLogger(__name__)
@@ -110,7 +110,7 @@ def resolve_source(model: str) -> tuple[str, str, str]:
         if not (Path(model) / "config.json").exists():
             raise EagleError(f"model directory {model!r} has no config.json: expected a Hugging Face model directory")
         return model, model, "tokenizer"
-    if "/" in model and not model.startswith((".", "/")):
+    if is_hub_id(model):
         return model, model, "tokenizer"
     raise EagleError(
         f"unknown model {model!r}: expected a registered name ({', '.join(MODELS)}), a Hugging Face id or a local directory"

@@ -312,7 +312,7 @@ def test_head_hub_id_downloads_once_and_offline_is_one_line(tmp_path, monkeypatc
     network); offline, one line names the id and the local alternative."""
     import huggingface_hub
 
-    from eagle_infer.head_checkpoint import is_hub_id
+    from eagle_infer.registry import is_hub_id
 
     snapshot = tmp_path / "snapshot"
     head().save(snapshot)

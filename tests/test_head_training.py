@@ -14,7 +14,7 @@ import torch
 
 import eagle_train.regenerate as regenerate_mod
 from eagle_infer.chat import Message, prompt_ids, stop_ids
-from eagle_infer.draft_head import DraftHead, random_head
+from eagle_infer.draft_head import random_head
 from eagle_infer.head_checkpoint import load_head
 from eagle_infer.config import InferConf
 from eagle_infer.engine import Engine
