@@ -8,7 +8,8 @@ directly); `layers` > 1 stacks more decoder layers (with their input norms) for 
 Block "eagle3" is EAGLE-3's published draft model instead (what `load_head` builds from an EAGLE-3 checkpoint):
 no fc; one decoder layer whose attention reads [input_layernorm(embedding) ; hidden_norm(feature)] (2h wide) with
 the feature as its residual; its own final norm and LM head over the draft vocabulary (d2t). Its predicted
-feature is the layer's pre-norm output, fed back as is. This toolkit trains the "eagle" block only.
+feature is the layer's pre-norm output, fed back as is. Training builds the same module (head.block=eagle3), so a
+head trained here and a published EAGLE-3 checkpoint draft through one implementation.
 
 Features: "last" heads read the target's post-norm last hidden state [.., H]. Fused (EAGLE-3) heads read the
 outputs of `feature_layers` side by side [.., k*H] and first project them to H (`fuse`, k*H -> H, no bias).
@@ -34,6 +35,7 @@ import torch
 from safetensors.torch import save_file
 from torch import nn
 
+from . import chain_attention
 from .errors import EagleError
 from .tree import causal_mask
 
@@ -142,7 +144,7 @@ class DraftHead(nn.Module):
         self.config = config
         layer_config = target.config.__class__.from_dict(target.config.to_dict())
         layer_config.num_hidden_layers = config.layers
-        layer_config._attn_implementation = target.config._attn_implementation
+        layer_config._attn_implementation = chain_attention.NAME  # SDPA, and the training-time test's chain steps
         h = config.hidden_size
         # Creation order fixes which random weights a seeded head gets (random_head): fuse, fc, layers.
         self.fuse = nn.Linear(len(config.feature_layers) * h, h, bias=False) if config.fused else None
@@ -169,6 +171,16 @@ class DraftHead(nn.Module):
             raise EagleError(f"draft vocabulary has {token_ids.numel()} ids, expected {self.config.draft_vocab_size}")
         self.draft_vocab = token_ids.to(self.weight.device)
 
+    @torch.no_grad()
+    def start_from_target(self) -> None:
+        """An eagle3 head's own norm and LM head start as the target's final norm and its LM-head rows of the draft
+        vocabulary (EAGLE-3's reference starts both at random; this is the same function class, a better start)."""
+        if self.lm_head is None:
+            raise EagleError("only an eagle3 draft head has an LM head of its own")
+        rows = self.target.lm_head.weight if self.draft_vocab is None else self.target.lm_head.weight[self.draft_vocab]
+        self.lm_head.weight.copy_(rows)
+        self.norm.weight.copy_(self.target.model.model.norm.weight)
+
     @property
     def weight(self) -> torch.Tensor:
         """A weight of the head's own (its device and dtype are the head's)."""
@@ -179,15 +191,17 @@ class DraftHead(nn.Module):
         return self._target[0]
 
     def forward(self, features: torch.Tensor, tokens: torch.Tensor, positions: torch.Tensor, cache=None,
-                mask: torch.Tensor | None = None) -> torch.Tensor:
+                mask: torch.Tensor | None = None, chain_step: int | None = None) -> torch.Tensor:
         """features [B, T, H] (or [B, T, k*H] target features of a fused head), tokens [B, T], positions [B, T]
         -> predicted features [B, T, H], through transformers' decoder layers: training's path.
 
         cache: None, a transformers Cache (the training-time test's DynamicCache) or a dynamic KVCache, the T new
-        keys/values written after what it holds; mask additive [B or 1, 1, T, held + T], or None for causal."""
+        keys/values written after what it holds; mask additive [B or 1, 1, T, held + T], or None for causal.
+        chain_step=k: step k of the training-time test over a cache holding steps 0..k-1 of the same T positions,
+        attending in its pattern (eagle_infer.chain_attention; mask unused)."""
         if mask is None and cache is None:
             mask = causal_mask(0, features.shape[1], features.dtype, features.device)
-        return self.layers_forward(features, tokens, positions, mask, getattr(cache, "hf", cache))
+        return self.layers_forward(features, tokens, positions, mask, getattr(cache, "hf", cache), chain_step)
 
     def inputs(self, features: torch.Tensor, tokens: torch.Tensor,
                fuse: nn.Module | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -209,18 +223,19 @@ class DraftHead(nn.Module):
         return features, embeds
 
     def layers_forward(self, features: torch.Tensor, tokens: torch.Tensor, positions: torch.Tensor,
-                       mask: torch.Tensor | None, past) -> torch.Tensor:
+                       mask: torch.Tensor | None, past, chain_step: int | None = None) -> torch.Tensor:
         """`forward` over a transformers Cache `past` (or None), the mask as given -> [B, T, H]: what a compiled
         head step compiles (head_runner)."""
         features, embeds = self.inputs(features, tokens)
-        cos_sin = self.rotary(features, positions)
+        attention = {"attention_mask": mask, "position_ids": positions, "past_key_values": past,
+                     "position_embeddings": self.rotary(features, positions)}
+        if chain_step is not None:
+            attention["chain_step"] = chain_step
         if self.fc is None:  # eagle3
-            return self.layers[0](embeds, features, attention_mask=mask, position_ids=positions,
-                                  past_key_values=past, position_embeddings=cos_sin)
+            return self.layers[0](embeds, features, **attention)
         hidden = self.fc(torch.cat((embeds, features), dim=-1))
         for layer in self.layers:
-            hidden = layer(hidden, attention_mask=mask, position_ids=positions, past_key_values=past,
-                           position_embeddings=cos_sin)
+            hidden = layer(hidden, **attention)
         return hidden
 
     def draft_logits(self, predicted: torch.Tensor) -> torch.Tensor:

@@ -3,7 +3,7 @@
 Built once per (head, target) and read-only afterwards, it holds what drafting needs beside the trainable module:
 - packed copies of the head's products for a packed target (eagle_infer.packed), and of the target's LM-head rows
   over the draft vocabulary;
-- the head's decoder layers as lean steps (eagle_infer.lean_layer; "eagle" block), the same function in fewer ops;
+- the head's decoder layers as lean steps (eagle_infer.lean_layer), the same function in fewer ops;
 - on a target compiled on a GPU, the head's step compiled (a level is launch-bound there), over static caches that
   `new_cache` makes.
 Nothing here is rebuilt behind the caller's back: a head whose weights change (training) gets a new runner.
@@ -20,7 +20,7 @@ from .draft_head import DraftHead, full_vocabulary
 from .kv_cache import KVCache
 from .lean_layer import RopeTable, lean_layer
 from .lean_layer import run as lean_run
-from .packed import PackedLinear, pack_linears
+from .packed import PackedLinear
 
 
 def _packed(linear: nn.Module | None) -> nn.Module | None:
@@ -39,19 +39,16 @@ class HeadRunner:
         if compile_step is None:
             compile_step = target.compiled_forward is not None and target.device.type == "cuda"
         self.fc, self.fuse = module.fc, module.fuse
-        if self.packed and module.config.block == "eagle3":
-            # EAGLE-3's layer runs as transformers' modules: packed in place (PackedLinear still trains: a forward
-            # that needs gradients multiplies by the plain weights).
-            pack_linears(module)
-        elif self.packed:
+        if self.packed:
             self.fc, self.fuse = _packed(module.fc), _packed(module.fuse)
-        self.lean = self._lean_layers() if module.config.block == "eagle" else []
+        self.lean = self._lean_layers()
         self.rope = RopeTable(module.rotary)
-        self.vocab_weight = self.vocab_packed = None  # an EAGLE-3 head drafts with its own LM head
-        if module.lm_head is None:
+        if module.lm_head is None:  # the target's LM-head rows of the draft vocabulary
             sub = target.lm_head.weight.detach()
             self.vocab_weight = sub if module.draft_vocab is None else sub[module.draft_vocab]  # [Vd, H]
-            self.vocab_packed = PackedLinear(self.vocab_weight) if self.packed else None
+        else:  # an EAGLE-3 head drafts with its own norm and LM head
+            self.vocab_weight = module.lm_head.weight.detach()
+        self.vocab_packed = PackedLinear(self.vocab_weight) if self.packed else None
         self.compiled = (CompiledForward(module, DraftHead.layers_forward, target.device, "the draft head's step")
                          if compile_step else None)
 
@@ -89,16 +86,18 @@ class HeadRunner:
                 return self.module.layers_forward(features, tokens, positions, mask, cache.hf)
             mark_dynamic_step(mask, features, tokens, positions)
             return self.compiled(features, tokens, positions, mask, cache.hf)
-        if not self.lean:  # EAGLE-3's layer (packed in place when packed), or a layer of another form
+        if not self.lean:  # a layer of another form
             return self.module.layers_forward(features, tokens, positions, mask, cache.hf)
         features, embeds = self.module.inputs(features, tokens, self.fuse)
+        if self.fc is None:  # EAGLE-3's layer reads the embeddings beside the feature
+            return lean_run(self.lean, self.rope, features, positions, cache.hf.layers, mask, embeds=embeds)[0]
         hidden = self.fc(torch.cat((embeds, features), dim=-1))
         return lean_run(self.lean, self.rope, hidden, positions, cache.hf.layers, mask)[0]
 
     def draft_logits(self, predicted: torch.Tensor) -> torch.Tensor:
         """Predicted features [..., H] -> float32 logits [..., Vd] over the draft vocabulary."""
-        if self.module.lm_head is not None:
-            return self.module.draft_logits(predicted)
+        if self.module.norm is not None:
+            predicted = self.module.norm(predicted)
         if self.vocab_packed is not None and predicted.dtype == self.vocab_weight.dtype:
             return self.vocab_packed(predicted).float()
         return torch.nn.functional.linear(predicted, self.vocab_weight.to(predicted.dtype)).float()

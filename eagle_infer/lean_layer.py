@@ -24,14 +24,14 @@ from .packed import PackedLinear
 NATIVE_GQA_DEVICES = ("cpu",)  # where masked grouped-query SDPA runs with enable_gqa (see step)
 # The decoder-layer classes a lean step computes, each handled explicitly (Qwen3's: its q/k norms); another class is
 # refused in one line rather than run with a part of its function silently left out.
-LAYER_CLASSES = ("LlamaDecoderLayer", "MistralDecoderLayer", "Qwen2DecoderLayer", "Qwen3DecoderLayer")
+LAYER_CLASSES = ("LlamaDecoderLayer", "MistralDecoderLayer", "Qwen2DecoderLayer", "Qwen3DecoderLayer", "Eagle3Layer")
 
 
 @dataclass
 class LeanLayer:
     """One decoder layer's weights for `step`; shapes for hidden size H, heads nh, kv_heads kvh, head_dim D."""
 
-    qkv: nn.Module  # H -> (nh + 2 kvh) * D, q then k then v
+    qkv: nn.Module  # H (EAGLE-3: 2H) -> (nh + 2 kvh) * D, q then k then v
     o: nn.Module  # nh * D -> H
     gate_up: nn.Module  # H -> 2 I, gate then up
     down: nn.Module  # I -> H
@@ -44,6 +44,7 @@ class LeanLayer:
     q_norm: torch.Tensor | None = None  # [D] per-head RMSNorm of queries and keys before rotary (Qwen3); None: none
     k_norm: torch.Tensor | None = None
     qk_eps: float = 0.0
+    norm_embed: torch.Tensor | None = None  # [H] EAGLE-3's layer: attention reads [norm(embeds) ; norm_in(hidden)]
 
 
 class _Fused(nn.Module):
@@ -93,6 +94,9 @@ def lean_layer(layer: nn.Module, config, packed: bool, share: bool = False) -> L
     if not all(hasattr(mlp, p) for p in ("gate_proj", "up_proj", "down_proj")):
         return None
     norm_in, norm_post = layer.input_layernorm, layer.post_attention_layernorm
+    norm_embed = None
+    if kind == "Eagle3Layer":  # draft_head.Eagle3Layer: the input norm is the hidden state's, beside the embedding's
+        norm_in, norm_embed = layer.hidden_norm, layer.input_layernorm.weight.detach()
     if not (isinstance(norm_in, nn.Identity) or hasattr(norm_in, "variance_epsilon")):
         return None
     if not hasattr(norm_post, "variance_epsilon") or attn.scaling != attn.head_dim ** -0.5:
@@ -115,6 +119,7 @@ def lean_layer(layer: nn.Module, config, packed: bool, share: bool = False) -> L
         q_norm=None if q_norm is None else q_norm.weight.detach(),
         k_norm=None if k_norm is None else k_norm.weight.detach(),
         qk_eps=0.0 if q_norm is None else q_norm.variance_epsilon,
+        norm_embed=norm_embed,
     )
 
 
@@ -151,13 +156,17 @@ def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return weight * F.rms_norm(x.float(), (x.shape[-1],), eps=eps).to(x.dtype)
 
 
-def step(layer: LeanLayer, hidden: torch.Tensor, rope: torch.Tensor, kv, mask: torch.Tensor | None) -> torch.Tensor:
+def step(layer: LeanLayer, hidden: torch.Tensor, rope: torch.Tensor, kv, mask: torch.Tensor | None,
+         embeds: torch.Tensor | None = None) -> torch.Tensor:
     """hidden [B, T, H], rope [2, B, T, D] (RopeTable.take), kv: a transformers cache layer (`update(k, v)` stores
     this step's keys/values [B, kvh, T, D] and returns every key/value to attend), mask additive
-    [B or 1, 1, T, S], or None: causal over T new tokens and nothing before them -> hidden [B, T, H]."""
+    [B or 1, 1, T, S], or None: causal over T new tokens and nothing before them; embeds [B, T, H]: the token
+    embeddings an EAGLE-3 layer (norm_embed) reads beside hidden -> hidden [B, T, H]."""
     b, t, _ = hidden.shape
     nh, kvh, d = layer.heads, layer.kv_heads, layer.head_dim
     x = hidden if layer.norm_in is None else _rms(hidden, layer.norm_in, layer.eps)
+    if layer.norm_embed is not None:
+        x = torch.cat((_rms(embeds, layer.norm_embed, layer.eps), x), dim=-1)
     qkv = layer.qkv(x).view(b, t, nh + 2 * kvh, d)
     qk = qkv[:, :, : nh + kvh]
     if layer.q_norm is not None:  # Qwen3: queries and keys normalised per head before the rotary embedding
@@ -185,12 +194,14 @@ def step(layer: LeanLayer, hidden: torch.Tensor, rope: torch.Tensor, kv, mask: t
 
 
 def run(layers: list[LeanLayer], rope: RopeTable, hidden: torch.Tensor, positions: torch.Tensor, kv_layers,
-        mask: torch.Tensor | None, taps: tuple[int, ...] = ()) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
+        mask: torch.Tensor | None, taps: tuple[int, ...] = (), embeds: torch.Tensor | None = None
+        ) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
     """A decoder stack's lean steps: hidden [B, T, H] at positions [B, T] through every layer, layer i writing and
-    reading kv_layers[i] (mask as in `step`) -> (hidden [B, T, H], {i: the hidden after layer i} for i in taps)."""
+    reading kv_layers[i] (mask and embeds as in `step`) -> (hidden [B, T, H], {i: the hidden after layer i} for i
+    in taps)."""
     table, tapped = rope.take(positions, hidden), {}
     for index, (layer, kv) in enumerate(zip(layers, kv_layers)):
-        hidden = step(layer, hidden, table, kv, mask)
+        hidden = step(layer, hidden, table, kv, mask, embeds)
         if index in taps:
             tapped[index] = hidden
     return hidden, tapped

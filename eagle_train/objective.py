@@ -9,8 +9,11 @@ predicts f_{i+1}, whose LM head predicts x_{i+2}; pair i counts in the loss when
 Training-time test (EAGLE-3, `ttt_steps` = K): after step 0 on the real pairs, step k feeds pair i the head's own
 step-(k-1) output at i - 1 with the data's token x_{i+shift}: it is depth k+1 of a draft chain started from the
 real pair s = i - k, so it attends the real pairs <= s and the chain's earlier steps (step j at position s + j)
-only — the pattern drafting uses. Keys and values of earlier steps stay in a cache that gradients flow through.
-Step k's loss is weighted decay^k and counts positions i >= k.
+only — the pattern drafting uses (eagle_infer.chain_attention computes it without materialising it). Keys and
+values of earlier steps stay in a cache that gradients flow through.
+Step k's loss is weighted decay^k and counts positions i >= k. This is the unrolling of EAGLE-3's reference trainer
+relabelled (it keeps a chain at its start s and shifts the tokens and targets left each step); on the same inputs
+both give the same numbers (tests/test_eagle3_reference.py).
 """
 from __future__ import annotations
 
@@ -20,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from eagle_infer.errors import EagleError
-from eagle_infer.tree import additive_mask
+from eagle_infer.tree import additive_mask, causal_mask
 
 from .features import Sample
 
@@ -35,12 +38,23 @@ class Batch:
 
 @dataclass
 class Objective:
-    """The loss: step weights decay^k over steps 0..ttt_steps, each w_reg * SmoothL1(feature) + w_cls * CE."""
+    """The loss: step weights decay^k over steps 0..ttt_steps, each w_reg * SmoothL1(feature) + w_cls * CE.
+
+    per: what each step's sum is divided by, "loss_token" (its loss tokens: EAGLE-1/2's reference) or "position"
+    (every position of the padded batch, B x T: EAGLE-3's reference trainer and SpecForge). draftable_only: count
+    only positions whose target argmax is in the draft vocabulary (EAGLE-3's reference); the others still count in
+    the divisor and as misses in top-1."""
 
     w_cls: float = 0.1
     w_reg: float = 1.0  # EAGLE-1/2 keep the feature regression; EAGLE-3 drops it (0)
     ttt_steps: int = 0  # extra unrolled draft steps (training-time test); 0 = the EAGLE-1/2 objective
     decay: float = 0.8
+    per: str = "loss_token"
+    draftable_only: bool = False
+
+    def __post_init__(self):
+        if self.per not in ("loss_token", "position"):
+            raise EagleError(f"unknown loss normalisation {self.per!r}: expected loss_token or position")
 
 
 def collate(samples: list[Sample], dtype: torch.dtype, device, fused: bool = False) -> Batch:
@@ -72,24 +86,11 @@ def head_inputs(batch: Batch, shift: int) -> tuple[torch.Tensor, torch.Tensor, t
     return feats, tokens, positions, batch.loss_mask[:, 2:]
 
 
-def ttt_mask(n: int, step: int, dtype, device) -> torch.Tensor:
-    """Additive [1, 1, n, (step + 1) * n] for step `step` of the training-time test over n positions: query i sees
-    real pairs j <= i - step (block 0) and, in block j = 1..step, the chain's step-j node at i - step + j. Queries
-    i < step start no chain: they see only such nodes (never a real pair, never a valid query's node), and are left
-    out of the loss; valid queries never see them."""
-    i = torch.arange(n, device=device)[:, None]
-    j = torch.arange(n, device=device)[None]
-    blocks = [j <= i - step] + [j == i - step + k for k in range(1, step + 1)]
-    allowed = torch.cat(blocks, dim=1)
-    mask = torch.zeros(n, (step + 1) * n, dtype=dtype, device=device)
-    return mask.masked_fill_(~allowed, torch.finfo(dtype).min)[None, None]
-
-
-def _step_loss(head, pred, goal, target_p, w_reg, w_cls):
-    """pred, goal [N, H] at one step's loss positions; target_p [N, Vd] the target's distribution there."""
-    n = max(pred.shape[0], 1)
-    reg = F.smooth_l1_loss(pred.float(), goal.float(), reduction="none").mean(-1).sum() / n
-    cls = -(target_p * head.draft_logits(pred).log_softmax(-1)).sum(-1).sum() / n
+def _step_loss(head, pred, goal, target_p, counted, divisor: float, w_reg: float, w_cls: float):
+    """pred, goal [N, H] at one step's loss positions; target_p [N, Vd] the target's distribution there; counted [N]
+    bool: the positions whose terms are summed (the rest add 0); each sum is divided by `divisor`."""
+    reg = F.smooth_l1_loss(pred.float(), goal.float(), reduction="none").mean(-1)[counted].sum() / divisor
+    cls = -(target_p * head.draft_logits(pred).log_softmax(-1)).sum(-1)[counted].sum() / divisor
     return w_reg * reg + w_cls * cls, reg, cls
 
 
@@ -100,11 +101,11 @@ def ttt_outputs(head, feats, tokens, positions, steps: int) -> list[torch.Tensor
 
     n = feats.shape[1]
     cache = DynamicCache() if steps else None
-    outputs = [head(feats, tokens, positions, cache, ttt_mask(n, 0, feats.dtype, feats.device))]
+    outputs = [head(feats, tokens, positions, cache, causal_mask(0, n, feats.dtype, feats.device))]
     for k in range(1, min(steps, n - 1) + 1):
         prev = outputs[-1]
         fed = torch.cat([prev[:, :1], prev[:, :-1]], dim=1)  # position i gets step k-1's output at i - 1
-        outputs.append(head(fed, tokens, positions, cache, ttt_mask(n, k, feats.dtype, feats.device)))
+        outputs.append(head(fed, tokens, positions, cache, chain_step=k))
     return outputs
 
 
@@ -113,8 +114,9 @@ def losses(head, batch: Batch, noise: float = 0.0, objective: Objective = Object
 
     Both distributions live on the head's draft vocabulary (the target's renormalised there when it is a subset).
     noise: half-width of uniform noise added to the real input features (training only). reg_loss / cls_loss are
-    step 0's (comparable across objectives); loss_k is step k's weighted term. accuracy=True adds step 0's
-    top-1/top-3 agreement with the target's argmax over the full vocabulary (costs a full LM-head product).
+    step 0's (comparable across objectives); loss_k is step k's unweighted term. accuracy=True adds top1_k, step k's
+    agreement of the head's argmax with the target's over the full vocabulary at its loss positions (top1 and top3:
+    step 0's); it and draftable_only cost a full LM-head product.
     """
     feats, tokens, positions, weight = head_inputs(batch, head.config.token_shift)
     if noise > 0:
@@ -125,22 +127,31 @@ def losses(head, batch: Batch, noise: float = 0.0, objective: Objective = Object
     goal0 = goal_all[keep].to(outputs[0].dtype)
     with torch.no_grad():  # the target's distribution at every loss position, shared by all steps
         target_p = head.target_draft_logits(goal0).softmax(-1)
+        target_top = head.target.lm_head(goal0).argmax(-1) if accuracy or objective.draftable_only else None
+    draftable = (torch.isin(target_top, head.draft_vocab) if objective.draftable_only and head.draft_vocab is not None
+                 else torch.ones_like(goal0[:, 0], dtype=torch.bool))
     column = torch.nonzero(keep)[:, 1]  # step k predicts only at positions >= k
-    pred0 = outputs[0][keep]
-    total, reg, cls = _step_loss(head, pred0, goal0, target_p, objective.w_reg, objective.w_cls)
-    out = {"reg_loss": reg.detach(), "cls_loss": cls.detach(), "tokens": torch.tensor(float(keep.sum()))}
-    for k, predicted in enumerate(outputs[1:], start=1):
-        sel = column >= k
-        step = _step_loss(head, predicted[keep][sel], goal0[sel], target_p[sel], objective.w_reg, objective.w_cls)[0]
+    out = {"tokens": torch.tensor(float(keep.sum()))}
+    total = 0.0
+    for k, predicted in enumerate(outputs):
+        at = column >= k
+        divisor = float(batch.input_ids.numel()) if objective.per == "position" else max(float(at.sum()), 1.0)
+        pred = predicted[keep][at]
+        step, reg, cls = _step_loss(head, pred, goal0[at], target_p[at], draftable[at], divisor, objective.w_reg,
+                                    objective.w_cls)
         total = total + objective.decay**k * step
-        out[f"loss_{k}"] = step.detach()
+        if k == 0:
+            out.update(reg_loss=reg.detach(), cls_loss=cls.detach())
+        else:
+            out[f"loss_{k}"] = step.detach()
+        if accuracy:
+            with torch.no_grad():
+                top3 = head.logits(pred.detach()).topk(3, dim=-1).indices
+            hit = top3[:, 0] == target_top[at]
+            out[f"top1_{k}" if k else "top1"] = hit.float().mean() if hit.numel() else torch.tensor(float("nan"))
+            if k == 0:
+                out["top3"] = (top3 == target_top[at][:, None]).any(-1).float().mean()
     out["loss"] = total
-    if accuracy:
-        with torch.no_grad():
-            target_top = head.target.lm_head(goal0).argmax(-1)
-            top3 = head.logits(pred0.detach()).topk(3, dim=-1).indices
-        out["top1"] = (top3[:, 0] == target_top).float().mean()
-        out["top3"] = (top3 == target_top[:, None]).any(-1).float().mean()
     return out
 
 

@@ -55,6 +55,8 @@ class TrainConfig:
     w_reg: float = 1.0  # feature-regression weight (EAGLE-1/2: 1; EAGLE-3 drops it: 0)
     ttt_steps: int = 0  # training-time test: extra unrolled draft steps (EAGLE-3), 0 = off
     ttt_decay: float = 0.8  # step k's loss weight is ttt_decay ** k
+    loss_per: str = "loss_token"  # each step's sum / its loss tokens (EAGLE-1/2) | position (B x T: EAGLE-3's trainer)
+    draftable_only: bool = False  # count only positions whose target argmax is a draft token (EAGLE-3's trainer)
     eval_every: int = 100
     save_every: int = 200
     eval_conversations: int = 32
@@ -72,11 +74,14 @@ class TrainConfig:
 
 @dataclass
 class HeadConf:
-    """The head's shape: decoder layers (1 = EAGLE's single layer) and input features ("last": the target's
-    post-norm last hidden state; "fused": EAGLE-3's low/middle/high layer outputs, needs featurize.features=fused)."""
+    """The head's shape: block ("eagle": fc + the target's decoder layer(s), the LM head borrowed from the target;
+    "eagle3": EAGLE-3's layer, with its own norm and LM head over the draft vocabulary), decoder layers (1 = EAGLE's
+    single layer; eagle3: 1) and input features ("last": the target's post-norm last hidden state; "fused": EAGLE-3's
+    low/middle/high layer outputs, needs featurize.features=fused)."""
 
     layers: int = 1
     features: str = "last"
+    block: str = "eagle"
 
 
 def build_head_config(target, cfg: TrainConfig, head: HeadConf) -> DraftHeadConfig:
@@ -90,13 +95,19 @@ def build_head_config(target, cfg: TrainConfig, head: HeadConf) -> DraftHeadConf
     config = DraftHeadConfig.of_target(target, cfg.input_mode)
     config.draft_vocab_size, config.layers = cfg.draft_vocab_size, head.layers
     config.feature_layers = list(eagle3_layers(target.config.num_hidden_layers)) if head.features == "fused" else []
+    config.block = head.block
+    config.check()
+    if head.block == "eagle3" and (cfg.w_reg != 0 or not cfg.draft_vocab_size):
+        raise EagleError(f"head.block=eagle3 predicts no target feature and drafts from its own LM head over a draft "
+                         f"vocabulary: expected train.w_reg=0 and train.draft_vocab_size > 0, got {cfg.w_reg} and "
+                         f"{cfg.draft_vocab_size}")
     return config
 
 
 def objective(cfg: TrainConfig, max_length: int) -> Objective:
     if not 0 <= cfg.ttt_steps < max_length:
         raise EagleError(f"train.ttt_steps {cfg.ttt_steps} is invalid: expected 0 <= ttt_steps < max_length {max_length}")
-    return Objective(cfg.w_cls, cfg.w_reg, cfg.ttt_steps, cfg.ttt_decay)
+    return Objective(cfg.w_cls, cfg.w_reg, cfg.ttt_steps, cfg.ttt_decay, cfg.loss_per, cfg.draftable_only)
 
 
 def first_loss_tokens(samples: list, limit: Optional[int]) -> list:
@@ -278,6 +289,8 @@ def train(cfg: TrainConfig, target, head_shape: HeadConf = HeadConf(), provenanc
     head = DraftHead(hconf, target)
     if cfg.draft_vocab_size:
         head.set_draft_vocab(frequent_tokens(samples, cfg.draft_vocab_size))
+        if hconf.block == "eagle3":
+            head.start_from_target()
         if rank == 0:
             log.info("draft vocabulary: %d most frequent training tokens", cfg.draft_vocab_size)
     dtype = torch.bfloat16 if ds_config.get("bf16", {}).get("enabled") else (

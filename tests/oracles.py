@@ -194,3 +194,13 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+def chain_mask(n: int, step: int, dtype, device) -> torch.Tensor:
+    """The training-time test's attention pattern as one additive mask [1, 1, n, (step + 1) n] (the oracle
+    eagle_infer.chain_attention is checked against): query i sees real pairs j <= i - step (block 0) and, in block
+    j = 1..step, the chain's step-j node at i - step + j."""
+    i = torch.arange(n, device=device)[:, None]
+    j = torch.arange(n, device=device)[None]
+    allowed = torch.cat([j <= i - step] + [j == i - step + k for k in range(1, step + 1)], dim=1)
+    return torch.zeros(n, (step + 1) * n, dtype=dtype, device=device).masked_fill_(~allowed, torch.finfo(dtype).min)[None, None]

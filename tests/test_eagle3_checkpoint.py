@@ -15,6 +15,7 @@ from safetensors.torch import save_file
 from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb
 
 from eagle_infer.head_checkpoint import load_head
+from eagle_infer.head_runner import HeadRunner
 from eagle_infer.config import InferConf
 from eagle_infer.engine import Engine
 from eagle_infer.errors import EagleError
@@ -115,6 +116,14 @@ def test_eagle3_checkpoint_computes_eagle3s_draft_model(target, tmp_path):
         torch.testing.assert_close(head.draft_logits(out), want_logits, rtol=1e-4, atol=1e-4)
         full = head.logits(out)
     assert torch.isinf(full[..., ~w["t2d"]]).all() and torch.equal(full[..., w["t2d"]], head.draft_logits(out))
+    # Drafting runs the layer as a lean step (packed or not) computing the same.
+    for packed in (False, True):
+        runner = HeadRunner(head, target, packed=packed)
+        assert runner.lean and runner.lean[0].norm_embed is not None
+        with torch.no_grad():
+            lean = runner(aux, tokens, positions, runner.new_cache(1, 16), None)
+            torch.testing.assert_close(lean, want, rtol=1e-4, atol=1e-4)
+            torch.testing.assert_close(runner.draft_logits(lean), want_logits, rtol=1e-4, atol=1e-4)
     # Saved in this toolkit's format (block, draft vocabulary and all), it loads back computing the same.
     head.save(tmp_path / "saved", dtype=torch.float32)
     again = load_head(tmp_path / "saved", target)

@@ -24,10 +24,11 @@ from eagle_infer.target import compile_target
 from eagle_infer.tree import additive_mask
 from eagle_train.featurize import FeaturizeConfig, featurize
 from eagle_train.features import Manifest, read_samples
-from eagle_train.objective import Objective, collate, head_inputs, losses, ttt_mask, ttt_outputs
+from eagle_train.export import export
+from eagle_train.objective import Objective, collate, head_inputs, losses, ttt_outputs
 from eagle_train.regenerate import RegenerateSettings, is_regenerated, regenerated_shard
 from eagle_train.train import HeadConf, TrainConfig, build_head_config, objective, train, use_autocast
-from tests.oracles import one_thread, scaled_target, vanilla_tokens  # noqa: F401 (one_thread is autouse)
+from tests.oracles import chain_mask, one_thread, scaled_target, vanilla_tokens  # noqa: F401 (one_thread is autouse)
 from tests.test_train import DS_CPU, conversations
 
 VOCAB = 96
@@ -50,13 +51,35 @@ def heads(target):
 # --- training-time test ----------------------------------------------------------------------------------------------
 
 
-def test_ttt_mask_is_the_drafting_pattern():
-    allowed = ttt_mask(5, 2, torch.float32, "cpu")[0, 0] == 0
+def test_chain_mask_is_the_drafting_pattern():
+    allowed = chain_mask(5, 2, torch.float32, "cpu")[0, 0] == 0
     # query i = 4 at step 2: chain from real pair s = 2; sees real 0..2, its step-1 node (at 3) and itself (at 4).
     assert allowed[4].nonzero().flatten().tolist() == [0, 1, 2, 5 + 3, 10 + 4]
     assert allowed[2].nonzero().flatten().tolist() == [0, 5 + 1, 10 + 2]
     assert allowed[1].nonzero().flatten().tolist() == [5 + 0, 10 + 1]  # no chain (left out of the loss): no real pair
-    assert ttt_mask(4, 0, torch.float32, "cpu").shape == (1, 1, 4, 4)
+    assert chain_mask(4, 0, torch.float32, "cpu").shape == (1, 1, 4, 4)
+
+
+@pytest.mark.parametrize("step", [1, 2, 5])
+def test_chain_attention_is_sdpa_under_the_chain_mask(step):
+    """The training-time test's attention without the mask: equal to SDPA over every stacked key under the pattern's
+    mask (grouped-query heads, queries before the first chain included), values and gradients."""
+    from eagle_infer.chain_attention import chain_attention
+
+    g = torch.Generator().manual_seed(step)
+    n, heads, kv, d = 7, 4, 2, 8
+    q = torch.randn(2, heads, n, d, generator=g, requires_grad=True)
+    k = torch.randn(2, kv, (step + 1) * n, d, generator=g, requires_grad=True)
+    v = torch.randn(2, kv, (step + 1) * n, d, generator=g, requires_grad=True)
+    got = chain_attention(None, q, k, v, None, scaling=d**-0.5, chain_step=step)[0]
+    want = torch.nn.functional.scaled_dot_product_attention(
+        q, k.repeat_interleave(2, 1), v.repeat_interleave(2, 1), attn_mask=chain_mask(n, step, torch.float32, "cpu"))
+    torch.testing.assert_close(got, want.transpose(1, 2))
+    grads = torch.autograd.grad(got.square().sum(), (q, k, v))
+    for a, b in zip(grads, torch.autograd.grad(want.transpose(1, 2).square().sum(), (q, k, v))):
+        torch.testing.assert_close(a, b)
+    with pytest.raises(EagleError, match=f"chain step {step} over {n} positions needs {(step + 1) * n} cached keys"):
+        chain_attention(None, q, k[:, :, :n], v[:, :, :n], None, chain_step=step)
 
 
 @pytest.mark.parametrize("name", ["two-layer", "fused"])
@@ -201,6 +224,14 @@ def test_bad_head_and_objective_settings(deep_target):
         build_head_config(deep_target, cfg, HeadConf(layers=0))
     with pytest.raises(EagleError, match="unknown head.features 'middle': expected last or fused"):
         build_head_config(deep_target, cfg, HeadConf(features="middle"))
+    with pytest.raises(EagleError, match="unknown draft head block 'eagle2': expected one of eagle, eagle3"):
+        build_head_config(deep_target, cfg, HeadConf(block="eagle2"))
+    with pytest.raises(EagleError, match="an eagle3 draft head has one decoder layer, not 2"):
+        build_head_config(deep_target, cfg, HeadConf(block="eagle3", layers=2))
+    with pytest.raises(EagleError, match="expected train.w_reg=0 and train.draft_vocab_size > 0, got 1.0 and 0"):
+        build_head_config(deep_target, cfg, HeadConf(block="eagle3"))
+    with pytest.raises(EagleError, match="unknown loss normalisation 'batch': expected loss_token or position"):
+        objective(dataclasses.replace(cfg, loss_per="batch"), 512)
     for bad in (-1, 512):
         with pytest.raises(EagleError, match=f"train.ttt_steps {bad} is invalid: expected 0 <= ttt_steps < max_length 512"):
             objective(dataclasses.replace(cfg, ttt_steps=bad), 512)
@@ -299,20 +330,35 @@ def test_heldout_questions_are_the_first_turns_regeneration_answers(tiny_smol):
     assert questions[1] == {"question_id": "1", "category": "heldout", "turns": [convs[1][0].content]}
 
 
-def test_train_fused_head_with_ttt_then_decode_losslessly(tiny_smol6, deepspeed_cpu_env, tmp_path):
+@pytest.mark.parametrize("block", ["eagle", "eagle3"])
+def test_train_fused_head_with_ttt_then_decode_losslessly(tiny_smol6, deepspeed_cpu_env, tmp_path, block):
+    """A fused head trained with the training-time test: the EAGLE-1 block (two layers) and EAGLE-3's block (with
+    the reference trainer's loss settings) both decode losslessly; the EAGLE-3 head exported in SGLang's layout loads
+    back through the published-checkpoint loader to the same draft logits."""
     convs = conversations(12)
     featurize(convs[:10], tiny_smol6, tmp_path / "train", FEAT)
     featurize(convs[10:], tiny_smol6, tmp_path / "heldout", FEAT)
+    reference = {"loss_per": "position", "draftable_only": True, "w_cls": 1.0} if block == "eagle3" else {}
     cfg = TrainConfig(features=str(tmp_path / "train"), heldout=str(tmp_path / "heldout"), out_dir=str(tmp_path / "run"),
                       deepspeed_config=DS_CPU, max_steps=6, batch_size=2, lr=1e-3, warmup_steps=1, eval_every=6,
-                      save_every=6, wandb_mode="disabled", draft_vocab_size=256, ttt_steps=2, w_reg=0.0)
-    metrics = train(cfg, tiny_smol6, HeadConf(layers=2, features="fused"))
+                      save_every=6, wandb_mode="disabled", draft_vocab_size=256, ttt_steps=2, w_reg=0.0, **reference)
+    layers = 2 if block == "eagle" else 1
+    metrics = train(cfg, tiny_smol6, HeadConf(layers=layers, features="fused", block=block))
     assert metrics["step"] == 6 and "heldout/alpha_6" in metrics and "loss_2" in metrics
     head = load_head(tmp_path / "run" / "head", tiny_smol6)
-    assert (head.config.layers, head.config.feature_layers) == (2, [1, 2, 2])
+    assert (head.config.block, head.config.layers, head.config.feature_layers) == (block, layers, [1, 2, 2])
     prompt = prompt_ids(tiny_smol6.tokenizer, [Message("user", "Count from 3.")], tiny_smol6.template)
     want = vanilla_tokens(tiny_smol6, prompt, 16)
     assert Engine(tiny_smol6, head, InferConf(budget="fixed", method="eagle2")).generate(prompt, 16).tokens == want
+    if block == "eagle3":
+        export(head, "sglang", tmp_path / "sglang")
+        served = load_head(tmp_path / "sglang", tiny_smol6)
+        features = torch.randn(1, 3, 3 * tiny_smol6.hidden_size)
+        tokens, positions = torch.tensor([[5, 6, 7]]), torch.arange(3)[None]
+        with torch.no_grad():
+            torch.testing.assert_close(served.draft_logits(served(features, tokens, positions)),
+                                       head.draft_logits(head(features, tokens, positions)), rtol=2e-2, atol=2e-2)
+        return
     with pytest.raises(EagleError, match="holds no fused layers"):
         featurize(convs[:4], tiny_smol6, tmp_path / "last", dataclasses.replace(FEAT, features="last"))
         train(dataclasses.replace(cfg, features=str(tmp_path / "last"), out_dir=str(tmp_path / "r2")), tiny_smol6,
