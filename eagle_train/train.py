@@ -40,6 +40,7 @@ class TrainConfig:
     epochs: int = 1
     max_conversations: Optional[int] = None  # train on the first N conversations of the features only
     max_loss_tokens: Optional[int] = None  # train on the first conversations holding this many loss tokens
+    equal_shares: bool = False  # max_loss_tokens split equally: the first max_loss_tokens / n of each of n directories
     autocast: str = "auto"  # bfloat16 autocast of float32 training: auto (where bfloat16 matmuls are native) | on | off
     max_steps: Optional[int] = None  # optimizer steps; None = epochs
     batch_size: int = 4  # conversations per micro batch
@@ -70,6 +71,10 @@ class TrainConfig:
             raise EagleError(f"train.max_steps {self.max_steps} is invalid: expected >= 1 (or null: train.epochs)")
         if self.max_steps is None and self.epochs < 1:
             raise EagleError(f"train.epochs {self.epochs} is invalid: expected >= 1 (or set train.max_steps)")
+        if self.equal_shares and (self.max_loss_tokens is None or self.max_conversations is not None):
+            raise EagleError("train.equal_shares splits train.max_loss_tokens over the feature directories: expected "
+                             f"max_loss_tokens set and max_conversations null, got {self.max_loss_tokens} and "
+                             f"{self.max_conversations}")
 
 
 @dataclass
@@ -120,6 +125,17 @@ def first_loss_tokens(samples: list, limit: Optional[int]) -> list:
         if total >= limit:
             return samples[:n]
     raise EagleError(f"train.max_loss_tokens {limit} exceeds the {total} loss tokens of the features: featurize more")
+
+
+def training_samples(cfg: TrainConfig, fused: bool) -> list:
+    """What a run trains on: the samples of train.features then of each extra directory, cut to max_conversations
+    and max_loss_tokens; with equal_shares the first max_loss_tokens / n loss tokens of each of the n directories."""
+    directories = [cfg.features, *cfg.extra_features]
+    if cfg.equal_shares:
+        share = cfg.max_loss_tokens // len(directories)
+        return [s for d in directories for s in first_loss_tokens(read_samples(d, aux=fused), share)]
+    everything = [s for d in directories for s in read_samples(d, aux=fused)]
+    return first_loss_tokens(everything[: cfg.max_conversations], cfg.max_loss_tokens)
 
 
 def use_autocast(mode: str, dtype: torch.dtype, device: torch.device) -> bool:
@@ -263,8 +279,7 @@ def train(cfg: TrainConfig, target, head_shape: HeadConf = HeadConf(), provenanc
                 f"a fused head reads target layers {hconf.feature_layers}, but {directory!r} holds "
                 f"{list(other.feature_layers) or 'no fused layers'}: featurize with featurize.features=fused"
             )
-    everything = [s for d in [cfg.features, *cfg.extra_features] for s in read_samples(d, aux=hconf.fused)]
-    samples = first_loss_tokens(everything[: cfg.max_conversations], cfg.max_loss_tokens)
+    samples = training_samples(cfg, hconf.fused)
     heldout = []
     if cfg.heldout:
         Manifest.load(cfg.heldout).check_target(target, cfg.heldout)

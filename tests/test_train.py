@@ -434,3 +434,21 @@ def test_role_content_conversations_featurize(tiny_smol, tmp_path):
     encoded = [loss_mask(tiny_smol.tokenizer, render(c, tiny_smol.tokenizer, "tokenizer", False), None) for c in convs]
     assert manifest.conversations == 3 and manifest.loss_tokens == sum(sum(m) for _, m in encoded) > 0
     assert [s.input_ids.tolist() for s in read_samples(tmp_path / "features")] == [ids for ids, _ in encoded]
+
+
+def test_training_samples_in_equal_shares(monkeypatch):
+    """train.max_loss_tokens over two directories: in order (the first directory first), or with equal_shares the
+    first half of the loss tokens of each; equal_shares without a cap is a one-line error."""
+    from eagle_train.features import Sample
+
+    def fake(directory, aux=True):  # 4 conversations of 10 loss tokens each (loss_mask[2:] counts)
+        return [Sample(torch.tensor([i] * 12), torch.ones(12), torch.zeros(12, 2)) for i in range(4)] if directory == "a" \
+            else [Sample(torch.tensor([9] * 12), torch.ones(12), torch.zeros(12, 2)) for _ in range(4)]
+
+    monkeypatch.setattr(train_mod, "read_samples", fake)
+    cfg = TrainConfig(features="a", extra_features=["b"], max_loss_tokens=40)
+    assert [int(s.input_ids[0]) for s in train_mod.training_samples(cfg, False)] == [0, 1, 2, 3]
+    shares = train_mod.training_samples(dataclasses.replace(cfg, equal_shares=True), False)
+    assert [int(s.input_ids[0]) for s in shares] == [0, 1, 9, 9]
+    with pytest.raises(EagleError, match="train.equal_shares splits train.max_loss_tokens"):
+        dataclasses.replace(cfg, equal_shares=True, max_loss_tokens=None).check()
