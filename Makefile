@@ -12,7 +12,7 @@ DATA_DIR ?= $(abspath ../shared/data/benchmarks)
 CPU_ENV = $(shell $(PY) -m eagle_train.launch 2>/dev/null)
 STAMP := .venv/.installed
 
-.PHONY: setup demo test train eval sweep sweep-batch throughput bench-engine check-lossless chat clean ablate-head export
+.PHONY: setup demo test train eval sweep sweep-batch throughput bench-engine check-lossless gpu-check chat clean ablate-head export
 
 setup: $(STAMP)
 
@@ -119,6 +119,14 @@ bench-engine: $(STAMP)
 
 check-lossless: $(STAMP)
 	$(PY) scripts/check_lossless.py $(ARGS)
+
+# On a CUDA machine, under 10 minutes: check-lossless, bench-engine on SmolLM2 and on synthetic:vicuna-7b, a short
+# training run; results/gpu-check.json and results/gpu-check.md. It installs nothing (a GPU machine has torch and
+# transformers; what else to give it: docs/gpu.md), so it runs with .venv's python where there is one, else python3.
+# ARGS=--cpu-smoke runs the same steps on the CPU at toy sizes.
+GPU_PY ?= $(if $(wildcard .venv/bin/python),.venv/bin/python,python3)
+gpu-check:
+	$(GPU_PY) scripts/gpu_check.py $(ARGS)
 
 clean:
 	rm -rf runs outputs multirun results

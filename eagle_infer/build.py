@@ -9,6 +9,7 @@ from .engine import Engine
 from .errors import EagleError
 from .head_checkpoint import load_head
 from .head_runner import HeadRunner
+from .synthetic import is_synthetic
 
 HEADS_DIR = Path(__file__).resolve().parent / "heads"
 
@@ -26,10 +27,11 @@ def shipped_head_dir(model_name: str) -> Path:
 
 def build_head(infer: InferConf, target) -> HeadRunner | None:
     """The draft head an InferConf asks for, ready to draft for `target` (None for the headless methods vanilla and
-    lookup): infer.head "shipped", "random" or a head directory."""
+    lookup): infer.head "shipped", "random" or a head directory. A synthetic target's shipped head is a random head
+    of its shape (its weights are random too)."""
     if infer.method in HEADLESS:
         return None
-    if infer.head == "random":
+    if infer.head == "random" or (infer.head == "shipped" and is_synthetic(target.name)):
         module = random_head(target, seed=infer.seed)
     else:
         module = load_head(shipped_head_dir(target.name) if infer.head == "shipped" else infer.head, target)

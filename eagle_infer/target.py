@@ -25,6 +25,7 @@ from .lean_layer import run as lean_run
 from .packed import linear_bytes, pack_linears, resolve_pack
 from .platform import available_memory, cache_root, resolve_device, resolve_dtype
 from .registry import MODELS, is_hub_id, lookup
+from .synthetic import is_synthetic, synthetic_parts, synthetic_refusal
 from .tree import causal_mask
 
 log = logging.getLogger(__name__)
@@ -254,16 +255,10 @@ class Target:
         return out.last_hidden_state, taps.fused() if feature_layers else None
 
 
-def load_target(model: str, dtype: str = "auto", device: str = "auto", pack: str = "off",
-                compile: bool = False) -> Target:
-    """Load a target by registry name, hub id or local directory; refuse non-Llama-family architectures. pack:
-    auto | on | off, whether to pack its linear weights for inference (eagle_infer.packed; never for training).
-    compile: decode through a compiled forward (eagle_infer.compiled), whose freezing packs the weights itself."""
-    _quiet_transformers()
+def _pretrained(model: str, dtype: torch.dtype, device: torch.device) -> tuple[str, torch.nn.Module, object, str]:
+    """(name, transformers model on `device` in eval mode, tokenizer, chat template) of a registry name, hub id or
+    local directory; refuses non-Llama-family architectures."""
     name, source, template = resolve_source(model)
-    torch_device = resolve_device(device)
-    torch_dtype = resolve_dtype(dtype, torch_device)
-    packed = resolve_pack(pack, torch_dtype, torch_device)
     try:
         config = AutoConfig.from_pretrained(source)
     except OSError as err:
@@ -276,15 +271,34 @@ def load_target(model: str, dtype: str = "auto", device: str = "auto", pack: str
         raise EagleError(
             f"model {model!r} has architecture {config.model_type!r}: supported are {', '.join(SUPPORTED_ARCHITECTURES)}"
         )
-    hf_model = AutoModelForCausalLM.from_pretrained(source, dtype=torch_dtype, attn_implementation="sdpa")
-    hf_model.to(torch_device).eval().requires_grad_(False)
+    hf_model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, attn_implementation="sdpa")
+    hf_model.to(device).eval().requires_grad_(False)
+    return name, hf_model, AutoTokenizer.from_pretrained(source), template
+
+
+def load_target(model: str, dtype: str = "auto", device: str = "auto", pack: str = "off",
+                compile: bool = False, allow_synthetic: bool = False) -> Target:
+    """Load a target by registry name, hub id or local directory; refuse non-Llama-family architectures. pack:
+    auto | on | off, whether to pack its linear weights for inference (eagle_infer.packed; never for training).
+    compile: decode through a compiled forward (eagle_infer.compiled), whose freezing packs the weights itself.
+    "synthetic:<registered name>" is that model's architecture with random weights (eagle_infer.synthetic), refused
+    unless allow_synthetic: only speed measurements may run on it."""
+    _quiet_transformers()
+    if is_synthetic(model) and not allow_synthetic:
+        raise synthetic_refusal(model)
+    torch_device = resolve_device(device)
+    torch_dtype = resolve_dtype(dtype, torch_device)
+    packed = resolve_pack(pack, torch_dtype, torch_device)
+    if is_synthetic(model):
+        name, (hf_model, tokenizer, template) = model, synthetic_parts(model, torch_dtype, torch_device)
+    else:
+        name, hf_model, tokenizer, template = _pretrained(model, torch_dtype, torch_device)
     if packed and pack == "auto" and 2 * (linear_bytes(hf_model) + fused_bytes(hf_model)) > available_memory(torch_device):
         log.warning("model.pack=auto: not packing %s, the packed copies of its weights would take more than half of "
                     "the available memory", name)
         packed = False
     if packed and not compile:
         pack_linears(hf_model)
-    tokenizer = AutoTokenizer.from_pretrained(source)
     target = Target(name, hf_model, tokenizer, template, torch_dtype, torch_device, packed)
     return compile_target(target) if compile else target
 

@@ -3,9 +3,10 @@
 Prints, for the machine's native dtype (model.dtype=auto) unless --dtypes says otherwise:
   (a) the machine: CPU model and the flags that decide matmul speed, threads, measured memory read bandwidth, and
       the weights-read floor of a one-token step (bytes of weights a step reads / bandwidth);
-  (b) one target forward of k tokens over a fixed prefix, k = 1..64 (eager, lean steps; with packed weights,
-      model.pack, also the same target unpacked, as transformers loads it), the same weights through transformers'
-      own decoder layers (and whether the logits are equal bit for bit), and the linear layers' products alone;
+  (b) one target forward of k tokens over a fixed prefix (--context, 300 tokens), k = 1..64 (--sizes) (eager,
+      lean steps; with packed weights, model.pack, also the same target unpacked, as transformers loads it), the
+      same weights through transformers' own decoder layers (and whether the logits are equal bit for bit), and the
+      linear layers' products alone;
   (c) the engine against bare forwards: its vanilla step vs one bare one-token forward (and the ms it spends around
       the target forward inside the step), its draft time per level (a cycle's draft time / the head forwards it
       paid: one per level fed plus one feeding the last cycle's accepted tokens; each with draft logits and top-k)
@@ -16,13 +17,19 @@ Prints, for the machine's native dtype (model.dtype=auto) unless --dtypes says o
 --compile adds the compiled target (infer.compile, eagle_infer/compiled.py): its forward per size and an engine
 column "compiled" decoding through it (the head drafts eagerly), with the compile time (warm-up, excluded from
 every timing) and how many graphs were compiled after warm-up (0 expected).
+A synthetic target (--model synthetic:vicuna-7b: that architecture with random weights, eagle_infer/synthetic.py)
+adds (e) the cost of a cycle of EAGLE's draft tree (25 nodes, depth 5; drafted by a random head, verified) beside the
+vanilla step, and the speedup projected from it at the τ the EAGLE paper reports for that target,
+τ × vanilla step / (draft + verify per cycle), beside the paper's measured speedup (eval/projection.py): a
+projection, since a random-weight target's own τ means nothing.
 --baseline DIR loads the eagle_infer package of another checkout (e.g. `git worktree add /tmp/base main`) under
 another name and measures its engine in the same run, interleaved prompt by prompt: a before/after table (its target
 packed as this run's where that checkout can pack).
 Writes results/bench-engine.json.
 
-usage: python scripts/bench_engine.py [--model smollm2-135m] [--dtypes auto] [--prompts 3] [--max-new 128]
-       [--depth 6 --top-k 8 --total-tokens 32] [--pack auto] [--compile] [--baseline DIR]
+usage: python scripts/bench_engine.py [--model smollm2-135m | synthetic:vicuna-7b] [--dtypes auto] [--prompts 3]
+       [--max-new 128] [--depth 6 --top-k 8 --total-tokens 32] [--pack auto] [--compile] [--baseline DIR]
+       [--sizes 1,2,4,...,64] [--context 300]
 """
 from __future__ import annotations
 
@@ -35,7 +42,7 @@ import math
 import statistics
 import sys
 import time
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import torch
@@ -48,8 +55,11 @@ from eagle_infer.build import build_engine, shipped_head_dir  # noqa: E402
 from eagle_infer.config import InferConf  # noqa: E402
 from eagle_infer.platform import cpu, median_ms, sync  # noqa: E402
 from eagle_infer.errors import EagleError  # noqa: E402
+from eagle_infer.synthetic import PREFIX, is_synthetic  # noqa: E402
 from eagle_infer.target import load_target  # noqa: E402
 from eval.benchmarks import load_benchmark  # noqa: E402
+from eval.markdown import table  # noqa: E402
+from eval.projection import EAGLE_TREE, PAPER_FIGURES, PaperFigures, projected_speedup  # noqa: E402
 
 FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile", "avx512_fp16")
 SIZES = (1, 2, 4, 8, 16, 24, 32, 48, 64)
@@ -111,7 +121,7 @@ def matmul_ms(target, k: int, reps: int) -> float:
 
 
 @torch.inference_mode()
-def same_logits(a, b, k: int, prefix: int = 300) -> bool:
+def same_logits(a, b, k: int, prefix: int) -> bool:
     """Whether two targets give bit-for-bit equal logits for one forward of k tokens over the same cache (a's
     prefill of `prefix` tokens, copied for b, so only the k-token forward is compared)."""
     ids = torch.randint(100, 1000, (1, prefix + k), generator=torch.Generator().manual_seed(k)).to(a.device)
@@ -236,10 +246,27 @@ def engines(build, conf_class, target, head: str, args):
     return vanilla, eagle2, timer
 
 
+def tree_engines(targets: dict, head: str) -> dict:
+    """Per engine column (name -> target), an engine drafting EAGLE's tree (eval.projection.EAGLE_TREE) with `head`."""
+    conf = InferConf(method="eagle1", head=head, static_paths=[list(p) for p in EAGLE_TREE])
+    return {name: build_engine(conf, target) for name, target in targets.items()}
+
+
+def projection(runs: "Runs", prefix: str, figures: PaperFigures | None) -> dict:
+    """One engine column's cycle of EAGLE's tree against its vanilla step (per-cycle medians, ms) and, with the
+    paper's figures for the model, the speedup projected at its τ (eval.projection)."""
+    step, tree = runs.step_ms(f"{prefix} vanilla", "verify"), f"{prefix} eagle tree"
+    draft, verify = runs.step_ms(tree, "draft"), runs.step_ms(tree, "verify")
+    return {"vanilla_step_ms": step, "draft_ms_per_cycle": draft, "draft_ms_per_level": runs.step_ms(tree, "per_level"),
+            "verify_ms_per_cycle": verify, "cycle_vs_step": (draft + verify) / step,
+            "projected_speedup": projected_speedup(figures.tau, step, draft, verify) if figures else None}
+
+
 def bench_dtype(dtype: str, args) -> dict:
-    target = load_target(args.model, dtype, pack=args.pack)
-    plain = load_target(args.model, dtype) if target.packed else None  # as transformers loads it: unpacked weights
-    fast = load_target(args.model, dtype, pack=args.pack, compile=True) if args.compile else None
+    target = load_target(args.model, dtype, pack=args.pack, allow_synthetic=True)
+    # as transformers loads it: unpacked weights (a synthetic target's are the same random ones: seeded)
+    plain = load_target(args.model, dtype, allow_synthetic=True) if target.packed else None
+    fast = load_target(args.model, dtype, pack=args.pack, compile=True, allow_synthetic=True) if args.compile else None
     dtype_name = str(target.dtype).removeprefix("torch.")
     head = args.head
     if head == "shipped":
@@ -256,26 +283,30 @@ def bench_dtype(dtype: str, args) -> dict:
     bandwidth = read_bandwidth_gbs(device)
     weights = step_weight_bytes(target)
     floor_ms = weights / (bandwidth * 1e9) * 1000
+    sizes, cached = args.sizes, args.context
     with torch.inference_mode():
-        fwd = {k: forward_ms(target, k, 300, args.reps) for k in SIZES}
-        fwd_plain = {k: forward_ms(plain, k, 300, args.reps) for k in SIZES} if plain else {}
-        products = {k: matmul_ms(target, k, args.reps) for k in SIZES}
-        same = {k: same_logits(target, plain, k) for k in SIZES} if plain else {}
+        fwd = {k: forward_ms(target, k, cached, args.reps) for k in sizes}
+        fwd_plain = {k: forward_ms(plain, k, cached, args.reps) for k in sizes} if plain else {}
+        products = {k: matmul_ms(target, k, args.reps) for k in sizes}
+        same = {k: same_logits(target, plain, k, cached) for k in sizes} if plain else {}
         layered = replace(target, use_lean=False)  # the same weights through transformers' decoder layers
-        fwd_layers = {k: forward_ms(layered, k, 300, args.reps) for k in SIZES}
-        same_lean = {k: same_logits(target, layered, k) for k in SIZES}
-        fwd_compiled = {k: forward_ms(fast, k, 300, args.reps) for k in SIZES} if fast else {}
+        fwd_layers = {k: forward_ms(layered, k, cached, args.reps) for k in sizes}
+        same_lean = {k: same_logits(target, layered, k, cached) for k in sizes}
+        fwd_compiled = {k: forward_ms(fast, k, cached, args.reps) for k in sizes} if fast else {}
 
     methods = {"this": engines(build_engine, InferConf, target, head, args)}
     if fast:
         methods["compiled"] = engines(build_engine, InferConf, fast, head, args)
+    columns = {"this": target, **({"compiled": fast} if fast else {})}
+    trees = tree_engines(columns, head) if is_synthetic(args.model) else {}  # (e), the projection's cycles
     if args.baseline:
         base_build, base_conf, base_target = load_baseline(args.baseline)
         methods["baseline"] = engines(base_build, base_conf, baseline_target(base_target, args, dtype), head, args)
-    for vanilla, eagle2, timer in methods.values():  # warm-up, excluded: every prompt (a compiled target's shapes)
+    for prefix, (vanilla, eagle2, timer) in methods.items():  # warm-up, excluded: every prompt (compiled shapes)
         for ids in prompts:
-            vanilla.generate(ids, 8, stop_ids=stops)
-            eagle2.generate(ids, 8, stop_ids=stops)
+            for engine in (vanilla, eagle2, trees.get(prefix)):
+                if engine is not None:
+                    engine.generate(ids, 8, stop_ids=stops)
         timer.take()
     warm_compiles = fast.compiled_forward.compiles if fast else 0
     for model in filter(None, (target, plain)):
@@ -293,6 +324,9 @@ def bench_dtype(dtype: str, args) -> dict:
         for prefix, (vanilla, eagle2, timer) in methods.items():
             runs.add(f"{prefix} vanilla", vanilla.generate(ids, args.max_new, stop_ids=stops), timer.take())
             runs.add(f"{prefix} eagle2", eagle2.generate(ids, args.max_new, stop_ids=stops), timer.take())
+            if prefix in trees:
+                tree_run = trees[prefix].generate(ids, args.max_new, stop_ids=stops)
+                runs.add(f"{prefix} eagle tree", tree_run, timer.take())
         context = len(ids) + args.max_new // 2  # bare forwards at this prompt's mean context
         with torch.inference_mode():
             for model, one, many in ((target, bare_1, bare_n), (fast, bare_1_fast, bare_n_fast)):
@@ -303,6 +337,7 @@ def bench_dtype(dtype: str, args) -> dict:
     bare_1, bare_n = statistics.median(bare_1), statistics.median(bare_n)
     bare_fast = (statistics.median(bare_1_fast), statistics.median(bare_n_fast)) if fast else None
 
+    figures = PAPER_FIGURES.get(args.model.removeprefix(PREFIX))
     engine = {}
     for prefix, (_, eagle2, _) in methods.items():
         v, e = f"{prefix} vanilla", f"{prefix} eagle2"
@@ -335,7 +370,10 @@ def bench_dtype(dtype: str, args) -> dict:
         "eagle2": {"depth": args.depth, "top_k": args.top_k, "total_tokens": args.total_tokens},
         "hf_generate_tok_s": runs.tok_s("hf_generate"), "engine": engine,
         "hf_generate_unpacked_tok_s": runs.tok_s("hf_generate_unpacked") if plain else None,
-        "forward_ms_compiled": {str(k): v for k, v in fwd_compiled.items()},
+        "forward_ms_compiled": {str(k): v for k, v in fwd_compiled.items()}, "forward_context": cached,
+        "projection": {"paper": asdict(figures) if figures else None,
+                       "tree_nodes": len(EAGLE_TREE), "tree_depth": max(map(len, EAGLE_TREE)),
+                       "engine": {prefix: projection(runs, prefix, figures) for prefix in trees}} if trees else None,
         "compile": {"graphs_at_warm_up": warm_compiles, "compile_s": fast.compiled_forward.compile_s,
                     "graphs_after_warm_up": fast.compiled_forward.compiles - warm_compiles,
                     "failed": fast.compiled_forward.failed,
@@ -353,7 +391,7 @@ def print_tables(r: dict) -> None:
           f"of weights: floor {r['weights_floor_ms']:.1f} ms; a draft level reads {r['level_weight_mb']:.1f} MB: floor "
           f"{r['level_floor_ms']:.2f} ms\n")
     fwd = r["forward_ms"]
-    print("| k tokens (300-token cache) | " + " | ".join(fwd) + " |")
+    print(f"| k tokens ({r['forward_context']}-token cache) | " + " | ".join(fwd) + " |")
     print("|---|" + "---|" * len(fwd))
     if r["packed"]:
         plain = r["forward_ms_unpacked"]
@@ -414,6 +452,55 @@ def print_tables(r: dict) -> None:
     print(f"\ntransformers generate: {r['hf_generate_tok_s']:.1f} tok/s on the engine's target"
           + (f" (packed weights); {r['hf_generate_unpacked_tok_s']:.1f} tok/s as transformers loads it (unpacked)"
              if r["packed"] else ""))
+    if r["projection"]:
+        print_projection(r)
+
+
+def print_projection(r: dict) -> None:
+    """(e): the cycle of EAGLE's tree against the vanilla step, and the projected speedup beside the paper's."""
+    p, paper = r["projection"], r["projection"]["paper"]
+    cols = list(p["engine"])
+    rows = [
+        ("vanilla step ms", lambda e: f"{e['vanilla_step_ms']:.2f}"),
+        ("draft ms per cycle (ms per level)",
+         lambda e: f"{e['draft_ms_per_cycle']:.2f} ({e['draft_ms_per_level']:.2f})"),
+        (f"verify ms per cycle ({p['tree_nodes'] + 1} tokens)", lambda e: f"{e['verify_ms_per_cycle']:.2f}"),
+        ("draft + verify per cycle, in vanilla steps", lambda e: f"{e['cycle_vs_step']:.2f}"),
+    ]
+    if paper:
+        rows.append((f"PROJECTED speedup at τ {paper['tau']} ({paper['tau_source']})",
+                     lambda e: f"{e['projected_speedup']:.2f}x"))
+    print(f"\n{r['model']} has random weights, so its τ above means nothing. A cycle of EAGLE's draft tree "
+          f"({p['tree_nodes']} nodes, depth {p['tree_depth']}; a random head drafts it, the target verifies it), "
+          "per-cycle medians:\n")
+    print(table(["", *cols], [[label, *(fmt(p["engine"][c]) for c in cols)] for label, fmt in rows]))
+    if not paper:
+        print(f"No published τ for {r['model'].removeprefix(PREFIX)} (eval/projection.py): no projection.")
+        return
+    measured = (f"the paper measured {paper['speedup']:.2f}x ({paper['speedup_source']}) on its own GPU"
+                if paper["speedup"] else "the paper reports no measured speedup for this target")
+    print(f"The projection is τ × vanilla step / (draft + verify per cycle) with the paper's τ, not a measurement; "
+          f"{measured}.")
+
+
+def token_counts(text: str) -> tuple[int, ...]:
+    """--sizes: comma-separated positive token counts."""
+    try:
+        sizes = tuple(int(k) for k in text.split(","))
+    except ValueError:
+        sizes = ()
+    if not sizes or min(sizes) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is invalid: expected comma-separated positive token counts, "
+                                         "e.g. 1,16,64")
+    return sizes
+
+
+def token_count(text: str) -> int:
+    """--context: one positive token count."""
+    sizes = token_counts(text)
+    if len(sizes) != 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is invalid: expected one positive token count")
+    return sizes[0]
 
 
 def main() -> None:
@@ -434,6 +521,8 @@ def main() -> None:
     ap.add_argument("--pack", default="auto", help="the engine target's model.pack: auto, on or off")
     ap.add_argument("--compile", action="store_true", help="also measure the compiled target (infer.compile)")
     ap.add_argument("--baseline", default="", help="another checkout whose engine is measured alongside")
+    ap.add_argument("--sizes", type=token_counts, default=SIZES, help="comma-separated tokens per timed forward")
+    ap.add_argument("--context", type=token_count, default=300, help="cached tokens before each timed forward")
     args = ap.parse_args()
 
     by_dtype = {}

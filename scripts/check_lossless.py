@@ -2,7 +2,8 @@
 vanilla greedy on MT-bench first turns, eagerly and through the compiled target (infer.compile: CUDA graphs on a
 GPU), a batch equals its batch of one, and compiled vanilla equals eager vanilla. It needs torch and transformers
 only (no hydra, datasets or deepspeed), so it runs on a bare GPU machine. Prints one line per path and exits 1 if
-any output differs (2, with one line, on bad input).
+any output differs (2, with one line, on bad input). A synthetic target (--model synthetic:vicuna-7b: random
+weights of that shape, eagle_infer/synthetic.py) is checked with a random head.
 
 usage: python scripts/check_lossless.py [--model smollm2-135m] [--head shipped] [--prompts 3] [--max-new 64]
        [--no-compile] [--data-dir DIR]
@@ -27,7 +28,7 @@ from eval.benchmarks import load_benchmark  # noqa: E402
 
 def check(args, compile: bool) -> tuple[list[list[int]], bool, str]:
     """(vanilla outputs, every check passed, the path's line)."""
-    target = load_target(args.model, "float32", compile=compile)
+    target = load_target(args.model, "float32", compile=compile, allow_synthetic=True)
     questions = load_benchmark("mt_bench", args.data_dir if Path(args.data_dir).is_dir() else None,
                                limit=args.prompts)
     prompts = [prompt_ids(target.tokenizer, [Message("user", q.turns[0])], target.template) for q in questions]
