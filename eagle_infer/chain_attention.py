@@ -13,6 +13,7 @@ transformers): a call given `chain_step=k` takes this path; any other call is tr
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
@@ -27,39 +28,32 @@ def real_visible(n: int, step: int, device) -> torch.Tensor:
     return torch.arange(n, device=device)[None] <= i - step
 
 
-def _shifted(block: torch.Tensor, shift: int) -> torch.Tensor:
-    """block [B, h, n, D] moved `shift` positions later along n (zeros first): row i holds block row i - shift."""
-    if shift == 0:
-        return block
-    return torch.cat((block.new_zeros(*block.shape[:2], shift, block.shape[3]), block[:, :, :-shift]), dim=2)
-
-
 def chain_attention(module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                     attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
                     chain_step: int | None = None, **kwargs) -> tuple[torch.Tensor, None]:
     """query [B, h, n, D]; key, value [B, kvh, (chain_step + 1) n, D] -> ([B, n, h, D], None). Without chain_step:
-    transformers' SDPA attention with the given mask."""
+    transformers' SDPA attention with the given mask. Grouped-query heads attend as views (no repeated keys)."""
     if chain_step is None:
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                       **kwargs)
     b, h, n, d = query.shape
-    k = chain_step
+    k, kvh = chain_step, key.shape[1]
     if key.shape[2] != (k + 1) * n:
         raise EagleError(f"chain step {k} over {n} positions needs {(k + 1) * n} cached keys, got {key.shape[2]}")
-    key = key.repeat_interleave(h // key.shape[1], dim=1)
-    value = value.repeat_interleave(h // value.shape[1], dim=1)
     scale = scaling if scaling is not None else d**-0.5
-    real = (query @ key[:, :, :n].transpose(-1, -2)).float() * scale  # [B, h, n, n]
+    q = query.view(b, kvh, h // kvh, n, d)  # [B, kvh, g, n, D]: the g query heads of each key/value head
+    keys, values = key.unflatten(2, (k + 1, n))[:, :, None], value.unflatten(2, (k + 1, n))[:, :, None]
+    real = (q @ keys[:, :, :, 0].transpose(-1, -2)).float() * scale  # [B, kvh, g, n, n]
     real = real.masked_fill(~real_visible(n, k, query.device), float("-inf"))
-    nodes = []  # block j's one score per query: the node at i - k + j (none before position k - j)
-    for j in range(1, k + 1):
-        score = (query * _shifted(key[:, :, j * n : (j + 1) * n], k - j)).sum(-1).float() * scale  # [B, h, n]
-        nodes.append(score.masked_fill(torch.arange(n, device=query.device) < k - j, float("-inf")))
+    # Block j's one key per query: the node at i - (k - j), none for queries i < k - j.
+    nodes = [F.pad((q[..., k - j :, :] * keys[:, :, :, j, : n - (k - j)]).sum(-1).float() * scale, (k - j, 0),
+                   value=float("-inf")) for j in range(1, k + 1)]
     weights = torch.cat([real, *(s[..., None] for s in nodes)], dim=-1).softmax(-1).to(query.dtype)
-    out = weights[..., :n] @ value[:, :, :n]
+    out = weights[..., :n] @ values[:, :, :, 0]
     for j in range(1, k + 1):
-        out = out + weights[..., n + j - 1, None] * _shifted(value[:, :, j * n : (j + 1) * n], k - j)
-    return out.transpose(1, 2).contiguous(), None
+        shift = k - j
+        out = out + F.pad(weights[..., shift:, n + j - 1, None] * values[:, :, :, j, : n - shift], (0, 0, shift, 0))
+    return out.view(b, h, n, d).transpose(1, 2).contiguous(), None
 
 
 AttentionInterface.register(NAME, chain_attention)
