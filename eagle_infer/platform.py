@@ -35,6 +35,14 @@ class CpuInfo:
         it), which is exactly the multi-token forward that tree verification does."""
         return "avx512_bf16" in self.flags or "amx_bf16" in self.flags
 
+    @property
+    def label(self) -> str:
+        """The model and the widest matmul extension, which decides speed: e.g. 'AMD EPYC AVX-512-BF16'."""
+        for flag, name in (("amx_bf16", "AMX"), ("avx512_bf16", "AVX-512-BF16"), ("avx512f", "AVX-512"), ("avx2", "AVX2")):
+            if flag in self.flags:
+                return f"{self.model} {name}"
+        return self.model
+
 
 @functools.lru_cache(maxsize=1)
 def cpu() -> CpuInfo:
