@@ -60,6 +60,23 @@ EVAL_ARGS = model.name=$(MODEL) run=$(RUN) $(if $(BENCH),bench.names=[$(BENCH)])
 eval: $(STAMP)
 	$(PY) -m eval.cli $(EVAL_ARGS) $(ARGS)
 
+# This machine's headline result (28 min on a 2-core CPU busy with other jobs): the defaults on 10 MT-bench first turns, 128 new tokens,
+# for vanilla, transformers' generate, EAGLE-2 and EAGLE-2 with prompt lookup, measured afresh into results/headline;
+# its figures become docs/results/data/<platform>/headline.json (eval/result_file.py), then the docs are regenerated.
+.PHONY: headline results-docs
+HEADLINE_EVAL = run=headline model.name=smollm2-135m bench.names=[mt_bench] bench.limit=10 bench.max_turns=1 \
+	infer.max_new_tokens=128 'methods=[vanilla,hf_generate,eagle2,eagle2+lookup]' wandb.mode=disabled
+headline: $(STAMP)
+	rm -rf results/headline
+	$(PY) -m eval.headline begin results/headline
+	$(PY) -m eval.cli $(HEADLINE_EVAL)
+	$(PY) -m eval.headline end results/headline --command "make headline"
+	$(PY) -m eval.results_docs
+
+# docs/results/<platform>.md and the README's headline block from the committed result files only (no model, seconds).
+results-docs: $(STAMP)
+	$(PY) -m eval.results_docs
+
 # Hydra multirun over the EAGLE-2 tree settings on a benchmark subset; vanilla is measured once as the baseline. With
 # SWEEP_AUTO=1 (default) one more job runs infer.depth=auto infer.total_tokens=auto, compared with the best fixed one.
 SWEEP ?= sweep-$(MODEL)

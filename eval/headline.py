@@ -1,0 +1,130 @@
+"""An eval run's figures as this machine's headline result file (`eval.result_file`), in two steps around the eval:
+
+    python -m eval.headline begin results/headline       # before it: the checkout's commit, in checkout.json
+    python -m eval.headline end results/headline --command "make headline"
+
+`end` writes docs/results/data/<platform>/headline.json, stamped with the commit `begin` saw (the code the eval
+ran), the machine, threads and load read here (run it on the machine that ran the eval, right after it: `make
+headline` does), the settings from the run's config.yaml and the figures from its records
+(`eval.metrics.summarize`, one line per method over every question).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+from datetime import datetime, timezone
+from pathlib import Path
+
+import torch
+from omegaconf import OmegaConf
+
+from eagle_infer.cli_support import one_line_errors
+from eagle_infer.errors import EagleError
+from eagle_infer.platform import cpu, resolve_device, resolve_dtype
+
+from .cli import EvalRunConf
+from .metrics import ALL, summarize
+from .records import read_records
+from .result_file import FORMAT, HeadlineResult, MethodResult, RunSettings, result_path, write_result
+
+
+def run_conf(run_dir: Path) -> EvalRunConf:
+    """The settings an eval run recorded in its config.yaml, checked against the eval schema."""
+    path = run_dir / "config.yaml"
+    if not path.is_file():
+        raise EagleError(f"{path} does not exist; expected the directory of an eval run (results/<run>)")
+    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(EvalRunConf), OmegaConf.load(path)))
+
+
+def method_results(records: list[dict]) -> list[MethodResult]:
+    """One MethodResult per method over all benchmarks, in the run's method order; the run must include vanilla."""
+    if not any(r["method"] == "vanilla" for r in records):
+        raise EagleError("the run has no vanilla records; expected method vanilla, which speedups divide by")
+    rounded = lambda value, digits: None if value is None else round(value, digits)  # noqa: E731
+    return [MethodResult(row.method, row.questions, row.new_tokens, round(row.tok_s, 2),
+                         rounded(row.speedup_vs_vanilla, 3), rounded(row.tau, 3), rounded(row.identical_share, 3))
+            for row in summarize(records) if row.benchmark == ALL]
+
+
+def machine_label(device: torch.device) -> str:
+    """The GPU's name, or the CPU's model with its widest matmul extension."""
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else cpu().label
+
+
+CHECKOUT_FILE = "checkout.json"
+
+
+def checkout_commit(root: Path) -> tuple[str, bool]:
+    """(short commit hash, whether tracked or untracked files differ from it) of the git checkout at `root`."""
+    try:
+        commit = _git(root, "rev-parse", "--short", "HEAD")
+        changed = bool(_git(root, "status", "--porcelain"))
+    except (OSError, subprocess.CalledProcessError):
+        raise EagleError(f"{str(root)!r} is not a git checkout; a result file needs the commit it measured") from None
+    return commit, changed
+
+
+def begin(run_dir: Path, root: Path) -> Path:
+    """Before the eval: record the checkout's commit in `run_dir`/checkout.json; returns its path."""
+    commit, changed = checkout_commit(root)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    path = run_dir / CHECKOUT_FILE
+    path.write_text(json.dumps({"commit": commit, "uncommitted_changes": changed}) + "\n", encoding="utf-8")
+    return path
+
+
+def begun_checkout(run_dir: Path) -> tuple[str, bool]:
+    """The (commit, uncommitted_changes) that `begin` recorded for the run."""
+    path = run_dir / CHECKOUT_FILE
+    if not path.is_file():
+        raise EagleError(f"{path} does not exist; expected `python -m eval.headline begin {run_dir}` before the eval")
+    stamp = json.loads(path.read_text(encoding="utf-8"))
+    return stamp["commit"], stamp["uncommitted_changes"]
+
+
+def headline_result(run_dir: Path, command: str) -> HeadlineResult:
+    """The headline result of the eval run in `run_dir`, begun by `begin` and measured on this machine."""
+    commit, changed = begun_checkout(run_dir)
+    conf = run_conf(run_dir)
+    records = [r for r in read_records(run_dir / "records.jsonl")
+               if r["method"] in conf.methods and r["benchmark"] in conf.bench.names]
+    device = resolve_device(conf.model.device)
+    settings = RunSettings(
+        model=conf.model.name, head=conf.infer.head, benchmarks=list(conf.bench.names),
+        questions_per_benchmark=conf.bench.limit, max_turns=conf.bench.max_turns,
+        max_new_tokens=conf.infer.max_new_tokens, temperature=conf.infer.temperature, depth=conf.infer.depth,
+        top_k=conf.infer.top_k, total_tokens=conf.infer.total_tokens, pack=conf.model.pack, compile=conf.infer.compile)
+    return HeadlineResult(
+        format=FORMAT, machine=machine_label(device), device=device.type,
+        threads=conf.threads or torch.get_num_threads(),
+        dtype=str(resolve_dtype(conf.model.dtype, device)).removeprefix("torch."),
+        torch=torch.__version__.split("+")[0], commit=commit, uncommitted_changes=changed, command=command,
+        date=datetime.now(timezone.utc).date().isoformat(), load_average=round(os.getloadavg()[0], 2),
+        settings=settings, methods=method_results(records))
+
+
+def _git(root: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(root), *args], check=True, capture_output=True, text=True).stdout.strip()
+
+
+@one_line_errors
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("step", choices=["begin", "end"], help="begin: before the eval; end: after it")
+    parser.add_argument("run_dir", type=Path, help="the eval run, results/<run>")
+    parser.add_argument("--command", help="(end) the command that produced the run, as a reader reruns it")
+    parser.add_argument("--root", type=Path, default=Path("."), help="the checkout (default: the current directory)")
+    args = parser.parse_args(argv)
+    if args.step == "begin":
+        print(f"wrote {begin(args.run_dir, args.root)}")
+        return
+    if not args.command:
+        raise EagleError("end needs --command: the command that produced the run, e.g. --command 'make headline'")
+    result = headline_result(args.run_dir, args.command)
+    print(f"wrote {write_result(result, result_path(args.root, result.machine))}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,197 @@
+"""Headline result files and the docs generated from them: the committed docs are what the committed files give,
+byte for byte; every figure in the README's block comes from a file; a malformed file is refused in one line."""
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from dataclasses import asdict
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from eagle_infer.errors import EagleError
+from eval.cli import EvalRunConf
+from eval.headline import begin, headline_result, method_results
+from eval.result_file import (DATA_DIR, HeadlineResult, MethodResult, RunSettings, platform_slug, read_all,
+                              read_result, result_path, write_result)
+from eval.results_docs import BEGIN, END, FORMATS, PAGES_DIR, README, cell, rendered, stale, write_docs
+
+ROOT = Path(__file__).resolve().parent.parent
+FIGURE = re.compile(r"(?<![\w.-])\d+(?:\.\d+)?")
+
+
+def unsourced_figures(block: str, results: list[HeadlineResult]) -> list[str]:
+    """Numbers in `block` that are neither in a result file's text nor one of its figures as the tables print it."""
+    sources = set()
+    for result in results:
+        sources.update(FIGURE.findall(json.dumps(asdict(result), ensure_ascii=False)))
+        sources.update(f for m in result.methods for name in FORMATS for f in FIGURE.findall(cell(m, name)))
+    return [figure for figure in FIGURE.findall(block) if figure not in sources]
+
+
+def readme_block(readme: str) -> str:
+    return readme[readme.index(BEGIN) + len(BEGIN):readme.index(END)]
+
+
+def sample_result(machine: str = "Some CPU AVX2") -> HeadlineResult:
+    methods = [MethodResult("vanilla", 10, 1280, 33.54, 1.0, 1.0, None),
+               MethodResult("hf_generate", 10, 1280, 30.0, 0.894, None, 1.0),
+               MethodResult("eagle2", 10, 1275, 47.25, 1.409, 2.476, 0.3)]
+    settings = RunSettings("smollm2-135m", "shipped", ["mt_bench"], 10, 1, 128, 0.0, "auto", 8, "auto", "auto", False)
+    return HeadlineResult(1, machine, "cpu", 2, "bfloat16", "2.13.0", "abc1234", False, "make headline", "2026-11-24",
+                          1.5, settings, methods)
+
+
+def checkout_copy(tmp_path: Path, results: list[HeadlineResult]) -> Path:
+    """A checkout root holding the real README and the given result files, its docs generated."""
+    root = tmp_path / "checkout"
+    root.mkdir()
+    shutil.copy(ROOT / README, root / README)
+    for result in results:
+        write_result(result, result_path(root, result.machine))
+    write_docs(root)
+    return root
+
+
+def test_committed_docs_are_what_the_committed_result_files_give():
+    assert read_all(ROOT), "no result file under docs/results/data: run make headline"
+    assert stale(ROOT) == [], "run make results-docs and commit what it changes"
+
+
+def test_every_figure_in_the_readme_block_comes_from_a_result_file():
+    block = readme_block((ROOT / README).read_text(encoding="utf-8"))
+    results = read_all(ROOT)
+    assert FIGURE.findall(block)
+    assert unsourced_figures(block, results) == []
+    for result in results:
+        assert f"commit {result.commit}" in block and f"`{result.command}`" in block and result.machine in block
+
+
+def test_a_typed_in_figure_is_unsourced(tmp_path):
+    result = sample_result()
+    block = readme_block((checkout_copy(tmp_path, [result]) / README).read_text(encoding="utf-8"))
+    assert unsourced_figures(block, [result]) == []
+    assert unsourced_figures(block.replace("47.2", "49.9"), [result]) == ["49.9"]
+
+
+def test_hand_edits_and_orphan_pages_are_stale_until_regenerated(tmp_path):
+    result = sample_result()
+    root = checkout_copy(tmp_path, [result])
+    page = root / PAGES_DIR / f"{platform_slug(result.machine)}.md"
+    assert stale(root) == [] and "| eagle2 | 10 | 1275 | 47.2 | 1.41x | 2.48 | 30% |" in page.read_text()
+    page.write_text(page.read_text().replace("47.2", "49.9"))
+    readme = root / README
+    readme.write_text(readme.read_text().replace("| 1.41x |", "| 1.51x |"))
+    orphan = root / PAGES_DIR / "gone.md"
+    orphan.write_text("# an old page\n")
+    assert stale(root) == [readme, page, orphan]
+    write_docs(root)
+    assert stale(root) == [] and not orphan.exists()
+
+
+def test_one_table_per_platform_in_platform_order(tmp_path):
+    root = checkout_copy(tmp_path, [sample_result("Zeta GPU"), sample_result("Alpha CPU AMX")])
+    block = readme_block((root / README).read_text())
+    assert block.index("### Alpha CPU AMX") < block.index("### Zeta GPU")
+    assert block.count("| method | tok/s |") == 2
+    assert sorted(p.name for p in (root / PAGES_DIR).glob("*.md")) == ["alpha-cpu-amx.md", "zeta-gpu.md"]
+
+
+def test_readme_without_its_block_is_refused(tmp_path):
+    root = tmp_path / "checkout"
+    (root / DATA_DIR).mkdir(parents=True)
+    (root / README).write_text("# A README\n" + BEGIN + "\n")
+    with pytest.raises(EagleError, match="no single headline block"):
+        rendered(root)
+
+
+def test_result_file_round_trip(tmp_path):
+    result = sample_result()
+    path = write_result(result, result_path(tmp_path, result.machine))
+    assert path == tmp_path / DATA_DIR / "some-cpu-avx2" / "headline.json"
+    assert read_result(path) == result
+
+
+def _broken(tmp_path, edit) -> Path:
+    data = asdict(sample_result())
+    edit(data)
+    path = tmp_path / "headline.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda d: d.pop("commit"), r"missing field 'commit'"),
+    (lambda d: d["methods"][1].pop("tok_s"), r"missing field 'methods\[1\]\.tok_s'"),
+    (lambda d: d["settings"].pop("max_new_tokens"), r"missing field 'settings\.max_new_tokens'"),
+    (lambda d: d.update(speed=1), r"unknown field 'speed'"),
+    (lambda d: d.update(threads="two"), r"field 'threads' is 'two'; expected int"),
+    (lambda d: d.update(threads=True), r"field 'threads' is True; expected int"),
+    (lambda d: d["methods"][0].update(tau="high"), r"field 'methods\[0\]\.tau' is 'high'; expected float \| None"),
+    (lambda d: d["settings"].update(depth=None), r"field 'settings\.depth' is None; expected int \| str"),
+    (lambda d: d.update(uncommitted_changes=None), r"field 'uncommitted_changes' is None; expected bool"),
+    (lambda d: d.update(settings=[]), r"field 'settings' is \[\]; expected RunSettings"),
+    (lambda d: d.update(format=2), r"format 2; expected 1"),
+    (lambda d: d.update(methods=[]), r"field 'methods' is empty"),
+])
+def test_a_malformed_file_is_one_line_naming_file_and_field(tmp_path, edit, message):
+    path = _broken(tmp_path, edit)
+    with pytest.raises(EagleError, match=message) as err:
+        read_result(path)
+    assert str(path) in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_file_in_another_platforms_folder_is_refused(tmp_path):
+    write_result(sample_result("Some CPU AVX2"), tmp_path / DATA_DIR / "other-cpu" / "headline.json")
+    with pytest.raises(EagleError, match="belongs in folder 'some-cpu-avx2', not 'other-cpu'"):
+        read_all(tmp_path)
+
+
+def record(method, qid, new_tokens, wall_s, tokens, accepted=()):
+    cycles = [{"accepted": a, "tree_depth": 2, "tree_size": 4, "draft_s": 0.0, "verify_s": 0.0,
+               "tested_conf": [], "tested_hit": []} for a in accepted]
+    return {"benchmark": "mt_bench", "method": method, "question_id": qid, "turns": ["x"], "new_tokens": new_tokens,
+            "wall_s": wall_s, "cycles": cycles, "temperature": 0.0, "tokens": tokens}
+
+
+RECORDS = [record("vanilla", "1", 10, 2.0, [1, 2], accepted=[0]), record("vanilla", "2", 10, 2.0, [3], accepted=[0]),
+           record("eagle2", "1", 10, 1.0, [1, 2], accepted=[1, 2]), record("eagle2", "2", 10, 1.0, [4], accepted=[0])]
+
+
+def test_method_results_over_all_questions():
+    vanilla, eagle2 = method_results(RECORDS)
+    assert vanilla == MethodResult("vanilla", 2, 20, 5.0, 1.0, 1.0, None)
+    assert eagle2 == MethodResult("eagle2", 2, 20, 10.0, 2.0, 2.0, 0.5)  # τ = mean(2, 3, 1); 1 of 2 answers identical
+
+
+def test_method_results_need_vanilla():
+    with pytest.raises(EagleError, match="no vanilla records"):
+        method_results(RECORDS[2:])
+
+
+def test_headline_result_stamps_the_run_and_the_checkout_it_began_in(tmp_path):
+    conf = OmegaConf.structured(EvalRunConf)
+    conf.bench.names, conf.bench.limit, conf.bench.max_turns = ["mt_bench"], 2, 1
+    conf.methods, conf.model.dtype, conf.model.device, conf.threads = ["vanilla", "eagle2"], "float32", "cpu", 3
+    begin(tmp_path, ROOT)
+    (tmp_path / "config.yaml").write_text(OmegaConf.to_yaml(conf))
+    (tmp_path / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in RECORDS))
+    result = headline_result(tmp_path, "make headline")
+    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True, check=True).stdout.strip()
+    assert (result.commit, result.command, result.device, result.dtype, result.threads) == (
+        commit, "make headline", "cpu", "float32", 3)
+    assert result.settings.benchmarks == ["mt_bench"] and result.settings.questions_per_benchmark == 2
+    assert [m.method for m in result.methods] == ["vanilla", "eagle2"]
+    assert read_result(write_result(result, tmp_path / "out.json")) == result
+
+
+def test_headline_result_needs_begin_and_a_run_directory(tmp_path):
+    with pytest.raises(EagleError, match="checkout.json does not exist; expected `python -m eval.headline begin"):
+        headline_result(tmp_path, "make headline")
+    begin(tmp_path, ROOT)
+    with pytest.raises(EagleError, match="config.yaml does not exist"):
+        headline_result(tmp_path, "make headline")
