@@ -124,6 +124,12 @@ ROWS ?=
 ablate-head: $(STAMP)
 	$(PY) -m eval.ablate_head --recipe $(MODEL) $(if $(ROWS),--rows $(ROWS)) --coverage
 
+# The EAGLE papers' findings against ours (SmolLM2, shipped head) with a verdict each: docs/reproduction.md and its
+# plots (eval/reproduce.py). Resumable; LIMIT=n questions per benchmark (default 10); DATA_DIR: bench.data_dir.
+.PHONY: reproduce
+reproduce: $(STAMP)
+	$(PY) -m eval.reproduce $(if $(LIMIT),--limit $(LIMIT)) $(if $(wildcard $(DATA_DIR)),--data-dir $(DATA_DIR)) $(ARGS)
+
 # A trained head in a server's layout: make export HEAD=<head directory or hub id> FORMAT=vllm|sglang|eagle OUT=<dir>
 HEAD ?= eagle_infer/heads/$(MODEL)
 FORMAT ?= sglang

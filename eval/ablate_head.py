@@ -4,7 +4,9 @@ Rows come from conf/ablate/<recipe>.yaml. Each row trains a head (`eagle_train.c
 launcher, the same command as `make train`, with the row's overrides and a cap on training loss tokens), then
 measures τ on MT-bench first turns with the default EAGLE-2 tree through `eval.cli`, and τ on as many of the recipe's
 held-out first turns (question set `heldout`: the head's own distribution, so the two τ separate what the head
-learned from how far MT-bench lies from its data). Every step resumes: a trained
+learned from how far MT-bench lies from its data), and EAGLE-2's speedup over vanilla decoding on the same MT-bench first
+turns with the defaults (auto budget, packed weights: the speed a user gets; both methods in one run, so the ratio
+is measured side by side; the CPU it ran on is in the row). Every step resumes: a trained
 row (summary.json) is not retrained, an interrupted one continues from its DeepSpeed checkpoint, τ records resume.
 A row whose features hold fewer loss tokens than it asks for is reported as pending, never trained on less.
 
@@ -13,6 +15,9 @@ hours resume across sessions and checkouts: one directory per row (its DeepSpeed
 τ records) and table.md|csv (held-out top-1 and simulated 0-α..6-α on the one held-out split, both τ,
 training time), tau_vs_tokens.png (τ against training loss tokens per family of rows), and coverage.md: the share
 of the target's held-out argmax tokens inside draft vocabularies of 4k..32k ids, which justifies the recipe's size.
+`--spec NAME` takes the rows of conf/ablate/NAME.yaml instead, trained with the recipe it names, under ablate-NAME/
+(`make reproduce` trains the draft-inputs spec so; its eval.heldout: false skips the held-out τ); `--questions N`
+sets the questions of every τ and speed run.
 """
 from __future__ import annotations
 
@@ -30,7 +35,7 @@ from omegaconf import OmegaConf
 
 from eagle_infer.cli_support import CONF_DIR, REPO, setup_logging
 from eagle_infer.errors import EagleError
-from eagle_infer.platform import cache_root
+from eagle_infer.platform import cache_root, cpu
 from eagle_train.cli import TrainRunConf  # noqa: F401 (registers the schema `recipes=` composes over)
 from eagle_train.launch import accelerator_env, free_port
 from eagle_train.train import ALPHA_STEPS  # the held-out α positions every row reports
@@ -97,18 +102,32 @@ def _fixed_features(out: Path, spec: dict, name: str) -> Path:
     return root / "train"
 
 
+DATA_WORDS = ("fixed", "more", "self", "self-only")  # row overrides that name feature directories
+
+
 def row_overrides(spec: dict, name: str, row: dict) -> tuple[list[str], list[Path]]:
     """(the overrides a row trains with on top of recipes/<name>.yaml, later ones winning; its feature directories).
-    The row's own overrides come after the spec's shared ones; `fixed` and `more` name feature directories."""
+    The row's own overrides come after the spec's shared ones; DATA_WORDS name feature directories: `fixed`
+    ShareGPT's own answers, `more` the data's second part, `self` the recipe's features and the self-written
+    prompts' in equal shares of loss tokens, `self-only` the self-written prompts' two parts in equal shares."""
+    words = [a for a in row["overrides"] if a in DATA_WORDS]
     args = [f"train.max_loss_tokens={row['loss_tokens']}", *spec.get("train", []),
-            *(a for a in row["overrides"] if a not in ("fixed", "more"))]
+            *(a for a in row["overrides"] if a not in DATA_WORDS)]
     feats = [features_dir(name) / "train"]
-    if "fixed" in row["overrides"]:  # ShareGPT's own answers (_fixed_features makes them)
+    if "fixed" in words:  # ShareGPT's own answers (_fixed_features makes them)
         feats = [Path(spec["fixed_features"]) / "train"]
-        args.append(f"train.features={feats[0]}")
-    if "more" in row["overrides"]:  # the second part of the data, featurized by its own recipe
+    if "self-only" in words:
+        feats = [features_dir(spec["self_features"]) / "train", features_dir(spec["self_more_features"]) / "train"]
+    if "more" in words:  # the second part of the data, featurized by its own recipe
         feats.append(features_dir(spec["more_features"]) / "train")
-        args.append(f"train.extra_features=[{feats[-1]}]")
+    if "self" in words:
+        feats.append(features_dir(spec["self_features"]) / "train")
+    if feats[0] != features_dir(name) / "train":
+        args.append(f"train.features={feats[0]}")
+    if len(feats) > 1:
+        args.append(f"train.extra_features=[{','.join(str(f) for f in feats[1:])}]")
+    if {"self", "self-only"} & set(words):
+        args.append("train.equal_shares=true")
     return args, feats
 
 
@@ -120,7 +139,8 @@ def train_row(out: Path, spec: dict, name: str, row: dict) -> str:
     args, feats = row_overrides(spec, name, row)
     if "fixed" in row["overrides"]:
         _fixed_features(out, spec, name)
-    have = sum(_loss_tokens(f) for f in feats)
+    equal = {"self", "self-only"} & set(row["overrides"])
+    have = min(_loss_tokens(f) for f in feats) * len(feats) if equal else sum(_loss_tokens(f) for f in feats)
     if have < row["loss_tokens"]:
         where = " + ".join(str(f) for f in feats)
         return f"pending: {where} holds {have} loss tokens, the row needs {row['loss_tokens']}"
@@ -181,12 +201,46 @@ def recorded_tau(out: Path, row: dict, bench: str = "") -> float | None:
     return tau([c for r in read_records(records) for c in r["cycles"]]) if records.exists() else None
 
 
-def row_result(out: Path, row: dict, status: str, tau_value: float | None, tau_heldout: float | None = None) -> dict:
+def speed_run(row: dict) -> str:
+    return f"{row['name']}-speed"
+
+
+def speed_row(out: Path, spec: dict, name: str, row: dict) -> dict:
+    """EAGLE-2 (defaults: auto budget, packed) against vanilla on the spec's benchmark, both in one eval run
+    (records resume); returns recorded_speed."""
+    from eval.records import read_records
+
+    ev = spec["eval"]
+    records = out / speed_run(row) / "records.jsonl"
+    if not records.exists() or len(read_records(records)) < 2 * ev["questions"]:
+        _run([sys.executable, "-m", "eval.cli", f"model.name={recipe(name)['model']['name']}", f"results_dir={out}",
+              f"run={speed_run(row)}", "methods=[vanilla,eagle2]", f"infer.head={out / row['name'] / 'head'}",
+              f"bench.names=[{ev['bench']}]", f"bench.limit={ev['questions']}", "bench.max_turns=1",
+              f"infer.max_new_tokens={ev['max_new_tokens']}", "wandb.mode=disabled"],
+             out / "logs" / f"{speed_run(row)}.log")
+        (out / speed_run(row) / "cpu.txt").write_text(cpu().label + "\n")
+    return recorded_speed(out, row)
+
+
+def recorded_speed(out: Path, row: dict) -> dict:
+    """{"speedup": EAGLE-2 tok/s / vanilla tok/s, "speed_cpu": the CPU it was measured on}, None before both ran."""
+    from eval.metrics import ALL, summarize
+    from eval.records import read_records
+
+    run = out / speed_run(row)
+    records = run / "records.jsonl"
+    rows = [r for r in summarize(read_records(records)) if r.benchmark == ALL and r.method == "eagle2"] if records.exists() else []
+    machine = (run / "cpu.txt").read_text().strip() if (run / "cpu.txt").exists() else None
+    return {"speedup": rows[0].speedup_vs_vanilla if rows else None, "speed_cpu": machine}
+
+
+def row_result(out: Path, row: dict, status: str, tau_value: float | None, tau_heldout: float | None = None,
+               speed: dict | None = None) -> dict:
     summary_path = out / row["name"] / "summary.json"
     summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
     result = {"row": row["name"], "status": status, "loss_tokens": summary.get("loss_tokens"),
               "epochs": summary.get("epochs"), "top1": summary.get("heldout/top1"), "tau": tau_value,
-              "tau_heldout": tau_heldout,
+              "tau_heldout": tau_heldout, **(speed or {"speedup": None, "speed_cpu": None}),
               "train_min": summary["train_s"] / 60 if "train_s" in summary else None}
     for k in range(ALPHA_STEPS):
         result[f"alpha_{k}"] = summary.get(f"heldout/alpha_{k}")
@@ -202,18 +256,18 @@ def _fmt(value, digits: int = 3) -> str:
 def write_table(out: Path, results: list[dict]) -> str:
     out.mkdir(parents=True, exist_ok=True)
     columns = (["row", "loss_tokens", "epochs", "top1"] + [f"alpha_{k}" for k in range(ALPHA_STEPS)]
-               + ["tau", "tau_heldout", "train_min", "status"])
+               + ["tau", "tau_heldout", "speedup", "speed_cpu", "train_min", "status"])
     with (out / "table.csv").open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=columns)
         writer.writeheader()
         writer.writerows({c: r.get(c) for c in columns} for r in results)
     head = (["row", "loss tokens", "epochs", "held-out top-1"] + [f"{k}-α" for k in range(ALPHA_STEPS)]
-            + ["τ", "τ held-out prompts", "train min", ""])
+            + ["τ", "τ held-out prompts", "EAGLE-2 × vanilla", "speed measured on", "train min", ""])
     markdown = table(head, [
         [r["row"], _fmt(r["loss_tokens"]), _fmt(r["epochs"]), _fmt(r["top1"])]
         + [_fmt(r[f"alpha_{k}"]) for k in range(ALPHA_STEPS)]
-        + [_fmt(r["tau"], 2), _fmt(r.get("tau_heldout"), 2), _fmt(r["train_min"], 1),
-           "" if r["status"] == "done" else r["status"]]
+        + [_fmt(r["tau"], 2), _fmt(r.get("tau_heldout"), 2), _fmt(r.get("speedup"), 2), _fmt(r.get("speed_cpu")),
+           _fmt(r["train_min"], 1), "" if r["status"] == "done" else r["status"]]
         for r in results
     ])
     (out / "table.md").write_text(markdown)
@@ -289,13 +343,22 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rows", default="", help="comma-separated row names (default: all, in spec order)")
     parser.add_argument("--table-only", action="store_true", help="train and measure nothing; tabulate what exists")
     parser.add_argument("--coverage", action="store_true", help="also write coverage.md")
+    parser.add_argument("--spec", default=None, help="rows from conf/ablate/<spec>.yaml, trained with the recipe it "
+                        "names (default: the recipe's own spec); they live in <cache root>/ablate-<spec>")
+    parser.add_argument("--questions", type=int, default=None, help="questions per τ and speed run (default: spec's)")
     parser.add_argument("--out", default=None, help="where rows, logs and tables live (default: <cache root>/ablate-head)")
     args = parser.parse_args(argv)
     setup_logging()
-    out = Path(args.out) if args.out else cache_root() / "ablate-head"
+    out = Path(args.out) if args.out else cache_root() / (f"ablate-{args.spec}" if args.spec else "ablate-head")
     log.info("ablation runs in %s", out)
     try:
-        spec = load_spec(args.recipe)
+        spec = load_spec(args.spec or args.recipe)
+        name = spec["recipe"] if args.spec else args.recipe
+        if args.questions is not None:
+            if args.questions < 1:
+                raise EagleError(f"--questions {args.questions} is invalid: expected a positive number of questions")
+            spec["eval"]["questions"] = args.questions
+        benches = ("", HELDOUT) if spec["eval"].get("heldout", True) else ("",)  # eval.heldout: false: MT-bench only
         wanted = [r for r in args.rows.split(",") if r]
         unknown = [r for r in wanted if r not in [row["name"] for row in spec["rows"]]]
         if unknown:
@@ -303,20 +366,22 @@ def main(argv: list[str] | None = None) -> None:
         results = []
         for row in spec["rows"]:
             if (not wanted or row["name"] in wanted) and not args.table_only:
-                status = train_row(out, spec, args.recipe, row)
+                status = train_row(out, spec, name, row)
                 done = status == "done"
-                taus = [tau_row(out, spec, args.recipe, row, b) if done else None for b in ("", HELDOUT)]
+                taus = [tau_row(out, spec, name, row, b) if done and b in benches else None for b in ("", HELDOUT)]
+                speed = speed_row(out, spec, name, row) if done else None
             else:
                 status = "done" if (out / row["name"] / "summary.json").exists() else "not run"
                 taus = [recorded_tau(out, row, b) for b in ("", HELDOUT)]
-            results.append(row_result(out, row, status, *taus))
+                speed = recorded_speed(out, row)
+            results.append(row_result(out, row, status, *taus, speed))
             write_table(out, results)
         print(write_table(out, results))
         picture = plot(out, results)
         if picture:
             print(f"plot: {picture}")
         if args.coverage:
-            print(coverage(out, args.recipe))
+            print(coverage(out, name))
     except EagleError as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)

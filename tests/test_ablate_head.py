@@ -68,6 +68,24 @@ def test_row_on_both_parts_counts_and_trains_on_both(out, monkeypatch):
     assert "train.epochs=5" in runs[0]
 
 
+def test_self_rows_take_equal_shares_of_two_directories(out, monkeypatch):
+    """`self`: the recipe's features and the self-written prompts' in equal shares of the row's loss tokens;
+    `self-only`: the two self-written parts alike. Pending until the smaller directory holds its share."""
+    monkeypatch.setattr(ab, "_loss_tokens", lambda directory: 700 if "self" in str(directory) else 500)
+    runs = []
+    monkeypatch.setattr(ab, "_run", lambda cmd, log_path: runs.append(cmd))
+    spec = {"train": [], "self_features": "smollm2-135m-self", "self_more_features": "smollm2-135m-self-part2"}
+    half = {"name": "half", "loss_tokens": 1200, "overrides": ["self"]}
+    assert ab.train_row(out, spec, "smollm2-135m", half).startswith("pending") and not runs  # 2 x 500 < 1200
+    assert ab.train_row(out, spec, "smollm2-135m", {**half, "loss_tokens": 1000}) == "done"
+    assert "train.equal_shares=true" in runs[0] and not any(a.startswith("train.features=") for a in runs[0])
+    assert [a for a in runs[0] if a.startswith("train.extra_features=")][0].endswith("smollm2-135m-self/train]")
+    only = {"name": "only", "loss_tokens": 1400, "overrides": ["self-only"]}
+    assert ab.train_row(out, spec, "smollm2-135m", only) == "done"
+    assert any(a.startswith("train.features=") and a.endswith("smollm2-135m-self/train") for a in runs[1])
+    assert [a for a in runs[1] if a.startswith("train.extra_features=")][0].endswith("smollm2-135m-self-part2/train]")
+
+
 def test_trained_row_is_not_retrained_and_table_reads_its_summary(out, monkeypatch):
     row = {"name": "r", "loss_tokens": 100, "overrides": []}
     (out / "r").mkdir()
@@ -78,7 +96,7 @@ def test_trained_row_is_not_retrained_and_table_reads_its_summary(out, monkeypat
     assert ab.train_row(out, {"train": []}, "smollm2-135m", row) == "done"
     result = ab.row_result(out, row, "done", 1.75, 2.5)
     table = ab.write_table(out, [result, ab.row_result(out, {"name": "p"}, "pending: no data", None)])
-    assert "| r | 101 | 2 | 0.500 | 0.000 | 0.100 |" in table and "| 1.75 | 2.50 | 2.0 |" in table
+    assert "| r | 101 | 2 | 0.500 | 0.000 | 0.100 |" in table and "| 1.75 | 2.50 | – | – | 2.0 |" in table
     assert "pending: no data" in table and (out / "table.csv").exists()
     assert ab.plot(out, [result]) is not None and (out / "tau_vs_tokens.png").exists()
 
@@ -109,9 +127,53 @@ def test_second_tau_decodes_the_recipes_heldout_prompts(out, monkeypatch, tmp_pa
     assert "infer.budget=fixed" in runs[-1]  # τ on the fixed tree, whatever eval's default budget
 
 
+def test_speed_column_is_eagle2_over_vanilla_from_one_run(out, monkeypatch):
+    """The speed column: one eval run of vanilla and EAGLE-2 (defaults) with the row's head; the ratio of their
+    tok/s over the same questions, and the CPU it ran on."""
+    from eval.records import RecordWriter
+    from tests.test_eval_metrics import record
+
+    def fake_run(cmd, log_path):
+        assert "methods=[vanilla,eagle2]" in cmd and "run=r-speed" in cmd and not any("budget" in a for a in cmd)
+        writer = RecordWriter(out / "r-speed" / "records.jsonl")
+        for q in range(2):
+            writer.append(record("mt_bench", "vanilla", str(q), 100, 4.0, list(range(100))))
+            writer.append(record("mt_bench", "eagle2", str(q), 100, 2.5, list(range(100))))
+
+    monkeypatch.setattr(ab, "_run", fake_run)
+    spec = {"eval": {"bench": "mt_bench", "questions": 2, "max_new_tokens": 128}}
+    row = {"name": "r", "loss_tokens": 100, "overrides": []}
+    speed = ab.speed_row(out, spec, "smollm2-135m", row)
+    assert speed["speedup"] == pytest.approx(1.6) and speed["speed_cpu"]
+    monkeypatch.setattr(ab, "_run", lambda *a, **k: pytest.fail("complete speed records are not rerun"))
+    assert ab.speed_row(out, spec, "smollm2-135m", row) == speed
+    table = ab.write_table(out, [ab.row_result(out, row, "done", 1.75, 2.5, speed)])
+    assert f"| 1.60 | {speed['speed_cpu']} |" in table
+
+
 def test_unknown_row_is_one_line_error(capsys, monkeypatch, tmp_path):
     monkeypatch.setenv("EAGLE_CACHE", str(tmp_path))
     with pytest.raises(SystemExit) as exit_info:
         ab.main(["--rows", "nope"])
     assert exit_info.value.code == 2
     assert "unknown ablation row 'nope'" in capsys.readouterr().err
+
+
+def test_other_spec_runs_its_recipe_with_its_questions_and_skips_heldout_tau(monkeypatch, tmp_path):
+    """--spec draft-inputs: conf/ablate/draft-inputs.yaml's rows (the four draft inputs of EAGLE's Figure 8, trained
+    alike, and the fixed-data row), trained with the recipe it names, under <cache root>/ablate-draft-inputs;
+    --questions sets every τ and speed run's questions; eval.heldout: false measures no held-out τ."""
+    from eagle_infer.draft_head import INPUT_MODES
+
+    spec = ab.load_spec("draft-inputs")
+    modes = [a.split("=", 1)[1] for r in spec["rows"] for a in r["overrides"] if a.startswith("train.input_mode=")]
+    assert sorted(modes) == sorted(INPUT_MODES) and len({r["loss_tokens"] for r in spec["rows"]}) == 1
+    monkeypatch.setenv("EAGLE_CACHE", str(tmp_path))
+    calls = []
+    monkeypatch.setattr(ab, "train_row", lambda out, spec, name, row: calls.append(("train", out, name)) or "done")
+    monkeypatch.setattr(ab, "tau_row", lambda out, spec, name, row, bench="": calls.append(
+        ("tau", bench, spec["eval"]["questions"])) or 1.5)
+    monkeypatch.setattr(ab, "speed_row", lambda out, spec, name, row: {"speedup": 1.1, "speed_cpu": "cpu"})
+    ab.main(["--spec", "draft-inputs", "--rows", "input-token-200k", "--questions", "2"])
+    assert calls == [("train", tmp_path / "ablate-draft-inputs", "smollm2-135m"), ("tau", "", 2)]
+    assert "| input-token-200k |" in (tmp_path / "ablate-draft-inputs" / "table.md").read_text()

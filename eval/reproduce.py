@@ -1,0 +1,147 @@
+"""`make reproduce [LIMIT=n]` (python -m eval.reproduce --limit n): the EAGLE papers' findings against ours, written to
+docs/reproduction.md and its plots (eval.reproduction_doc), one verdict per finding (eval.findings, eval.verdict).
+
+Steps (eval.reproduce_plan): the inference experiments on the shipped head, one eval.cli run each into
+<results>/<name>, then the draft-input heads (eval.ablate_head --spec draft-inputs). A complete step is skipped; an
+interrupted one resumes (eval's records, ablate-head's rows), so nothing finished is lost or repeated. The page is
+rewritten after every step, and each step's wall time goes to <results>/steps.jsonl, which the page sums.
+make ablate-head's rows (EAGLE-3, the 100k data rows) are read where trained, never trained here.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import torch
+
+from eagle_infer.cli_support import REPO, setup_logging
+from eagle_infer.errors import EagleError
+from eagle_infer.platform import cache_root, cpu
+from eval import findings
+from eval.ablate_head import load_spec, speed_run, tau_run
+from eval.benchmarks import load_benchmark
+from eval.cli import BenchConf, data_dir as eval_data_dir
+from eval.records import read_records
+from eval.reproduce_plan import ABLATION_SPEC, EXPERIMENTS, ablation_command
+from eval.reproduction_doc import Stamp, write
+
+log = logging.getLogger("reproduce")
+DEFAULT_LIMIT = 10
+LEDGER = "steps.jsonl"
+
+
+def questions(data_dir: str | None, limit: int) -> dict[str, list[str]]:
+    """Each benchmark's first question ids (as many as any step decodes), from where eval.cli reads them."""
+    directory = eval_data_dir(BenchConf(data_dir=data_dir))
+    most = max(e.questions(limit) for e in EXPERIMENTS)
+    return {b: [str(q.question_id) for q in load_benchmark(b, directory, most)]
+            for b in dict.fromkeys(b for e in EXPERIMENTS for b in e.benches)}
+
+
+def ablation_missing(limit: int, cache: Path) -> int:
+    """Draft-input rows not yet trained, or with fewer than `limit` τ answers / 2 × `limit` speed answers."""
+    out = cache / f"ablate-{ABLATION_SPEC}"
+
+    def count(run: str) -> int:
+        path = out / run / "records.jsonl"
+        return len(read_records(path)) if path.exists() else 0
+
+    return sum(1 for row in load_spec(ABLATION_SPEC)["rows"]
+               if not (out / row["name"] / "summary.json").exists() or count(tau_run(row)) < limit
+               or count(speed_run(row)) < 2 * limit)
+
+
+def run_step(cmd: list[str], log_path: Path) -> None:
+    """Run one step's command: its stdout to `log_path`, its progress (stderr) to the terminal."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("a") as f:
+        code = subprocess.call(cmd, stdout=f)
+    if code:
+        raise EagleError(f"{' '.join(cmd[1:4])} … exited with {code} (its output: {log_path})")
+
+
+def shown(cmd: list[str]) -> str:
+    return " ".join(["python", *cmd[1:]])
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--limit", type=int, default=DEFAULT_LIMIT, help="questions per benchmark (LIMIT)")
+    parser.add_argument("--data-dir", default=None, help="bench.data_dir (default: eval.cli's)")
+    parser.add_argument("--results", default="results/reproduce", help="where the experiments' runs live")
+    parser.add_argument("--doc", default="docs/reproduction.md", help="the page; its plots go to <doc dir>/<doc stem>/")
+    parser.add_argument("--doc-only", action="store_true", help="run nothing; write the page from what exists")
+    args = parser.parse_args(argv)
+    setup_logging()
+    try:
+        if args.limit < 1:
+            raise EagleError(f"--limit {args.limit} is invalid: expected a positive number of questions")
+        if args.data_dir and not Path(args.data_dir).is_dir():
+            raise EagleError(f"--data-dir {args.data_dir!r} is not a directory: expected one holding "
+                             "<name>/question.jsonl")
+        reproduce(args.limit, args.data_dir, Path(args.results), Path(args.doc), args.doc_only)
+    except EagleError as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+
+
+def reproduce(limit: int, data_dir: str | None, results: Path, doc: Path, doc_only: bool = False) -> str:
+    """Run every incomplete step, rewriting the page after each; return the page."""
+    cache = cache_root()
+    ids = questions(data_dir, limit)
+    steps = {e.name: (e.command(results, limit, data_dir), lambda e=e: e.missing(results, ids, limit))
+             for e in EXPERIMENTS}
+    steps[ABLATION_SPEC] = (ablation_command(limit), lambda: ablation_missing(limit, cache))
+    started = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    machine = f"{cpu().label}, {torch.get_num_threads()} torch thread(s)"
+
+    def page() -> str:
+        stamp = Stamp(f"make reproduce LIMIT={limit}", limit, machine, _commit(),
+                      read_records(results / LEDGER) if (results / LEDGER).exists() else [],
+                      {name: shown(cmd) for name, (cmd, _) in steps.items()})
+        res = findings.Results(results, ids, limit, cache)
+        return write(doc, findings.sections(res, doc.parent / doc.stem), stamp)
+
+    for i, (name, (cmd, missing)) in enumerate(steps.items(), 1):
+        todo = 0 if doc_only else missing()
+        if not todo:
+            log.info("[%d/%d] %s: %s", i, len(steps), name, "skipped (--doc-only)" if doc_only else "complete")
+            continue
+        log.info("[%d/%d] %s: %d to do: %s", i, len(steps), name, todo, shown(cmd))
+        start = time.perf_counter()
+        try:
+            run_step(cmd, results / "logs" / f"{name}.log")
+        finally:  # time spent counts even when the step fails or is interrupted
+            _ledger(results, {"step": name, "seconds": round(time.perf_counter() - start, 1), "limit": limit,
+                              "pass": started, "machine": machine})
+        page()
+    markdown = page()
+    log.info("wrote %s", doc)
+    return markdown
+
+
+def _ledger(results: Path, entry: dict) -> None:
+    results.mkdir(parents=True, exist_ok=True)
+    with (results / LEDGER).open("a") as f:
+        f.write(json.dumps(entry) + "\n")
+
+
+def _commit() -> str:
+    """The checkout's short commit, marked when the working tree has changes."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True,
+                              check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=REPO, capture_output=True, text=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head + (" with uncommitted changes" if dirty.strip() else "")
+
+
+if __name__ == "__main__":
+    main()
