@@ -1,9 +1,8 @@
 """A speedup projected from a cycle's measured cost and a paper's τ, for targets whose own τ means nothing
 (synthetic targets: random weights, eagle_infer.synthetic), and the published figures it is projected from.
 
-PAPER_FIGURES are the EAGLE paper's results on its GPUs (Li et al., 2024, "EAGLE: Speculative Sampling Requires
-Rethinking Feature Uncertainty"; transcribed in ../shared/reference/paper-tables.md), not this toolkit's, each
-with the table it comes from. Their τ was measured with EAGLE's draft tree, EAGLE_TREE, so a projection times a
+PAPER_FIGURES are the EAGLE paper's results on its GPUs (Li et al., 2024), not this toolkit's, each with the table
+it comes from, read from eval/published.py (the one transcription of ../shared/reference/paper-tables.md). Their τ was measured with EAGLE's draft tree, EAGLE_TREE, so a projection times a
 cycle of that tree.
 """
 from __future__ import annotations
@@ -11,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from eagle_infer.errors import EagleError
+from eval.published import TABLE2, TABLE7
 
 
 @dataclass(frozen=True)
@@ -26,9 +26,10 @@ class PaperFigures:
 
 # registry name -> the EAGLE paper's figures for that target
 PAPER_FIGURES: dict[str, PaperFigures] = {
-    "vicuna-7b": PaperFigures(3.94, "EAGLE, Table 2", 2.90, "EAGLE, Table 7, batch size 1"),
-    "vicuna-13b": PaperFigures(3.98, "EAGLE, Table 2"),
-    "llama2-chat-7b": PaperFigures(3.62, "EAGLE, Table 2"),
+    "vicuna-7b": PaperFigures(TABLE2["Vicuna 7B"]["tau"], "EAGLE, Table 2", TABLE7["Vicuna 7B"][1],
+                              "EAGLE, Table 7, batch size 1"),
+    "vicuna-13b": PaperFigures(TABLE2["Vicuna 13B"]["tau"], "EAGLE, Table 2"),
+    "llama2-chat-7b": PaperFigures(TABLE2["LLaMA2-Chat 7B"]["tau"], "EAGLE, Table 2"),
 }
 
 # EAGLE's static draft tree (the default tree of the EAGLE reference code, model/choices.py): 25 nodes, depth 5, the
