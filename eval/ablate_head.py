@@ -39,6 +39,8 @@ from eagle_infer.platform import cache_root, cpu
 from eagle_train.cli import TrainRunConf  # noqa: F401 (registers the schema `recipes=` composes over)
 from eagle_train.launch import accelerator_env, free_port
 from eagle_train.train import ALPHA_STEPS  # the held-out α positions every row reports
+from eval.ablation_file import FIGURES, ablation_path, merge_ablation
+from eval.headline import checkout_commit
 from eval.markdown import table
 
 log = logging.getLogger("ablate")
@@ -247,6 +249,27 @@ def row_result(out: Path, row: dict, status: str, tau_value: float | None, tau_h
     return result
 
 
+def record_rows(root: Path, spec_name: str, spec: dict, out: Path, results: list[dict]) -> Path | None:
+    """Merge the finished rows of `results` into the committed ablation file of the checkout `root`
+    (eval.ablation_file), each with the machine its head trained on and the checkout's commit; returns the file when
+    it changed. Outside a git checkout nothing is written."""
+    try:
+        commit, changed = checkout_commit(root, exclude=("docs",))  # the code's state, not the results being written
+    except EagleError as err:
+        log.warning("ablation file not updated: %s", err)
+        return None
+    lines = []
+    for result in results:
+        if result["status"] != "done":
+            continue
+        card = out / result["row"] / "head" / "card.json"
+        machine = json.loads(card.read_text()).get("machine") if card.exists() else None
+        lines.append({**result, "trained_on": machine,
+                      "commit": commit + (" with uncommitted changes" if changed else "")})
+    path = ablation_path(root, spec_name)
+    return path if merge_ablation(path, lines, [r["name"] for r in spec["rows"]]) else None
+
+
 def _fmt(value, digits: int = 3) -> str:
     if value is None:
         return "–"
@@ -255,8 +278,7 @@ def _fmt(value, digits: int = 3) -> str:
 
 def write_table(out: Path, results: list[dict]) -> str:
     out.mkdir(parents=True, exist_ok=True)
-    columns = (["row", "loss_tokens", "epochs", "top1"] + [f"alpha_{k}" for k in range(ALPHA_STEPS)]
-               + ["tau", "tau_heldout", "speedup", "speed_cpu", "train_min", "status"])
+    columns = ["row", *FIGURES, "status"]
     with (out / "table.csv").open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=columns)
         writer.writeheader()
@@ -347,6 +369,8 @@ def main(argv: list[str] | None = None) -> None:
                         "names (default: the recipe's own spec); they live in <cache root>/ablate-<spec>")
     parser.add_argument("--questions", type=int, default=None, help="questions per τ and speed run (default: spec's)")
     parser.add_argument("--out", default=None, help="where rows, logs and tables live (default: <cache root>/ablate-head)")
+    parser.add_argument("--results-root", type=Path, default=REPO, help="the checkout whose docs/results/data/ablation "
+                        "file finished rows are merged into (default: this one)")
     args = parser.parse_args(argv)
     setup_logging()
     out = Path(args.out) if args.out else cache_root() / (f"ablate-{args.spec}" if args.spec else "ablate-head")
@@ -377,6 +401,11 @@ def main(argv: list[str] | None = None) -> None:
             results.append(row_result(out, row, status, *taus, speed))
             write_table(out, results)
         print(write_table(out, results))
+        # The committed file holds rows scored on the spec's own questions only (--questions changes what τ means).
+        recorded = None if args.questions is not None else record_rows(
+            args.results_root, args.spec or args.recipe, spec, out, results)
+        if recorded:
+            print(f"updated {recorded}: commit it, then run make results-docs")
         picture = plot(out, results)
         if picture:
             print(f"plot: {picture}")

@@ -11,10 +11,12 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from eagle_infer.cli_support import REPO
 from eagle_infer.draft_head import INPUT_MODES
 from eval import published as pub
 from eval import throughput
 from eval.ablate_head import load_spec
+from eval.ablation_file import ablation_path, read_ablation
 from eval.metrics import ALL, CycleRow, Row, alpha, calibration, cycle_split, summarize
 from eval.records import read_records
 from eval.report import line_plot
@@ -26,6 +28,7 @@ MIN_BUCKET = 20  # a calibration rate counts over at least this many draft token
 CALIBRATION_TOLERANCE = 0.05  # our tolerance around EAGLE-2's ~4 % and ~98 %
 SAME_ALPHA_TOLERANCE = 0.03  # "about the same 0-α" (Figure 8): within this
 ABLATE_HEAD = "ablate-head"  # make ablate-head's directory under the cache root
+ABLATE_HEAD_SPEC = "smollm2-135m"  # its spec, whose committed result file (eval.ablation_file) the findings read
 TRAINED_HERE = f"make reproduce (python -m eval.ablate_head --spec {ABLATION_SPEC})"
 
 
@@ -59,10 +62,13 @@ class Section:
 
 class Results:
     """The result files of one reproduction: experiment runs under `results`, counted over each benchmark's first
-    `limit` questions (`questions`: their ids), and ablation tables under the cache root `cache`."""
+    `limit` questions (`questions`: their ids), ablation tables under the cache root `cache`, and the committed
+    ablation files of the checkout `root`."""
 
-    def __init__(self, results: Path, questions: dict[str, list[str]], limit: int, cache: Path):
+    def __init__(self, results: Path, questions: dict[str, list[str]], limit: int, cache: Path,
+                 root: Path | None = None):
         self.results, self.questions, self.limit, self.cache = results, questions, limit, cache
+        self.root = REPO if root is None else root
         self._records: dict[str, list[dict]] = {}
         self._rows: dict[str, dict[tuple[str, str], Row]] = {}
 
@@ -91,6 +97,10 @@ class Results:
     def throughput(self) -> list[throughput.ThroughputRow]:
         path = self.run_dir("throughput") / throughput.FILE
         return throughput.rows(read_records(path)) if path.exists() else []
+
+    def committed_ablation(self, spec: str) -> dict[str, dict]:
+        """The rows of the checkout's committed ablation file for `spec` (eval.ablation_file), each marked done."""
+        return {name: {**line, "status": "done"} for name, line in read_ablation(ablation_path(self.root, spec)).items()}
 
     def ablation(self, directory: str) -> dict[str, dict]:
         """Rows of <cache>/<directory>/table.csv (eval.ablate_head) by name, numbers parsed, empty cells None."""
@@ -270,11 +280,11 @@ def table6(res: Results) -> Section:
     paper = pub.TABLE6
     effect = round(paper["regenerated"][1] / paper["fixed"][1] - 1, 4)
     findings, rows, sources = [], [], []
-    for directory, regen, fixed, command in (
-            (f"ablate-{ABLATION_SPEC}", regen_name, fixed_name, TRAINED_HERE),
-            (ABLATE_HEAD, "regen-100k", "fixed-100k", "make ablate-head ROWS=regen-100k,fixed-100k")):
-        table = res.ablation(directory)
-        source = _shown(res.cache / directory / "table.csv")
+    here = res.ablation(f"ablate-{ABLATION_SPEC}"), _shown(res.cache / f"ablate-{ABLATION_SPEC}" / "table.csv")
+    committed = res.committed_ablation(ABLATE_HEAD_SPEC), _shown(ablation_path(res.root, ABLATE_HEAD_SPEC))
+    for (table, source), directory, regen, fixed, command in (
+            (here, f"ablate-{ABLATION_SPEC}", regen_name, fixed_name, TRAINED_HERE),
+            (committed, "make ablate-head", "regen-100k", "fixed-100k", "make ablate-head ROWS=regen-100k,fixed-100k")):
         ours_regen, ours_fixed = _done(table.get(regen)), _done(table.get(fixed))
         findings.append(Finding(
             f"target-generated answers beat fixed data at equal tokens ({regen} vs {fixed})",
@@ -415,34 +425,45 @@ def eagle2(res: Results, plot_dir: Path) -> Section:
 
 
 def eagle3(res: Results, plot_dir: Path) -> Section:
-    table = res.ablation(ABLATE_HEAD)
-    got = {name: _done(table.get(name)) for name in ("regen-100k", "baseline", "ttt3-100k", "ttt3", "eagle3")}
-    source = _shown(res.cache / ABLATE_HEAD / "table.csv")
+    table = res.committed_ablation(ABLATE_HEAD_SPEC)
+    source = _shown(ablation_path(res.root, ABLATE_HEAD_SPEC))
     paper = pub.EAGLE3_TABLE2
     command = "make ablate-head ROWS={}"
-    gain_ttt = _diff(_get(got["ttt3"], "tau"), _get(got["ttt3-100k"], "tau"))
-    gain_base = _diff(_get(got["baseline"], "tau"), _get(got["regen-100k"], "tau"))
+
+    def tau(name: str) -> float | None:
+        return _get(_done(table.get(name)), "tau")
 
     def gain(claim: str, published: tuple[str, str], rows: tuple[str, str]) -> Finding:
         """The paper's τ going from published[0] to published[1] against ours from row rows[0] to rows[1]."""
         (p0, p1), (r0, r1) = (paper[k] for k in published), rows
-        before, after = _get(got[r0], "tau"), _get(got[r1], "tau")
         return Finding(claim, f"τ {p0:.2f} → {p1:.2f} ({p1 / p0 - 1:+.0%})", Larger(round(p1 / p0 - 1, 4)),
-                       _change_text(before, after, name="τ "), _change(before, after), source,
+                       _change_text(tau(r0), tau(r1), name="τ "), _change(tau(r0), tau(r1)), source,
                        _pending_reason(table, rows, command.format(f"{r0},{r1}")))
 
+    def keeps_rising(claim: str, small: tuple[str, str], large: tuple[str, str]) -> Finding:
+        """τ gains from data: rows small[i] → large[i], with the test (i=0) and without (i=1)."""
+        with_test, without = (_diff(tau(b), tau(a)) for a, b in zip(small, large))
+        return Finding(claim, "stated, no figure (EAGLE-3 Figure 1)", Larger(None),
+                       "—" if with_test is None or without is None else
+                       f"τ gain {with_test:+.2f} with the test, {without:+.2f} without", _diff(with_test, without),
+                       source, _pending_reason(table, (*small, *large), command.format(",".join((*small, *large)))))
+
     findings = [
-        gain("the training-time test raises τ (ttt3 vs baseline: 1M tokens, 2 epochs)", ("eagle2", "ttt"),
-             ("baseline", "ttt3")),
-        gain("fused low/mid/high features raise τ further (eagle3 vs ttt3)", ("ttt", "ttt+fused"), ("ttt3", "eagle3")),
-        Finding("with the training-time test τ keeps rising with data (100k → 1M), more than without",
-                "stated, no figure (EAGLE-3 Figure 1)", Larger(None),
-                "—" if gain_ttt is None or gain_base is None else
-                f"τ gain {gain_ttt:+.2f} with the test, {gain_base:+.2f} without", _diff(gain_ttt, gain_base), source,
-                _pending_reason(table, ("regen-100k", "baseline", "ttt3-100k", "ttt3"),
-                                command.format("regen-100k,baseline,ttt3-100k,ttt3"))),
+        gain("EAGLE-3's block (fused features, 7-step training-time test) beats the EAGLE-1 block at equal data and "
+             "epochs (2.4M tokens, 5 epochs)", ("eagle2", "ttt+fused"), ("all-cosine-2400k", "eagle3-block-k7-2400k")),
+        gain("the training-time test raises τ on the shipped block (ttt3-layers2-2400k vs the shipped row)",
+             ("eagle2", "ttt"), ("layers2-all-cosine-2400k", "ttt3-layers2-2400k")),
+        keeps_rising("with EAGLE-3's block τ keeps rising with data (300k → 2.4M), more than with EAGLE-1's",
+                     ("eagle3-block-k7-300k", "all-cosine-300k"), ("eagle3-block-k7-2400k", "all-cosine-2400k")),
+        gain("the training-time test raises τ (ttt3 vs baseline: EAGLE-1 block, 1M tokens, 2 epochs)",
+             ("eagle2", "ttt"), ("baseline", "ttt3")),
+        gain("fused low/mid/high features raise τ further (eagle3 vs ttt3: EAGLE-1 block, 1M tokens, 2 epochs)",
+             ("ttt", "ttt+fused"), ("ttt3", "eagle3")),
+        keeps_rising("with the training-time test τ keeps rising with data (100k → 1M), more than without",
+                     ("ttt3-100k", "regen-100k"), ("ttt3", "baseline")),
     ]
-    names = [n for n in table if n.startswith(("regen", "baseline", "ttt", "fused", "eagle3"))] or list(got)
+    names = [n for n in table if n.startswith(("regen", "baseline", "all-cosine", "layers2-all-cosine", "ttt",
+                                               "fused", "eagle3"))]
     rows = [[name, *_ablation_cells(table.get(name))] for name in names]
     plots = []
     curve = res.cache / ABLATE_HEAD / "tau_vs_tokens.png"
@@ -451,8 +472,10 @@ def eagle3(res: Results, plot_dir: Path) -> Section:
         plots[0].write_bytes(curve.read_bytes())
     return Section(
         "EAGLE-3: training-time test, fused features, τ against data (make ablate-head)",
-        "Read from make ablate-head's table (rows of conf/ablate/smollm2-135m.yaml; this command trains none of them); "
-        "training cost: the train min column.", findings, ["row", *ABLATION_COLUMNS], rows, plots, [source])
+        "Read from make ablate-head's committed result file (rows of conf/ablate/smollm2-135m.yaml; this command trains "
+        "none of them): EAGLE-3's own block at the shipped row's scale against the EAGLE-1 block at equal data and "
+        "epochs, then the earlier rows that put EAGLE-3's ingredients on the EAGLE-1 block. Training cost: the "
+        "train min column.", findings, ["row", *ABLATION_COLUMNS], rows, plots, [source])
 
 
 ABLATION_COLUMNS = ["loss tokens", "epochs", "held-out top-1", "0-α", "1-α", "τ", "speedup", "train min", "status"]

@@ -56,11 +56,12 @@ def machine_label(device: torch.device) -> str:
 CHECKOUT_FILE = "checkout.json"
 
 
-def checkout_commit(root: Path) -> tuple[str, bool]:
-    """(short commit hash, whether tracked or untracked files differ from it) of the git checkout at `root`."""
+def checkout_commit(root: Path, exclude: tuple[str, ...] = ()) -> tuple[str, bool]:
+    """(short commit hash, whether tracked or untracked files differ from it) of the git checkout at `root`; changes
+    under the `exclude` paths (e.g. the result files being written) do not count."""
     try:
         commit = _git(root, "rev-parse", "--short", "HEAD")
-        changed = bool(_git(root, "status", "--porcelain"))
+        changed = bool(_git(root, "status", "--porcelain", "--", ".", *(f":(exclude){p}" for p in exclude)))
     except (OSError, subprocess.CalledProcessError):
         raise EagleError(f"{str(root)!r} is not a git checkout; a result file needs the commit it measured") from None
     return commit, changed

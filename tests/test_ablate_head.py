@@ -174,6 +174,7 @@ def test_other_spec_runs_its_recipe_with_its_questions_and_skips_heldout_tau(mon
     monkeypatch.setattr(ab, "tau_row", lambda out, spec, name, row, bench="": calls.append(
         ("tau", bench, spec["eval"]["questions"])) or 1.5)
     monkeypatch.setattr(ab, "speed_row", lambda out, spec, name, row: {"speedup": 1.1, "speed_cpu": "cpu"})
-    ab.main(["--spec", "draft-inputs", "--rows", "input-token-200k", "--questions", "2"])
+    ab.main(["--spec", "draft-inputs", "--rows", "input-token-200k", "--questions", "2", "--results-root",
+             str(tmp_path)])
     assert calls == [("train", tmp_path / "ablate-draft-inputs", "smollm2-135m"), ("tau", "", 2)]
     assert "| input-token-200k |" in (tmp_path / "ablate-draft-inputs" / "table.md").read_text()

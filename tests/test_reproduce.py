@@ -8,7 +8,8 @@ import pytest
 
 import eval.reproduce as rp
 from eagle_infer.errors import EagleError
-from eval import ablate_head, throughput
+from eval import ablate_head, findings, throughput
+from eval.ablation_file import ablation_path, merge_ablation
 from eval.records import RecordWriter
 from eval.reproduce_plan import ABLATION_SPEC, EXPERIMENTS, STATIC_DEPTH, STATIC_NODES
 from eval.verdict import FAILS, HOLDS, PENDING, WEAKER, AtMost, Larger, Near, verdict
@@ -42,6 +43,7 @@ def setup(tmp_path, monkeypatch):
             json.dumps({"question_id": f"{bench}-{i}", "category": "c", "turns": [f"question {i}?"]}) + "\n"
             for i in range(5)))
     monkeypatch.setenv("EAGLE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(findings, "REPO", tmp_path)  # the checkout whose committed ablation file is read: none yet
     monkeypatch.chdir(tmp_path)
     calls = []
 
@@ -153,9 +155,9 @@ def test_page_has_every_section_with_verdicts_and_pending_rows(setup, tmp_path):
     assert "**pending** | input-token-200k: pending: features hold 5 loss tokens" in lines[
         "features beat tokens slightly (few draft parameters)"]
     assert "(-0.04) | **does not hold**" in lines["feature & unshifted token: much higher 1-α than feature only"]
-    # make ablate-head's rows were never trained here: pending, with the command that trains them
+    # make ablate-head's rows are not in the checkout's result file: pending, with the command that trains them
     assert "**pending** | not trained: make ablate-head ROWS=baseline,ttt3" in lines[
-        "the training-time test raises τ (ttt3 vs baseline: 1M tokens, 2 epochs)"]
+        "the training-time test raises τ (ttt3 vs baseline: EAGLE-1 block, 1M tokens, 2 epochs)"]
     assert "**LIMIT = 2**: each benchmark's first 2 questions" in page
     assert "minutes per step: mt-bench-t0" in page
     for plot in ("alpha", "throughput", "position", "calibration"):
@@ -163,8 +165,25 @@ def test_page_has_every_section_with_verdicts_and_pending_rows(setup, tmp_path):
         assert (tmp_path / "docs/reproduction" / f"{plot}.png").read_bytes()[:4] == b"\x89PNG"
     csv_lines = (tmp_path / "docs/reproduction/findings.csv").read_text().splitlines()
     assert len(csv_lines) == 1 + len(lines) and all(f"## {title}" in page for title in SECTIONS)
-    # pending: the token row (×1), 1-α…4-α (no fake chain reached 2), Table 6 at 100k (×1), EAGLE-3 (×3)
-    assert sum(line.count("**pending**") for line in lines.values()) == 6
+    # pending: the token row (×1), 1-α…4-α (no fake chain reached 2), Table 6 at 100k (×1), EAGLE-3 (×6)
+    assert sum(line.count("**pending**") for line in lines.values()) == 9
+
+
+def test_eagle3_findings_read_the_committed_ablation_file(setup, tmp_path):
+    """make ablate-head's rows come from docs/results/data/ablation/smollm2-135m.csv of the checkout, not the cache."""
+    taus = {"all-cosine-300k": 1.6, "all-cosine-2400k": 2.3, "eagle3-block-k7-300k": 1.5,
+            "eagle3-block-k7-2400k": 2.6, "regen-100k": 1.5, "fixed-100k": 1.4}
+    merge_ablation(ablation_path(tmp_path, "smollm2-135m"), [{"row": r, "tau": t} for r, t in taus.items()], [])
+    page = rp.reproduce(2, str(setup[0]), rp.Path("results/reproduce"), rp.Path("docs/reproduction.md"))
+    lines = summary(page)
+    assert "τ 2.30 → 2.60 (+13%) | **holds weaker**" in lines[
+        "EAGLE-3's block (fused features, 7-step training-time test) beats the EAGLE-1 block at equal data and epochs "
+        "(2.4M tokens, 5 epochs)"]
+    assert "docs/results/data/ablation/smollm2-135m.csv" in page.split("## EAGLE-3")[1]
+    assert "τ gain +1.10 with the test, +0.70 without | **holds**" in lines[
+        "with EAGLE-3's block τ keeps rising with data (300k → 2.4M), more than with EAGLE-1's"]
+    assert "τ 1.40 → 1.50 (+7%)" in lines["target-generated answers beat fixed data at equal tokens (regen-100k vs "
+                                          "fixed-100k)"]
 
 
 def summary(page: str) -> dict[str, str]:

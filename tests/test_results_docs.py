@@ -17,7 +17,7 @@ from eval.cli import EvalRunConf
 from eval.headline import begin, headline_result, method_results
 from eval.result_file import (DATA_DIR, HeadlineResult, MethodResult, RunSettings, platform_slug, read_all,
                               read_result, result_path, write_result)
-from eval.results_docs import BEGIN, END, FORMATS, PAGES_DIR, README, cell, rendered, stale, write_docs
+from eval.results_docs import BEGIN, END, FORMATS, PAGES_DIR, README, TRAINING, cell, rendered, stale, write_docs
 
 ROOT = Path(__file__).resolve().parent.parent
 FIGURE = re.compile(r"(?<![\w.-])\d+(?:\.\d+)?")
@@ -50,6 +50,8 @@ def checkout_copy(tmp_path: Path, results: list[HeadlineResult]) -> Path:
     root = tmp_path / "checkout"
     root.mkdir()
     shutil.copy(ROOT / README, root / README)
+    (root / TRAINING).parent.mkdir(parents=True)
+    shutil.copy(ROOT / TRAINING, root / TRAINING)
     for result in results:
         write_result(result, result_path(root, result.machine))
     write_docs(root)
@@ -104,7 +106,7 @@ def test_readme_without_its_block_is_refused(tmp_path):
     root = tmp_path / "checkout"
     (root / DATA_DIR).mkdir(parents=True)
     (root / README).write_text("# A README\n" + BEGIN + "\n")
-    with pytest.raises(EagleError, match="no single headline block"):
+    with pytest.raises(EagleError, match="no single generated block"):
         rendered(root)
 
 
