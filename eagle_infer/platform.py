@@ -58,6 +58,16 @@ def cpu() -> CpuInfo:
     return CpuInfo(model, frozenset(fields.get("flags", "").split()))
 
 
+def machine_label(device: torch.device) -> str:
+    """The machine a run used, in words: the GPU's name, or the CPU's model with its widest matmul extension."""
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else cpu().label
+
+
+def machine_facts(target) -> dict:
+    """{"machine": its label, "threads": torch's CPU threads}: what a stage records beside its seconds."""
+    return {"machine": machine_label(target.device), "threads": torch.get_num_threads()}
+
+
 def cpu_has_bf16_matmul() -> bool:
     return cpu().bf16_matmul
 

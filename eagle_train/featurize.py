@@ -16,6 +16,7 @@ from tqdm import tqdm
 
 from eagle_infer.chat import Message, loss_mask, render
 from eagle_infer.errors import EagleError
+from eagle_infer.platform import machine_facts
 
 from eagle_infer.draft_head import eagle3_layers
 
@@ -185,6 +186,7 @@ def featurize(conversations: list[list[Message]], target, out_dir: str | Path, c
             else:
                 encoded.append(result)
         hidden: list = [None] * len(encoded)
+        shard_forward_s = forward_s
         with _flash_attention(target):
             for batch in _batches([len(ids) for ids, _ in encoded], cfg.batch_tokens):
                 start = time.perf_counter()
@@ -198,7 +200,8 @@ def featurize(conversations: list[list[Message]], target, out_dir: str | Path, c
         samples = [(ids, mask, h, a) for (ids, mask), (h, a) in zip(encoded, hidden)]
         tokens = write_shard(out / shard_name(index), samples, store) if samples else 0
         stats = {"file": shard_name(index), "conversations": len(samples), "tokens": tokens,
-                 "loss_tokens": sum(sum(m) for _, m, _, _ in samples), "skipped": skipped}
+                 "loss_tokens": sum(sum(m) for _, m, _, _ in samples), "skipped": skipped,
+                 "forward_s": round(forward_s - shard_forward_s, 2), **machine_facts(target)}
         tmp = out / (stats_name(index) + ".tmp")
         tmp.write_text(json.dumps(stats) + "\n")
         tmp.rename(out / stats_name(index))

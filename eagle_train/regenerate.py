@@ -23,6 +23,7 @@ from tqdm import tqdm
 
 from eagle_infer.chat import Message, prompt_ids, stop_ids
 from eagle_infer.errors import EagleError
+from eagle_infer.platform import machine_facts
 
 log = logging.getLogger(__name__)
 REGENERATED_DIR = "regenerated"
@@ -141,6 +142,7 @@ def regenerated_shard(chunk: list[list[Message]], index: int, out_dir: Path, eng
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps({
         **expected, "regenerated": len(picked), "answer_tokens": answer_tokens, "regenerate_s": seconds,
+        **machine_facts(engine.target),
         "conversations": [None if c is None else [(m.role, m.content) for m in c] for c in convs],
     }))
     tmp.rename(path)

@@ -38,6 +38,7 @@ from eagle_infer.chat import Message, render, stop_ids
 from eagle_infer.config import InferConf
 from eagle_infer.engine import Engine
 from eagle_infer.errors import EagleError
+from eagle_infer.platform import machine_facts
 from eagle_infer.verify import SamplingParams
 from eval.benchmarks import BENCHMARKS, load_benchmark
 from eval.cli import BenchConf, data_dir
@@ -170,7 +171,8 @@ def _write_shard(path: Path, shard: int, sampler: Sampler, conf: SelfPromptConf,
         else:
             rejected.setdefault(reason, []).append(tokenizer.decode(sample.tokens) if text is None else text)
     record = {**sampler.settings, "shard": shard, "seed": seed, "sampled": conf.shard_size,
-              "generated_tokens": result.new_tokens, "seconds": seconds, "kept": prompts, "rejected": rejected}
+              "generated_tokens": result.new_tokens, "seconds": seconds, **machine_facts(sampler.engine.target),
+              "kept": prompts, "rejected": rejected}
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(record, indent=1))
     tmp.rename(path)

@@ -22,7 +22,7 @@ from omegaconf import OmegaConf
 
 from eagle_infer.cli_support import one_line_errors
 from eagle_infer.errors import EagleError
-from eagle_infer.platform import cpu, resolve_device, resolve_dtype
+from eagle_infer.platform import machine_label, resolve_device, resolve_dtype
 
 from .cli import EvalRunConf
 from .metrics import ALL, summarize
@@ -46,11 +46,6 @@ def method_results(records: list[dict]) -> list[MethodResult]:
     return [MethodResult(row.method, row.questions, row.new_tokens, round(row.tok_s, 2),
                          rounded(row.speedup_vs_vanilla, 3), rounded(row.tau, 3), rounded(row.identical_share, 3))
             for row in summarize(records) if row.benchmark == ALL]
-
-
-def machine_label(device: torch.device) -> str:
-    """The GPU's name, or the CPU's model with its widest matmul extension."""
-    return torch.cuda.get_device_name(device) if device.type == "cuda" else cpu().label
 
 
 CHECKOUT_FILE = "checkout.json"

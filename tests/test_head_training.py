@@ -20,6 +20,7 @@ from eagle_infer.config import InferConf
 from eagle_infer.engine import Engine
 from eagle_infer.errors import EagleError
 from eagle_infer.draft_head import eagle3_layers
+from eagle_infer.platform import cpu
 from eagle_infer.target import compile_target
 from eagle_infer.tree import additive_mask
 from eagle_train.featurize import FeaturizeConfig, featurize
@@ -312,6 +313,8 @@ def test_regeneration_answers_with_the_engine_and_is_reused(tiny_smol, tmp_path,
     monkeypatch.setattr(regenerate_mod, "answer_turns", lambda *a, **k: pytest.fail("answered again"))
     again, info = regenerated_shard(convs, 0, tmp_path, engine, settings, batch_size=4)
     assert again == out and info["regenerate_s"] == 0.0
+    record = json.loads((tmp_path / "regenerated" / "shard-00000.json").read_text())  # what stage_times reads
+    assert record["regenerate_s"] > 0 and (record["machine"], record["threads"]) == (cpu().label, torch.get_num_threads())
     with pytest.raises(EagleError, match="was regenerated with fraction=0.5, not 1.0"):
         regenerated_shard(convs, 0, tmp_path, engine, dataclasses.replace(settings, fraction=1.0), batch_size=4)
     with pytest.raises(EagleError, match="was regenerated with fingerprint="):

@@ -24,6 +24,7 @@ from eagle_infer.engine import Engine
 from eagle_infer.errors import EagleError
 from eagle_train.featurize import FeaturizeConfig, featurize
 from eagle_train.features import Manifest, read_samples, shard_name
+from eagle_train.stage_times import stage_times
 from eagle_train.objective import frequent_tokens
 from eagle_train.train import TrainConfig, train
 
@@ -90,6 +91,12 @@ def assert_same_weights(a, b):
 # --- featurize -----------------------------------------------------------------------------------------------------
 
 
+def counts(manifest: Manifest) -> Manifest:
+    """The manifest without its shards' times and machines (a redone shard takes another time)."""
+    timing = ("forward_s", "machine", "threads")
+    return dataclasses.replace(manifest, shards=[{k: v for k, v in s.items() if k not in timing} for s in manifest.shards])
+
+
 def test_featurize_manifest_and_rerun(tmp_path, tiny_smol, monkeypatch):
     convs = conversations()[:N_TRAIN]
     out = tmp_path / "train"
@@ -105,6 +112,9 @@ def test_featurize_manifest_and_rerun(tmp_path, tiny_smol, monkeypatch):
     ]
     assert (manifest.target, manifest.hidden_size, manifest.vocab_size) == ("tiny-smol", 64, len(tiny_smol.tokenizer))
     assert Manifest.load(out) == manifest
+    assert all(s["forward_s"] >= 0 and s["machine"] and s["threads"] >= 1 for s in manifest.shards)
+    times = stage_times(tmp_path)
+    assert [(t.stage, t.shards, t.units) for t in times] == [("forward", 3, manifest.tokens)]
 
     samples = read_samples(out)
     assert len(samples) == N_TRAIN
@@ -125,7 +135,7 @@ def test_featurize_manifest_and_rerun(tmp_path, tiny_smol, monkeypatch):
     assert {p.name: p.stat().st_mtime_ns for p in out.glob("shard-*")} == mtimes
 
     (out / shard_name(1)).unlink()  # as if interrupted while writing shard 1
-    assert featurize(convs, tiny_smol, out, FEAT) == manifest
+    assert counts(featurize(convs, tiny_smol, out, FEAT)) == counts(manifest)
     assert sum(calls) == 8  # only shard 1's conversations went through the target again
     assert {p.name: p.stat().st_mtime_ns for p in out.glob("shard-*") if not p.name.startswith("shard-00001")} == {
         k: v for k, v in mtimes.items() if not k.startswith("shard-00001")
@@ -137,7 +147,7 @@ def test_featurize_manifest_and_rerun(tmp_path, tiny_smol, monkeypatch):
     with pytest.raises(EagleError, match=f"^feature shard '{shard}' cannot be read .*featurize again"):
         read_samples(out)
     shard.unlink()  # as the error says: featurize redoes that shard alone
-    assert featurize(convs, tiny_smol, out, FEAT) == manifest
+    assert counts(featurize(convs, tiny_smol, out, FEAT)) == counts(manifest)
     assert [s.input_ids.tolist() for s in read_samples(out)] == [s.input_ids.tolist() for s in samples]
 
     with pytest.raises(EagleError, match="max_length=96, not 64"):

@@ -1,0 +1,83 @@
+"""How long each data stage took, read from what the stages record: `python -m eagle_train.stage_times DIR [DIR ...]`.
+
+For each feature directory (a recipe's `data.features_dir`):
+- self-prompts: `self-prompts/shard-*.json` (seconds; samples written, prompts kept);
+- regenerate: `train|heldout/regenerated/shard-*.json` (regenerate_s; answer tokens);
+- forward: `train|heldout/shard-*.json` (forward_s; tokens).
+A stage reports its shards, how many recorded their time (shards written before times were recorded, or answers
+read back from another run, have none), the seconds and units of those that did, their rate, and the machines and
+threads they ran on. No model is loaded.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from eagle_infer.cli_support import one_line_errors
+from eagle_infer.errors import EagleError
+
+SPLITS = ("train", "heldout")
+
+
+@dataclass(frozen=True)
+class StageTime:
+    """One stage of one feature directory, summed over its shards that recorded a time."""
+
+    directory: str
+    stage: str
+    shards: int
+    timed: int
+    seconds: float
+    units: int  # of the timed shards
+    unit: str
+    machines: tuple[str, ...]  # "<label>, <n> threads", sorted
+
+    @property
+    def rate(self) -> float | None:
+        return self.units / self.seconds if self.seconds else None
+
+
+def _stage(directory: Path, stage: str, files: list[Path], seconds_key: str, units_key: str, unit: str) -> StageTime:
+    records = [json.loads(p.read_text()) for p in files]
+    timed = [r for r in records if r.get(seconds_key)]
+    machines = sorted({f"{r['machine']}, {r['threads']} threads" for r in timed if "machine" in r})
+    return StageTime(str(directory), stage, len(records), len(timed), sum(r[seconds_key] for r in timed),
+                     sum(r[units_key] for r in timed), unit, tuple(machines))
+
+
+def stage_times(directory: str | Path) -> list[StageTime]:
+    """The stages found in a feature directory, in pipeline order (a stage with no shard is left out)."""
+    root = Path(directory)
+    if not root.is_dir():
+        raise EagleError(f"feature directory {str(root)!r} does not exist; expected a recipe's data.features_dir")
+    stages = [
+        _stage(root, "self-prompts", sorted((root / "self-prompts").glob("shard-*.json")), "seconds", "sampled",
+               "samples"),
+        _stage(root, "regenerate", [p for s in SPLITS for p in sorted((root / s / "regenerated").glob("shard-*.json"))],
+               "regenerate_s", "answer_tokens", "answer tokens"),
+        _stage(root, "forward", [p for s in SPLITS for p in sorted((root / s).glob("shard-*.json"))], "forward_s",
+               "tokens", "tokens"),
+    ]
+    return [s for s in stages if s.shards]
+
+
+def table(times: list[StageTime]) -> str:
+    from eval.markdown import table as markdown
+
+    return markdown(["directory", "stage", "shards timed", "minutes", "rate", "machine"], [
+        [Path(t.directory).name, t.stage, f"{t.timed} of {t.shards}", f"{t.seconds / 60:.1f}",
+         "—" if t.rate is None else f"{t.rate:.3g} {t.unit}/s", "; ".join(t.machines) or "—"] for t in times])
+
+
+@one_line_errors
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("directories", nargs="+", type=Path)
+    args = parser.parse_args(argv)
+    print(table([t for d in args.directories for t in stage_times(d)]), end="")
+
+
+if __name__ == "__main__":
+    main()
