@@ -97,6 +97,15 @@ def build_head_config(target, cfg: TrainConfig, head: HeadConf) -> DraftHeadConf
         raise EagleError(f"unknown head.features {head.features!r}: expected last or fused")
     if head.layers < 1:
         raise EagleError(f"head.layers {head.layers} is invalid: expected >= 1")
+    if head.block == "eagle3" and head.features != "fused":
+        raise EagleError(f"head.block=eagle3 reads EAGLE-3's fused low/middle/high layers: expected head.features=fused, "
+                         f"got {head.features!r}")
+    if head.block == "eagle3" and cfg.ttt_steps < 0:
+        raise EagleError(f"train.ttt_steps {cfg.ttt_steps} gives EAGLE-3's block K = {cfg.ttt_steps + 1} unrolled steps: "
+                         "expected K >= 1 (ttt_steps >= 0; the reference trains K = 7, ttt_steps=6)")
+    if cfg.draft_vocab_size > target.vocab_size:
+        raise EagleError(f"train.draft_vocab_size {cfg.draft_vocab_size} is larger than the target's vocabulary of "
+                         f"{target.vocab_size}: expected at most {target.vocab_size} (0 = the full vocabulary)")
     config = DraftHeadConfig.of_target(target, cfg.input_mode)
     config.draft_vocab_size, config.layers = cfg.draft_vocab_size, head.layers
     config.feature_layers = list(eagle3_layers(target.config.num_hidden_layers)) if head.features == "fused" else []

@@ -228,9 +228,17 @@ def test_bad_head_and_objective_settings(deep_target):
     with pytest.raises(EagleError, match="unknown draft head block 'eagle2': expected one of eagle, eagle3"):
         build_head_config(deep_target, cfg, HeadConf(block="eagle2"))
     with pytest.raises(EagleError, match="an eagle3 draft head has one decoder layer, not 2"):
-        build_head_config(deep_target, cfg, HeadConf(block="eagle3", layers=2))
+        build_head_config(deep_target, cfg, HeadConf(block="eagle3", layers=2, features="fused"))
     with pytest.raises(EagleError, match="expected train.w_reg=0 and train.draft_vocab_size > 0, got 1.0 and 0"):
+        build_head_config(deep_target, cfg, HeadConf(block="eagle3", features="fused"))
+    with pytest.raises(EagleError, match="head.block=eagle3 reads EAGLE-3's fused .*expected head.features=fused, got 'last'"):
         build_head_config(deep_target, cfg, HeadConf(block="eagle3"))
+    with pytest.raises(EagleError, match=r"train.ttt_steps -1 gives EAGLE-3's block K = 0 unrolled steps: expected K >= 1"):
+        build_head_config(deep_target, dataclasses.replace(cfg, ttt_steps=-1), HeadConf(block="eagle3", features="fused"))
+    too_many = deep_target.vocab_size + 1
+    with pytest.raises(EagleError, match=f"train.draft_vocab_size {too_many} is larger than the target's vocabulary of "
+                                         f"{deep_target.vocab_size}: expected at most {deep_target.vocab_size}"):
+        build_head_config(deep_target, dataclasses.replace(cfg, draft_vocab_size=too_many), HeadConf())
     with pytest.raises(EagleError, match="unknown loss normalisation 'batch': expected loss_token or position"):
         objective(dataclasses.replace(cfg, loss_per="batch"), 512)
     for bad in (-1, 512):
