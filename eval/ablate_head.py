@@ -26,6 +26,7 @@ import csv
 import json
 import logging
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -39,7 +40,7 @@ from eagle_infer.platform import cache_root, cpu
 from eagle_train.cli import TrainRunConf  # noqa: F401 (registers the schema `recipes=` composes over)
 from eagle_train.launch import accelerator_env, free_port
 from eagle_train.train import ALPHA_STEPS  # the held-out α positions every row reports
-from eval.ablation_file import FIGURES, ablation_path, merge_ablation
+from eval.ablation_file import FIGURES, ablation_path, merge_ablation, plot_path, read_ablation
 from eval.headline import checkout_commit
 from eval.markdown import table
 
@@ -406,9 +407,13 @@ def main(argv: list[str] | None = None) -> None:
             args.results_root, args.spec or args.recipe, spec, out, results)
         if recorded:
             print(f"updated {recorded}: commit it, then run make results-docs")
-        picture = plot(out, results)
+        # τ against data for every row the committed file holds (rows of earlier sessions too), else this run's
+        committed = read_ablation(ablation_path(args.results_root, args.spec or args.recipe))
+        picture = plot(out, list(committed.values()) if committed else results)
         if picture:
             print(f"plot: {picture}")
+        if picture and recorded:
+            shutil.copyfile(picture, plot_path(args.results_root, args.spec or args.recipe))
         if args.coverage:
             print(coverage(out, name))
     except EagleError as err:

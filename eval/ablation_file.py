@@ -3,7 +3,8 @@
 `make ablate-head` merges every finished row into it: a row measured again replaces its line, rows it did not run
 keep theirs (rows trained in other sessions or on other machines stay), and lines follow the spec's row order, rows
 no longer in the spec last. `make results-docs` renders docs/training.md's ablation table from it, and `make
-reproduce` reads its EAGLE-3 rows from it. Columns (COLUMNS; an empty cell is a figure not measured):
+reproduce` reads its EAGLE-3 rows from it; when it changes, ablate-head also redraws `plot_path`'s τ-against-data
+plot from all of the file's rows. Columns (COLUMNS; an empty cell is a figure not measured):
 
 - row, loss_tokens (training loss tokens), epochs, top1 (held-out top-1), alpha_0..alpha_6 (simulated chain
   acceptance on the held-out split), tau (EAGLE-2, fixed tree, MT-bench first turns), tau_heldout (the same on the
@@ -32,6 +33,11 @@ ABLATION_DIR = DATA_DIR / "ablation"
 def ablation_path(root: str | Path, spec: str) -> Path:
     """Where spec `spec`'s ablation file lives under the checkout `root`."""
     return Path(root) / ABLATION_DIR / f"{spec}.csv"
+
+
+def plot_path(root: str | Path, spec: str) -> Path:
+    """Where `make ablate-head` puts spec `spec`'s τ-against-data plot of the file's rows, for docs/training.md."""
+    return Path(root) / DATA_DIR.parent / f"ablation-{spec}-tau-vs-tokens.png"
 
 
 def _value(column: str, text: str):

@@ -16,7 +16,7 @@ from eagle_infer.draft_head import INPUT_MODES
 from eval import published as pub
 from eval import throughput
 from eval.ablate_head import load_spec
-from eval.ablation_file import ablation_path, read_ablation
+from eval.ablation_file import ablation_path, plot_path, read_ablation
 from eval.metrics import ALL, CycleRow, Row, alpha, calibration, cycle_split, summarize
 from eval.records import read_records
 from eval.report import line_plot
@@ -466,7 +466,7 @@ def eagle3(res: Results, plot_dir: Path) -> Section:
                                                "fused", "eagle3"))]
     rows = [[name, *_ablation_cells(table.get(name))] for name in names]
     plots = []
-    curve = res.cache / ABLATE_HEAD / "tau_vs_tokens.png"
+    curve = plot_path(res.root, ABLATE_HEAD_SPEC)
     if curve.exists():
         plots.append(plot_dir / "tau_vs_tokens.png")
         plots[0].write_bytes(curve.read_bytes())
