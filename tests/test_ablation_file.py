@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -70,11 +69,8 @@ def test_results_docs_render_the_training_table_from_the_file(tmp_path):
     assert stale(root) == [root / TRAINING]
 
 
-def test_ablate_head_records_finished_rows_with_their_training_machine(tmp_path):
-    repo = tmp_path / "repo"
-    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
-    subprocess.run(["git", "init", "-q", str(repo)], check=True)
-    subprocess.run([*git, "commit", "-q", "--allow-empty", "-m", "empty"], check=True)
+def test_ablate_head_records_finished_rows_with_their_training_machine(tmp_path, git_checkout):
+    repo = git_checkout
     out = tmp_path / "runs"
     (out / "done" / "head").mkdir(parents=True)
     (out / "done" / "summary.json").write_text(json.dumps({"loss_tokens": 10, "epochs": 1, "train_s": 60.0}))

@@ -11,7 +11,7 @@ import torch
 from eagle_infer.chat import VICUNA_SYSTEM, Message
 from eagle_infer.errors import EagleError
 from eagle_train import self_prompts as self_prompts_mod
-from eagle_train.cli import DataConf, FeaturizeConfig, TrainRunConf, _check_self_answers, _conversations, prompt_categories
+from eagle_train.cli import CATEGORIES_DIR, DataConf, FeaturizeConfig, TrainRunConf, _check_self_answers, _conversations, prompt_categories
 from eagle_train.near_duplicates import DuplicateIndex, normalise
 from eagle_train.prompt_categories import CATEGORIES, OTHER, agreement, category_report, classify, share_table
 from eagle_train.prompt_filters import QualityThresholds, quality_reason
@@ -148,7 +148,7 @@ def run_conf(tmp_path, source, **data) -> TrainRunConf:
                                       self_prompts_dir=str(tmp_path / "prompts"), **data))
 
 
-def test_mix_ratio_and_parts(talker, tmp_path):
+def test_mix_ratio_and_parts(talker, tmp_path, git_checkout):
     source = tmp_path / "sharegpt.jsonl"
     source.write_text("".join(json.dumps({"conversations": [{"from": "human", "value": f"question {i}"},
                                                             {"from": "gpt", "value": f"answer {i}"}]}) + "\n"
@@ -161,6 +161,11 @@ def test_mix_ratio_and_parts(talker, tmp_path):
     assert part2 == [[Message("user", p)] for p in read_self_prompts(tmp_path / "prompts")[4:7]]  # the next three
     report = prompt_categories(run_conf(tmp_path, str(source), conversations=6, heldout=2, self_fraction=0.5))
     assert "| category | self-written (" in report and (tmp_path / "prompts" / "categories.md").exists()
+    named = dataclasses.replace(run_conf(tmp_path, str(source), conversations=6, heldout=2, self_fraction=0.5),
+                                recipe="trial")
+    prompt_categories(named, results_root=git_checkout)  # a named recipe's report is also a result file
+    text = (git_checkout / CATEGORIES_DIR / "trial-categories.md").read_text()
+    assert "`python -m eagle_train.cli recipes=trial stage=prompt-categories`, commit " in text and report in text
 
     with pytest.raises(EagleError, match="data.self_fraction 1.5 is invalid"):
         _conversations(run_conf(tmp_path, str(source), self_fraction=1.5), talker)
