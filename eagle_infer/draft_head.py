@@ -283,10 +283,22 @@ def full_vocabulary(sub: torch.Tensor, draft_vocab: torch.Tensor | None, vocab_s
 
 
 def random_head(target, seed: int = 0, input_mode: str = "feature+shifted_token", layers: int = 1,
-                feature_layers: list[int] | None = None) -> DraftHead:
-    """An untrained head (deterministic for a seed): low acceptance, same output; lets the engine run before training."""
+                feature_layers: list[int] | None = None, draft_vocab: torch.Tensor | None = None,
+                block: str = "eagle") -> DraftHead:
+    """An untrained head (deterministic for a seed): low acceptance, same output; lets the engine run before training.
+    `draft_vocab` ([Vd] distinct target ids) restricts its drafts; block "eagle3" builds EAGLE-3's block, fused over
+    `feature_layers` (default: eagle3_layers of the target), its own norm and LM head starting from the target's."""
     config = DraftHeadConfig.of_target(target, input_mode)
-    config.layers, config.feature_layers = layers, list(feature_layers or [])
+    if block == "eagle3" and feature_layers is None:
+        feature_layers = list(eagle3_layers(target.config.num_hidden_layers))
+    config.layers, config.feature_layers, config.block = layers, list(feature_layers or []), block
+    config.draft_vocab_size = 0 if draft_vocab is None else draft_vocab.numel()
+    config.check()
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        return DraftHead(config, target).eval()
+        head = DraftHead(config, target).eval()
+    if draft_vocab is not None:
+        head.set_draft_vocab(draft_vocab)
+    if block == "eagle3":
+        head.start_from_target()
+    return head
