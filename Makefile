@@ -118,11 +118,19 @@ sweep-batch: $(STAMP)
 	$(PY) -m eval.sweep results/$(SWEEP)-batch
 
 # Which training choices make a head good, one factor at a time (rows in conf/ablate/$(MODEL).yaml): each row trains
-# a head (resumable), measures τ on 10 MT-bench first turns, and adds a line to <cache root>/ablate-head/table.md; also
-# the τ-vs-training-tokens plot and the draft-vocabulary coverage table. ROWS=a,b runs only those rows.
+# a head (resumable), measures τ on 10 MT-bench first turns, and merges its line into the committed
+# docs/results/data/ablation/$(MODEL).csv (and <cache root>/ablate-head/table.md); also the τ-vs-training-tokens plot
+# and the draft-vocabulary coverage table. ROWS=a,b runs only those rows.
 ROWS ?=
 ablate-head: $(STAMP)
 	$(PY) -m eval.ablate_head --recipe $(MODEL) $(if $(ROWS),--rows $(ROWS)) --coverage
+
+# An ablation row's head becomes eagle_infer/heads/$(MODEL), its card written from the row's files (eval/ship_head.py),
+# then the README's shipped-head block is regenerated. ROW=<row of conf/ablate/$(MODEL).yaml>.
+.PHONY: ship-head
+ship-head: $(STAMP)
+	$(PY) -m eval.ship_head --row $(ROW) --spec $(MODEL)
+	$(PY) -m eval.results_docs
 
 # The EAGLE papers' findings against ours (SmolLM2, shipped head) with a verdict each: docs/reproduction.md and its
 # plots (eval/reproduce.py). Resumable; LIMIT=n questions per benchmark (default 10); DATA_DIR: bench.data_dir.

@@ -51,6 +51,13 @@ def _row(name: str, value) -> str:
     return f"| {name} | {value} |"
 
 
+def stage_text(stage: dict) -> str:
+    """A data stage's time as a card states it (stage: eagle_train.stage_times.StageTime as a dict)."""
+    where = f" on {'; '.join(stage['machines'])}" if stage["machines"] else ""
+    return (f"{stage['seconds'] / 60:.1f} min for {stage['units']:,} {stage['unit']} ({stage['timed']} of "
+            f"{stage['shards']} shards timed){where}")
+
+
 def card(config: DraftHeadConfig, facts: dict) -> str:
     """The card's Markdown for a head of `config`; `facts` as train() gathers them (missing ones are left out)."""
     shape = (f"EAGLE-3 block (fused layers {config.feature_layers}, own LM head)" if config.block == "eagle3"
@@ -85,6 +92,11 @@ def card(config: DraftHeadConfig, facts: dict) -> str:
         lines.append(_row("held-out chain acceptance 0-α…", " / ".join("–" if a != a else f"{a:.2f}" for a in alphas)))
     for tau in facts.get("tau", []):
         lines.append(_row(f"τ, {tau['what']}", f"{tau['value']:.2f} (`{tau['command']}`; {tau['machine']})"))
+    if facts.get("speedup"):
+        speed = facts["speedup"]
+        lines.append(_row(speed["what"], f"{speed['value']:.2f}x (`{speed['command']}`; {speed['machine']})"))
+    for stage in facts.get("stages", []):
+        lines.append(_row(f"data stage {stage['stage']} ({stage['directory']})", stage_text(stage)))
     if not facts.get("tau"):
         lines.append(_row("τ", "not measured yet: `python -m eval.cli model.name=" + config.target + " methods=[eagle2] "
                                "infer.head=<this directory> bench.names=[mt_bench] bench.limit=10 bench.max_turns=1`"))

@@ -124,6 +124,20 @@ def _read_config(directory: Path) -> dict:
     return raw
 
 
+def _toolkit_config(raw: dict) -> DraftHeadConfig:
+    config = DraftHeadConfig(**{k: v for k, v in raw.items() if k in set(DraftHeadConfig.__dataclass_fields__)})
+    config.check()
+    return config
+
+
+def load_config(directory: str | Path) -> DraftHeadConfig:
+    """The DraftHeadConfig of a head this toolkit saved in `directory` (no target needed)."""
+    raw = _read_config(Path(directory))
+    if "target" not in raw:
+        raise EagleError(f"{str(Path(directory) / CONFIG_FILE)!r} is not this toolkit's head config (no 'target')")
+    return _toolkit_config(raw)
+
+
 def head_directory(name: str | Path) -> Path:
     """A head's local directory: `name` itself, or for a hub id ("owner/name") its snapshot, downloaded on first use
     into the Hugging Face cache; offline or unknown, a one-line error naming the id and the local alternative."""
@@ -163,9 +177,7 @@ def load_head(directory: str | Path, target) -> DraftHead:
     raw = _read_config(directory)
     state = _upgrade_keys(_read_weights(directory))
     if "target" in raw:  # this toolkit's format
-        known = set(DraftHeadConfig.__dataclass_fields__)
-        config = DraftHeadConfig(**{k: v for k, v in raw.items() if k in known})
-        config.check()
+        config = _toolkit_config(raw)
         config.check_matches(target, str(directory))
     else:  # published EAGLE head: its config is the target's LlamaConfig
         config = _published_config(raw, state, target, where)

@@ -1,0 +1,91 @@
+"""`make ship-head ROW=<row>` (python -m eval.ship_head): an ablation row's head becomes the shipped head.
+
+Copies `<cache root>/ablate-head/<row>/head` (its weights and config) into `eagle_infer/heads/<model>` of the checkout
+and writes the card (`eagle_infer.head_card`) from files only: the training facts of the row's own card (data, loss
+tokens, steps, training time and machine), the row's line of the committed ablation file (held-out top-1 and α, τ
+on MT-bench and on held-out prompts, EAGLE-2 × vanilla with the machine it ran on), and each data stage's time from
+the row's feature directories (`eagle_train.stage_times`). `make results-docs` then renders the README's shipped-head
+block from that card. A row missing from the ablation file, or without a trained head, is refused in one line.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+from dataclasses import asdict
+from pathlib import Path
+
+from eagle_infer.cli_support import REPO, one_line_errors
+from eagle_infer.errors import EagleError
+from eagle_infer.platform import cache_root
+
+from .ablation_file import ablation_path, read_ablation
+
+HEAD_FILES = ("model.safetensors", "config.json")
+
+
+def shipped_dir(root: Path, model: str) -> Path:
+    return root / "eagle_infer" / "heads" / model
+
+
+def ship_facts(row: str, line: dict, trained: dict, stages: list[dict], command: str) -> dict:
+    """The shipped card's facts: the row's training facts, its ablation figures (each with the command that measured
+    it) and its data stages' times."""
+    tau = [{"what": "10 MT-bench first turns, fixed tree (depth 6, top-k 8, 32 tokens)", "value": line["tau"],
+            "command": command, "machine": f"{line['trained_on']}, bfloat16 unpacked"}]
+    if line.get("tau_heldout") is not None:
+        tau.append({"what": "10 held-out first turns of its recipe, same tree", "value": line["tau_heldout"],
+                    "command": command, "machine": f"{line['trained_on']}, bfloat16 unpacked"})
+    facts = {**{k: v for k, v in trained.items() if k not in ("tau", "stages")}, "ablation_row": row, "tau": tau,
+             "stages": stages}
+    if line.get("speedup") is not None:
+        facts["speedup"] = {"what": "EAGLE-2 tok/s over vanilla's, 10 MT-bench first turns, the defaults",
+                            "value": line["speedup"], "command": command, "machine": line["speed_cpu"]}
+    return facts
+
+
+def ship(row: str, spec_name: str, root: Path, out: Path) -> Path:
+    """Copy row `row`'s head (trained under `out`) into the checkout `root` as the shipped head; returns its card."""
+    from eagle_infer.head_checkpoint import load_config
+    from eagle_infer.head_card import write_card
+    from eagle_train.stage_times import stage_times
+
+    from .ablate_head import load_spec, recipe, row_overrides
+
+    lines = read_ablation(ablation_path(root, spec_name))
+    if row not in lines:
+        raise EagleError(f"ablation row {row!r} is not in {ablation_path(root, spec_name)}: expected a row make "
+                         f"ablate-head finished, one of {', '.join(lines) or 'none yet'}")
+    head = out / row / "head"
+    if not all((head / f).exists() for f in HEAD_FILES):
+        raise EagleError(f"{head} holds no trained head ({', '.join(HEAD_FILES)}): run make ablate-head ROWS={row}")
+    spec = load_spec(spec_name)
+    row_spec = next(r for r in spec["rows"] if r["name"] == row)
+    name = spec["recipe"]
+    _, feature_dirs = row_overrides(spec, name, row_spec)
+    roots = [Path(f).parent for f in feature_dirs]
+    stages = [{**asdict(t), "directory": Path(t.directory).name} for d in roots if d.is_dir() for t in stage_times(d)]
+    trained = json.loads((head / "card.json").read_text()) if (head / "card.json").exists() else {}
+    dest = shipped_dir(root, recipe(name)["model"]["name"])
+    dest.mkdir(parents=True, exist_ok=True)
+    for f in HEAD_FILES:
+        shutil.copyfile(head / f, dest / f)
+    facts = ship_facts(row, lines[row], trained, stages, f"make ablate-head ROWS={row}")
+    return write_card(dest, load_config(dest), facts)
+
+
+@one_line_errors
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--row", required=True, help="the ablation row whose head to ship")
+    parser.add_argument("--spec", default="smollm2-135m", help="the ablation spec (conf/ablate/<spec>.yaml)")
+    parser.add_argument("--out", type=Path, default=None, help="where the rows were trained (default: "
+                        "<cache root>/ablate-head)")
+    parser.add_argument("--root", type=Path, default=REPO, help="the checkout (default: this one)")
+    args = parser.parse_args(argv)
+    card = ship(args.row, args.spec, args.root, args.out or cache_root() / "ablate-head")
+    print(f"shipped {args.row}: {card.parent} (commit it, then run make results-docs)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,53 @@
+"""make ship-head: an ablation row's head becomes the shipped head, its card written from files only (the row's own
+card, its line of the committed ablation file, its feature directories' stage records); bad rows are one line."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from eagle_infer.draft_head import random_head
+from eagle_infer.errors import EagleError
+from eval.ablation_file import ablation_path, merge_ablation
+from eval.results_docs import shipped_block
+from eval.ship_head import HEAD_FILES, ship, shipped_dir
+from tests.oracles import scaled_target
+
+ROW = "regen-100k"  # a row of conf/ablate/smollm2-135m.yaml, trained on recipes/smollm2-135m.yaml's features
+
+
+def test_ship_copies_the_head_and_writes_its_card_from_files(tmp_path, monkeypatch):
+    monkeypatch.setenv("EAGLE_CACHE", str(tmp_path / "cache"))
+    root, out = tmp_path / "checkout", tmp_path / "runs"
+    with pytest.raises(EagleError, match=f"ablation row '{ROW}' is not in .*smollm2-135m.csv: expected a row make "
+                                         "ablate-head finished, one of none yet"):
+        ship(ROW, "smollm2-135m", root, out)
+    merge_ablation(ablation_path(root, "smollm2-135m"), [{
+        "row": ROW, "loss_tokens": 100, "epochs": 2, "top1": 0.5, "tau": 1.5, "tau_heldout": 1.75, "speedup": 1.25,
+        "speed_cpu": "Some CPU AMX", "trained_on": "Some CPU, 2 threads", "commit": "abc1234"}], [])
+    with pytest.raises(EagleError, match=f"holds no trained head .*: run make ablate-head ROWS={ROW}"):
+        ship(ROW, "smollm2-135m", root, out)
+    random_head(scaled_target(vocab=96, seed=1, name="smollm2-135m"), seed=1).save(out / ROW / "head")
+    (out / ROW / "head" / "card.json").write_text(json.dumps({"recipe": "smollm2-135m", "loss_tokens": 100,
+                                                              "steps": 3, "train_s": 90.0, "machine": "Some CPU"}))
+    features = tmp_path / "cache" / "features" / "smollm2-135m" / "train"
+    (features / "regenerated").mkdir(parents=True)
+    (features / "shard-00000.json").write_text(json.dumps({"tokens": 400, "forward_s": 2.0, "machine": "Some CPU AMX",
+                                                           "threads": 2}))
+    (features / "regenerated" / "shard-00000.json").write_text(json.dumps({"answer_tokens": 300, "regenerate_s": 60.0}))
+
+    card = ship(ROW, "smollm2-135m", root, out)
+    dest = shipped_dir(root, "smollm2-135m")
+    assert card == dest / "README.md" and all((dest / f).read_bytes() == (out / ROW / "head" / f).read_bytes()
+                                              for f in HEAD_FILES)
+    facts = json.loads((dest / "card.json").read_text())
+    assert facts["ablation_row"] == ROW and facts["train_s"] == 90.0
+    assert [t["value"] for t in facts["tau"]] == [1.5, 1.75] and facts["tau"][0]["command"] == f"make ablate-head ROWS={ROW}"
+    assert facts["speedup"]["value"] == 1.25 and facts["speedup"]["machine"] == "Some CPU AMX"
+    assert [(s["stage"], s["units"], s["machines"]) for s in facts["stages"]] == [
+        ("regenerate", 300, []), ("forward", 400, ["Some CPU AMX, 2 threads"])]
+    text = card.read_text()
+    assert "| data stage forward (smollm2-135m) | 0.0 min for 400 tokens (1 of 1 shards timed) on Some CPU AMX" in text
+    block = shipped_block(root)
+    assert "| data stage regenerate (smollm2-135m) | 1.0 min for 300 answer tokens (1 of 1 shards timed) |" in block
+    assert "| EAGLE-2 tok/s over vanilla's, 10 MT-bench first turns, the defaults | 1.25x" in block
