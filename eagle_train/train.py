@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import random
 import time
@@ -226,17 +227,19 @@ def evaluate(head, samples, dtype, device, obj: Objective = Objective()) -> dict
     head.eval()
     sums, tokens = {}, 0.0
     tried, hit = [0] * ALPHA_STEPS, [0] * ALPHA_STEPS
+    weights = {}
     for s in samples:
         out = losses(head, collate([s], dtype, device, head.config.fused), noise=0.0, objective=obj, accuracy=True)
         n = float(out["tokens"])
         tokens += n
-        for k in ("loss", "reg_loss", "cls_loss", "top1", "top3"):
-            sums[k] = sums.get(k, 0.0) + float(out[k]) * n
+        for k, v in out.items():  # loss, reg_loss, cls_loss, top1, top3, and per training-time-test step loss_k, top1_k
+            if k != "tokens" and not math.isnan(float(v)):  # a step past a short sample's end has no top1_k
+                sums[k], weights[k] = sums.get(k, 0.0) + float(v) * n, weights.get(k, 0.0) + n
         for k, (t, h) in enumerate(chain_acceptance(head, s, steps=ALPHA_STEPS, dtype=dtype)):
             tried[k] += t
             hit[k] += h
     head.train()
-    result = {f"heldout/{k}": v / max(tokens, 1) for k, v in sums.items()}
+    result = {f"heldout/{k}": v / max(weights[k], 1) for k, v in sums.items()}
     result.update({f"heldout/alpha_{k}": hit[k] / tried[k] if tried[k] else float("nan") for k in range(ALPHA_STEPS)})
     return result
 
@@ -331,6 +334,7 @@ def train(cfg: TrainConfig, target, head_shape: HeadConf = HeadConf(), provenanc
         if rank == 0:
             log.info("resumed from step %d (epoch %d, micro batch %d)", step, epoch, position)
             _truncate_jsonl(out / "eval.jsonl", lambda r: r["step"] <= step)
+            _truncate_jsonl(out / "train.jsonl", lambda r: r["step"] <= step)
         _truncate_jsonl(out / f"seen-rank{rank}.jsonl", lambda r: (r["epoch"], r["position"]) < (epoch, position))
     run = _wandb(cfg, rank, {**asdict(cfg), "deepspeed": ds_config, "manifest_tokens": manifest.tokens})
     seen_path = out / f"seen-rank{rank}.jsonl"  # which micro batches were trained on, for audits and tests
@@ -367,6 +371,9 @@ def train(cfg: TrainConfig, target, head_shape: HeadConf = HeadConf(), provenanc
                 metrics = {k: float(v.detach()) for k, v in result.items() if k != "tokens"}
                 metrics.update({"train/tok_s": rate, "lr": engine.get_lr()[0], "step": step})
                 bar.set_postfix(loss=f"{metrics['loss']:.3f}", tok_s=f"{rate:.0f}")
+                if rank == 0:  # the loss curves (every step's last micro batch; per-step terms with the test)
+                    with (out / "train.jsonl").open("a") as f:
+                        f.write(json.dumps({"epoch": epoch, **metrics}) + "\n")
                 if run:
                     run.log({f"train/{k}" if "/" not in k else k: v for k, v in metrics.items()}, step=step)
                 if heldout and (step % cfg.eval_every == 0 or step == total_steps) and rank == 0:

@@ -356,6 +356,9 @@ def test_train_fused_head_with_ttt_then_decode_losslessly(tiny_smol6, deepspeed_
     layers = 2 if block == "eagle" else 1
     metrics = train(cfg, tiny_smol6, HeadConf(layers=layers, features="fused", block=block))
     assert metrics["step"] == 6 and "heldout/alpha_6" in metrics and "loss_2" in metrics
+    # held-out per-step accuracy and loss of the training-time test (the curves an EAGLE-3 reading needs)
+    assert {"heldout/top1_1", "heldout/top1_2", "heldout/loss_1", "heldout/loss_2"} <= set(metrics)
+    assert 0 <= metrics["heldout/top1_2"] <= 1
     head = load_head(tmp_path / "run" / "head", tiny_smol6)
     assert (head.config.block, head.config.layers, head.config.feature_layers) == (block, layers, [1, 2, 2])
     prompt = prompt_ids(tiny_smol6.tokenizer, [Message("user", "Count from 3.")], tiny_smol6.template)

@@ -185,6 +185,8 @@ def test_featurize_train_load_roundtrip(features, tiny_smol, deepspeed_cpu_env, 
     metrics = train(train_config(features, out_dir), tiny_smol)
 
     assert metrics["step"] == 30 and len(train_losses) == 30
+    curve = [json.loads(line) for line in (out_dir / "train.jsonl").read_text().splitlines()]
+    assert [c["step"] for c in curve] == list(range(1, 31)) and [c["loss"] for c in curve] == pytest.approx(train_losses)
     evals = [json.loads(line) for line in (out_dir / "eval.jsonl").read_text().splitlines()]
     assert [e["step"] for e in evals] == [10, 20, 30]
     assert evals[-1]["heldout/loss"] < evals[0]["heldout/loss"]
@@ -271,6 +273,8 @@ def test_resume_after_crash(features, tiny_smol, deepspeed_cpu_env, reference_ru
 
     metrics = train(cfg, tiny_smol)
     assert metrics["step"] == 20
+    curve = [json.loads(line)["step"] for line in (out_dir / "train.jsonl").read_text().splitlines()]
+    assert curve == list(range(1, 21))  # steps 6 and 7 of the crashed run were cut back with the checkpoint
     log = seen(out_dir)
     if len(log) == 20:  # the log was cut back to the checkpoint on resume
         assert log == seen(reference_run)
