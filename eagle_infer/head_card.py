@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 from .draft_head import DraftHeadConfig
-from .platform import cpu
+from .platform import machine_label
 from .registry import lookup
 
 CARD_FILE = "README.md"
@@ -41,10 +41,11 @@ def target_revision(target) -> str:
 
 
 def machine(target) -> str:
-    """The device a run used, in words: the GPU's name or the CPU's model."""
+    """The device a run used, in words: the GPU's name, or the CPU's model and widest matmul extension with torch's
+    threads."""
     if target.device.type == "cuda":
-        return torch.cuda.get_device_name(target.device)
-    return cpu().model
+        return machine_label(target.device)
+    return f"{machine_label(target.device)}, {torch.get_num_threads()} threads"
 
 
 def _row(name: str, value) -> str:
