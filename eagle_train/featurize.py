@@ -201,7 +201,7 @@ def featurize(conversations: list[list[Message]], target, out_dir: str | Path, c
         tokens = write_shard(out / shard_name(index), samples, store) if samples else 0
         stats = {"file": shard_name(index), "conversations": len(samples), "tokens": tokens,
                  "loss_tokens": sum(sum(m) for _, m, _, _ in samples), "skipped": skipped,
-                 "forward_s": round(forward_s - shard_forward_s, 2), **machine_facts(target)}
+                 "forward_s": round(forward_s - shard_forward_s, 4), **machine_facts(target)}
         tmp = out / (stats_name(index) + ".tmp")
         tmp.write_text(json.dumps(stats) + "\n")
         tmp.rename(out / stats_name(index))

@@ -41,7 +41,7 @@ class StageTime:
 
 def _stage(directory: Path, stage: str, files: list[Path], seconds_key: str, units_key: str, unit: str) -> StageTime:
     records = [json.loads(p.read_text()) for p in files]
-    timed = [r for r in records if r.get(seconds_key)]
+    timed = [r for r in records if r.get(seconds_key) is not None]  # 0.0 is a time (a tiny shard)
     machines = sorted({f"{r['machine']}, {r['threads']} threads" for r in timed if "machine" in r})
     return StageTime(str(directory), stage, len(records), len(timed), sum(r[seconds_key] for r in timed),
                      sum(r[units_key] for r in timed), unit, tuple(machines))

@@ -1,0 +1,32 @@
+"""stage_times reads the seconds each shard recorded; a shard without a time is counted but not timed."""
+import json
+
+import pytest
+
+from eagle_infer.errors import EagleError
+from eagle_train.stage_times import stage_times, table
+
+
+def _write(path, record):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record))
+
+
+def test_stage_times_counts_zero_second_shards_and_skips_untimed(tmp_path):
+    machine = {"machine": "CPU X", "threads": 2}
+    _write(tmp_path / "train" / "shard-00000.json", {"tokens": 100, "forward_s": 0.0, **machine})  # tiny: rounds to 0
+    _write(tmp_path / "train" / "shard-00001.json", {"tokens": 300, "forward_s": 2.0, **machine})
+    _write(tmp_path / "heldout" / "shard-00000.json", {"tokens": 50})  # written before times were recorded
+    _write(tmp_path / "train" / "regenerated" / "shard-00000.json", {"answer_tokens": 40, "regenerate_s": 4.0, **machine})
+    times = {t.stage: t for t in stage_times(tmp_path)}
+    assert set(times) == {"regenerate", "forward"}  # no self-prompts shard: stage left out
+    forward = times["forward"]
+    assert (forward.shards, forward.timed, forward.units, forward.seconds) == (3, 2, 400, 2.0)
+    assert forward.rate == 200 and forward.machines == ("CPU X, 2 threads",)
+    assert times["regenerate"].rate == 10
+    assert "2 of 3" in table(list(times.values()))
+
+
+def test_stage_times_names_a_missing_directory(tmp_path):
+    with pytest.raises(EagleError, match="does not exist"):
+        stage_times(tmp_path / "nope")
