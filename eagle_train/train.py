@@ -333,9 +333,10 @@ def train(cfg: TrainConfig, target, head_shape: HeadConf = HeadConf(), provenanc
         before = client.get("elapsed", 0.0)
         if rank == 0:
             log.info("resumed from step %d (epoch %d, micro batch %d)", step, epoch, position)
-            _truncate_jsonl(out / "eval.jsonl", lambda r: r["step"] <= step)
-            _truncate_jsonl(out / "train.jsonl", lambda r: r["step"] <= step)
-        _truncate_jsonl(out / f"seen-rank{rank}.jsonl", lambda r: (r["epoch"], r["position"]) < (epoch, position))
+    if rank == 0:  # a run interrupted before its first checkpoint starts over: its lines go too
+        _truncate_jsonl(out / "eval.jsonl", lambda r: r["step"] <= step)
+        _truncate_jsonl(out / "train.jsonl", lambda r: r["step"] <= step)
+    _truncate_jsonl(out / f"seen-rank{rank}.jsonl", lambda r: (r["epoch"], r["position"]) < (epoch, position))
     run = _wandb(cfg, rank, {**asdict(cfg), "deepspeed": ds_config, "manifest_tokens": manifest.tokens})
     seen_path = out / f"seen-rank{rank}.jsonl"  # which micro batches were trained on, for audits and tests
     bar = tqdm(total=total_steps, initial=step, desc="train", disable=rank != 0, unit="step")

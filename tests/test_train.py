@@ -247,44 +247,39 @@ def test_resume_after_finished_run(features, tiny_smol, deepspeed_cpu_env, refer
 
 
 def test_resume_after_crash(features, tiny_smol, deepspeed_cpu_env, reference_run, tmp_path, monkeypatch):
-    """A crash in step 8 with save_every=5 resumes from the step-5 checkpoint and redoes micro batches 5..6.
+    """A crash in step 8 with save_every=5 resumes from the step-5 checkpoint and redoes micro batches 5..6; a crash
+    in step 3, before the first checkpoint, starts over. Either way the loss curve and the seen log are cut back to
+    the checkpoint (nothing stale, nothing repeated) and equal the uninterrupted run's."""
+    real_losses = train_mod.losses
 
-    The seen log is append-only, so it then holds micro batches 5 and 6 twice: the entries written after the
-    checkpoint by the crashed run are stale. Cut at the checkpoint position, the log equals the uninterrupted run's.
-    """
-    real_losses, calls = train_mod.losses, []
+    def crash_at(n):
+        calls = []
 
-    def crash_at_step_8(head, batch, *args, **kwargs):
-        if head.training:
-            calls.append(1)
-            if len(calls) == 8:
-                raise RuntimeError("simulated crash in step 8")
-        return real_losses(head, batch, *args, **kwargs)
+        def losses(head, batch, *args, **kwargs):
+            if head.training:
+                calls.append(1)
+                if len(calls) == n:
+                    raise RuntimeError(f"simulated crash in step {n}")
+            return real_losses(head, batch, *args, **kwargs)
+        return losses
 
-    out_dir = tmp_path / "crashed"
-    cfg = train_config(features, out_dir, **RESUME, max_steps=20)
-    with monkeypatch.context() as m:
-        m.setattr(train_mod, "losses", crash_at_step_8)
-        with pytest.raises(RuntimeError, match="simulated crash"):
-            train(cfg, tiny_smol)
-    assert (out_dir / "checkpoints" / "latest").read_text().strip() == "step5"
-    crashed = seen(out_dir)
-    assert [e["position"] for e in crashed] == list(range(7))  # steps 1..7 were trained
+    for crash_step, checkpoint in ((8, "step5"), (3, None)):
+        out_dir = tmp_path / f"crashed-{crash_step}"
+        cfg = train_config(features, out_dir, **RESUME, max_steps=20)
+        with monkeypatch.context() as m:
+            m.setattr(train_mod, "losses", crash_at(crash_step))
+            with pytest.raises(RuntimeError, match="simulated crash"):
+                train(cfg, tiny_smol)
+        latest = out_dir / "checkpoints" / "latest"
+        assert (latest.read_text().strip() if latest.exists() else None) == checkpoint
+        assert [e["position"] for e in seen(out_dir)] == list(range(crash_step - 1))  # steps before the crash
 
-    metrics = train(cfg, tiny_smol)
-    assert metrics["step"] == 20
-    curve = [json.loads(line)["step"] for line in (out_dir / "train.jsonl").read_text().splitlines()]
-    assert curve == list(range(1, 21))  # steps 6 and 7 of the crashed run were cut back with the checkpoint
-    log = seen(out_dir)
-    if len(log) == 20:  # the log was cut back to the checkpoint on resume
-        assert log == seen(reference_run)
-    else:  # append-only log (current behaviour): the crashed run's entries past the checkpoint are stale
-        assert len(log) == 22
-        resumed = log[len(crashed):]
-        assert [(e["epoch"], e["position"]) for e in resumed[:2]] == [(0, 5), (0, 6)]  # redone from the checkpoint
-        assert resumed[:2] == crashed[5:7]  # ... with the same samples
-        assert log[:5] + resumed == seen(reference_run)  # nothing lost, nothing repeated after the checkpoint
-    assert_same_weights(out_dir, reference_run)
+        metrics = train(cfg, tiny_smol)
+        assert metrics["step"] == 20
+        curve = [json.loads(line)["step"] for line in (out_dir / "train.jsonl").read_text().splitlines()]
+        assert curve == list(range(1, 21)), crash_step  # the crashed run's steps past the checkpoint were cut
+        assert seen(out_dir) == seen(reference_run), crash_step
+        assert_same_weights(out_dir, reference_run)
 
 
 def ds_engines(monkeypatch) -> list:
