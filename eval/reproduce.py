@@ -102,8 +102,9 @@ def reproduce(limit: int, data_dir: str | None, results: Path, doc: Path, doc_on
     machine = f"{cpu().label}, {torch.get_num_threads()} torch thread(s)"
 
     def page() -> str:
-        stamp = Stamp(f"make reproduce LIMIT={limit}", limit, machine, _commit(),
-                      read_records(results / LEDGER) if (results / LEDGER).exists() else [],
+        ledger = read_records(results / LEDGER) if (results / LEDGER).exists() else []
+        ran_on = list(dict.fromkeys(e["machine"] for e in ledger if e.get("machine")))  # where the steps ran
+        stamp = Stamp(f"make reproduce LIMIT={limit}", limit, "; ".join(ran_on) or machine, _commit(), ledger,
                       {name: shown(cmd) for name, (cmd, _) in steps.items()})
         res = findings.Results(results, ids, limit, cache)
         return write(doc, findings.sections(res, doc.parent / doc.stem), stamp)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 import eval.reproduce as rp
 from eagle_infer.errors import EagleError
@@ -140,6 +141,18 @@ def test_resume_runs_only_what_is_missing(setup, tmp_path):
     assert len(calls) == len(EXPERIMENTS) and runs == {"eval.cli", "eval.ablate_head"}
     records = (tmp_path / "results/reproduce/tasks/records.jsonl").read_text().splitlines()
     assert len(records) == 3 * 3 * 3  # three benchmarks × three methods × three questions, none twice
+
+
+def test_page_names_the_machines_the_steps_ran_on(setup, tmp_path, monkeypatch):
+    """A page rewritten with --doc-only on another machine still names where its figures were measured."""
+    data, _ = setup
+    rp.reproduce(2, str(data), rp.Path("results/reproduce"), rp.Path("docs/reproduction.md"))
+    ledger = tmp_path / "results/reproduce" / rp.LEDGER
+    ledger.write_text(ledger.read_text().replace(', "machine": "', ', "machine": "Elsewhere CPU, 7 threads; '))
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 5)
+    page = rp.reproduce(2, str(data), rp.Path("results/reproduce"), rp.Path("docs/reproduction.md"), doc_only=True)
+    machine_line = next(line for line in page.splitlines() if line.startswith("- **Machine**"))
+    assert "Elsewhere CPU, 7 threads" in machine_line and "5 torch thread" not in machine_line
 
 
 def test_page_has_every_section_with_verdicts_and_pending_rows(setup, tmp_path):
