@@ -27,7 +27,7 @@ $(STAMP): pyproject.toml constraints.txt
 	touch $(STAMP)
 
 test: $(STAMP)
-	$(PY) -m pytest -q -x tests
+	$(PY) -m pytest -q -x --durations=15 tests
 
 chat: $(STAMP)
 	$(PY) -m eagle_infer.cli $(ARGS)
