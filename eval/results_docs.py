@@ -100,6 +100,10 @@ def readme_block(results: list[HeadlineResult]) -> str:
     for result in results:
         parts.append(f"### {result.machine}\n\n{stamp(result)}: {settings_line(result)} "
                      f"([details](docs/results/{result.platform}.md)).\n\n{methods_table(result)}".rstrip("\n"))
+        if result.dtype in ("bfloat16", "float16"):
+            parts.append(f"In {result.dtype}, near-tied argmaxes can flip between a many-token verification and "
+                         "one-token steps, so \"identical to vanilla\" can be below 100 %; in float32, greedy output "
+                         "is vanilla's token for token (`make check-lossless`).")
     if not results:
         parts.append("No platform has a result file yet: run `make headline`.")
     parts.append(END)
