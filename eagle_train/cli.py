@@ -259,7 +259,8 @@ def train_dtype(cfg: TrainConfig) -> str:
 def _self_plan(data: DataConf) -> str:
     n, conf = self_count(data), data.self_prompts
     return (f"{n} with self-written prompts (temperature {conf.temperature}, top_p {conf.top_p}, up to "
-            f"{conf.max_tokens} tokens, shards of {conf.shard_size} samples), " if n else "")
+            f"{conf.max_tokens} tokens, shards of {conf.shard_size} samples"
+            f"{f', steered by {len(conf.system_prompts)} system prompts' if conf.system_prompts else ''}), " if n else "")
 
 
 def plan(cfg: TrainRunConf) -> str:

@@ -9,6 +9,9 @@ writes what a user would ask. The prompts kept here become one-turn conversation
 - sampling: vanilla decoding through the engine with `temperature` and `top_p`, up to `max_tokens` new tokens,
   stopping at the chat's stop ids (eagle_infer.chat.stop_ids) and at the marker's token when it is one token; a
   marker of several tokens ends the prompt where its text appears.
+- steering (optional): with `system_prompts` [P0 … Pn-1], request i of a shard is sampled after the header of a chat
+  whose system message is P(i mod n) (the Magpie paper's way to steer the domain: e.g. one system prompt per
+  MT-bench category, recipes/smollm2-135m-self-steered.yaml); each kept prompt records its system prompt's index.
 - rejection, one reason per sample, counted: `too_long` (no end of turn within max_tokens), `special_token`
   (another special token of the tokenizer in the text, e.g. a second header), the quality filters of
   eagle_train/prompt_filters.py (`too_short`, `repetitive`, `not_english`), `evaluation_set` (an exact or near
@@ -28,7 +31,7 @@ import json
 import logging
 import re
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Optional
 
@@ -67,6 +70,7 @@ class SelfPromptConf(QualityThresholds):
     batch_size: int = 48
     seed: int = 0
     eval_data_dir: Optional[str] = None
+    system_prompts: list[str] = field(default_factory=list)  # steering, module docstring; [] = the template's own
 
     def check(self) -> None:
         super().check()
@@ -81,12 +85,20 @@ class SelfPromptConf(QualityThresholds):
             raise EagleError(f"data.self_prompts.min_tokens {self.min_tokens} is invalid: expected <= max_tokens "
                              f"{self.max_tokens}")
         DuplicateIndex(self.near_duplicate)  # checks the threshold
+        for i, prompt in enumerate(self.system_prompts):
+            if not isinstance(prompt, str) or not prompt.strip():
+                raise EagleError(f"data.self_prompts.system_prompts[{i}] {prompt!r} is invalid: expected a non-empty "
+                                 "string")
 
 
-def user_header(tokenizer, template: str) -> tuple[str, str]:
+def user_header(tokenizer, template: str, system: str | None = None) -> tuple[str, str]:
     """(header, end marker) of `template`: the text rendered before a user message's content, and the first
-    non-whitespace run after it (the module docstring)."""
-    text = render([Message("user", SENTINEL)], tokenizer, template, add_generation_prompt=True).text
+    non-whitespace run after it (the module docstring); with `system`, after that system message."""
+    messages = ([Message("system", system)] if system is not None else []) + [Message("user", SENTINEL)]
+    text = render(messages, tokenizer, template, add_generation_prompt=True).text
+    if system is not None and system not in text:
+        raise EagleError(f"chat template {template!r} does not render a system message verbatim: "
+                         "data.self_prompts.system_prompts needs a template that does (or an empty list)")
     at = text.find(SENTINEL)
     end = re.match(r"\s*(\S+)", text[at + len(SENTINEL):]) if at >= 0 else None
     if end is None:
@@ -110,21 +122,26 @@ class Sampler:
     the stop ids, and the settings every shard records."""
 
     engine: Engine
-    header_ids: list[int]
+    header_ids: list[list[int]]  # one per system prompt (one, the template's own, without steering)
     marker: str
     stops: list[int]
     settings: dict
 
 
 def _sampler(target, conf: SelfPromptConf, evaluation: dict[str, list[str]]) -> Sampler:
-    header, marker = user_header(target.tokenizer, target.template)
+    headers = [user_header(target.tokenizer, target.template, system) for system in conf.system_prompts or [None]]
+    marker = headers[0][1]
     marker_ids = target.tokenizer(marker, add_special_tokens=False)["input_ids"]
     stops = sorted(set(stop_ids(target)) | (set(marker_ids) if len(marker_ids) == 1 else set()))
-    recorded = {k: v for k, v in asdict(conf).items() if k not in ("batch_size", "eval_data_dir")}
-    settings = {"target": target.name, "template": target.template, "header": header, **recorded,
+    # system_prompts is recorded only when set, so shards written before steering existed still read back
+    recorded = {k: v for k, v in asdict(conf).items()
+                if k not in ("batch_size", "eval_data_dir") and (k != "system_prompts" or v)}
+    settings = {"target": target.name, "template": target.template, **recorded,  # a setting named before its header
+                "header": headers[0][0] if len(headers) == 1 else [h for h, _ in headers],
                 "evaluation_sets": {name: len(turns) for name, turns in evaluation.items()}}
     engine = Engine(target, None, InferConf(method="vanilla", max_batch_size=conf.batch_size))
-    return Sampler(engine, target.tokenizer(header, add_special_tokens=False)["input_ids"], marker, stops, settings)
+    header_ids = [target.tokenizer(h, add_special_tokens=False)["input_ids"] for h, _ in headers]
+    return Sampler(engine, header_ids, marker, stops, settings)
 
 
 def _prompt_text(tokens: list[int], sampler: Sampler, tokenizer) -> str | None:
@@ -157,22 +174,24 @@ def _write_shard(path: Path, shard: int, sampler: Sampler, conf: SelfPromptConf,
     tokenizer = sampler.engine.target.tokenizer
     seed = (conf.seed * 1_000_003 + shard) * conf.shard_size
     start = time.perf_counter()
-    result = sampler.engine.generate_batch([sampler.header_ids] * conf.shard_size, conf.max_tokens,
+    systems = [i % len(sampler.header_ids) for i in range(conf.shard_size)]  # request i: system prompt i mod n
+    result = sampler.engine.generate_batch([sampler.header_ids[k] for k in systems], conf.max_tokens,
                                            SamplingParams(temperature=conf.temperature, top_p=conf.top_p),
                                            sampler.stops, seed=seed, batch_size=min(conf.batch_size, conf.shard_size))
     seconds = time.perf_counter() - start
-    prompts, rejected = [], {}
-    for sample in result.results:
+    prompts, kept_systems, rejected = [], [], {}
+    for system, sample in zip(systems, result.results):
         text = _prompt_text(sample.tokens, sampler, tokenizer)
         reason = _reason(text, tokenizer, conf, kept, banned)
         if reason is None:
             prompts.append(text)
+            kept_systems.append(system)
             kept.add(text)
         else:
             rejected.setdefault(reason, []).append(tokenizer.decode(sample.tokens) if text is None else text)
     record = {**sampler.settings, "shard": shard, "seed": seed, "sampled": conf.shard_size,
               "generated_tokens": result.new_tokens, "seconds": seconds, **machine_facts(sampler.engine.target),
-              "kept": prompts, "rejected": rejected}
+              "kept": prompts, "rejected": rejected, **({"kept_system": kept_systems} if conf.system_prompts else {})}
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(record, indent=1))
     tmp.rename(path)

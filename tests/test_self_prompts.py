@@ -8,7 +8,8 @@ import json
 import pytest
 import torch
 
-from eagle_infer.chat import VICUNA_SYSTEM, Message
+from eagle_infer.chat import VICUNA_SYSTEM, Message, render
+from eagle_infer.engine import Engine
 from eagle_infer.errors import EagleError
 from eagle_train import self_prompts as self_prompts_mod
 from eagle_train.cli import CATEGORIES_DIR, DataConf, FeaturizeConfig, TrainRunConf, _check_self_answers, _conversations, prompt_categories
@@ -54,6 +55,48 @@ def test_user_header_of_templates(smol_tok):
     assert user_header(None, "vicuna_v1.1") == (f"<s>{VICUNA_SYSTEM} USER: ", "ASSISTANT:")
     assert user_header(None, "llama2_chat") == ("<s>[INST] ", "[/INST]")
     assert user_header(None, "chatml") == ("<|im_start|>user\n", "<|im_end|>")
+
+
+def test_steering_system_prompts(smol_tok, talker, tmp_path, monkeypatch):
+    """system_prompts: request i follows system prompt i mod n; kept prompts name theirs; a run resumed with other
+    system prompts is refused; shards written without steering still read back; an empty entry is refused."""
+    header, marker = user_header(smol_tok, "tokenizer", "Ask about math.")
+    assert header == "<|im_start|>system\nAsk about math.<|im_end|>\n<|im_start|>user\n" and marker == "<|im_end|>"
+    assert user_header(None, "llama2_chat", "Ask about math.") == ("<s>[INST] <<SYS>>\nAsk about math.\n<</SYS>>\n\n",
+                                                                  "[/INST]")
+    dropping = lambda messages, *args, **kwargs: render([m for m in messages if m.role != "system"], *args, **kwargs)
+    with monkeypatch.context() as m:  # a template that drops system messages cannot steer
+        m.setattr(self_prompts_mod, "render", dropping)
+        with pytest.raises(EagleError, match="does not render a system message"):
+            user_header(None, "chatml", "Ask about math.")
+
+    seen = []
+    real = Engine.generate_batch
+
+    def recording(engine, prompts, *args, **kwargs):
+        seen.append([list(p) for p in prompts])  # each shard's requests: their headers
+        return real(engine, prompts, *args, **kwargs)
+
+    steered = settings(tmp_path, system_prompts=["Ask about math.", "Ask for a poem."])
+    monkeypatch.setattr(Engine, "generate_batch", recording)
+    prompts = write_self_prompts(talker, steered, tmp_path / "steered", 6)
+    monkeypatch.undo()
+    record = json.loads((tmp_path / "steered" / "shard-00000.json").read_text())
+    assert record["system_prompts"] == steered.system_prompts and len(record["header"]) == 2
+    assert len(record["kept_system"]) == len(record["kept"]) and set(record["kept_system"]) <= {0, 1}
+    rows = [smol_tok.decode(row) for row in seen[0]]
+    assert rows == [user_header(smol_tok, "tokenizer", steered.system_prompts[i % 2])[0] for i in range(8)]
+    assert len(prompts) == 6 and prompts[: len(record["kept"])] == record["kept"][:6]  # in shard order
+
+    with pytest.raises(EagleError, match="was written with system_prompts="):
+        write_self_prompts(talker, dataclasses.replace(steered, system_prompts=["Ask about code."]),
+                           tmp_path / "steered", 6)
+    plain = settings(tmp_path)
+    first = write_self_prompts(talker, plain, tmp_path / "plain", 4)
+    assert "system_prompts" not in json.loads((tmp_path / "plain" / "shard-00000.json").read_text())
+    assert write_self_prompts(talker, plain, tmp_path / "plain", 4) == first  # read back, not refused
+    with pytest.raises(EagleError, match=r"system_prompts\[1\] ' ' is invalid"):
+        write_self_prompts(talker, settings(tmp_path, system_prompts=["Ask.", " "]), tmp_path / "never", 4)
 
 
 def test_duplicates_exact_and_near():
