@@ -108,28 +108,34 @@ def _fixed_features(out: Path, spec: dict, name: str) -> Path:
 DATA_WORDS = ("fixed", "more", "self", "self-only")  # row overrides that name feature directories
 
 
+def _self_features(spec: dict, row: dict) -> Path:
+    return features_dir(row.get("self_features", spec["self_features"])) / "train"
+
+
 def row_overrides(spec: dict, name: str, row: dict) -> tuple[list[str], list[Path]]:
     """(the overrides a row trains with on top of recipes/<name>.yaml, later ones winning; its feature directories).
     The row's own overrides come after the spec's shared ones; DATA_WORDS name feature directories: `fixed`
-    ShareGPT's own answers, `more` the data's second part, `self` the recipe's features and the self-written
-    prompts' in equal shares of loss tokens, `self-only` the self-written prompts' two parts in equal shares."""
+    ShareGPT's own answers, `self` the recipe's features and the self-written prompts' in equal shares of loss
+    tokens, `self-only` the self-written prompts alone, `more` the data's second part (with `self-only`, the
+    self-written prompts' second part, in equal shares with the first). A row's `self_features` names another
+    recipe for the self-written prompts than the spec's."""
     words = [a for a in row["overrides"] if a in DATA_WORDS]
     args = [f"train.max_loss_tokens={row['loss_tokens']}", *spec.get("train", []),
             *(a for a in row["overrides"] if a not in DATA_WORDS)]
-    feats = [features_dir(name) / "train"]
+    feats, more = [features_dir(name) / "train"], spec.get("more_features")
     if "fixed" in words:  # ShareGPT's own answers (_fixed_features makes them)
         feats = [Path(spec["fixed_features"]) / "train"]
     if "self-only" in words:
-        feats = [features_dir(spec["self_features"]) / "train", features_dir(spec["self_more_features"]) / "train"]
+        feats, more = [_self_features(spec, row)], spec["self_more_features"]
     if "more" in words:  # the second part of the data, featurized by its own recipe
-        feats.append(features_dir(spec["more_features"]) / "train")
+        feats.append(features_dir(more) / "train")
     if "self" in words:
-        feats.append(features_dir(spec["self_features"]) / "train")
+        feats.append(_self_features(spec, row))
     if feats[0] != features_dir(name) / "train":
         args.append(f"train.features={feats[0]}")
     if len(feats) > 1:
         args.append(f"train.extra_features=[{','.join(str(f) for f in feats[1:])}]")
-    if {"self", "self-only"} & set(words):
+    if "self" in words or ("self-only" in words and len(feats) > 1):
         args.append("train.equal_shares=true")
     return args, feats
 
@@ -142,7 +148,7 @@ def train_row(out: Path, spec: dict, name: str, row: dict) -> str:
     args, feats = row_overrides(spec, name, row)
     if "fixed" in row["overrides"]:
         _fixed_features(out, spec, name)
-    equal = {"self", "self-only"} & set(row["overrides"])
+    equal = "train.equal_shares=true" in args
     have = min(_loss_tokens(f) for f in feats) * len(feats) if equal else sum(_loss_tokens(f) for f in feats)
     if have < row["loss_tokens"]:
         where = " + ".join(str(f) for f in feats)

@@ -70,7 +70,8 @@ def test_row_on_both_parts_counts_and_trains_on_both(out, monkeypatch):
 
 def test_self_rows_take_equal_shares_of_two_directories(out, monkeypatch):
     """`self`: the recipe's features and the self-written prompts' in equal shares of the row's loss tokens;
-    `self-only`: the two self-written parts alike. Pending until the smaller directory holds its share."""
+    `self-only` the self-written prompts alone, with `more` their two parts alike; a row's own `self_features` names
+    the self-written recipe. Pending until the smaller directory holds its share."""
     monkeypatch.setattr(ab, "_loss_tokens", lambda directory: 700 if "self" in str(directory) else 500)
     runs = []
     monkeypatch.setattr(ab, "_run", lambda cmd, log_path: runs.append(cmd))
@@ -80,10 +81,16 @@ def test_self_rows_take_equal_shares_of_two_directories(out, monkeypatch):
     assert ab.train_row(out, spec, "smollm2-135m", {**half, "loss_tokens": 1000}) == "done"
     assert "train.equal_shares=true" in runs[0] and not any(a.startswith("train.features=") for a in runs[0])
     assert [a for a in runs[0] if a.startswith("train.extra_features=")][0].endswith("smollm2-135m-self/train]")
-    only = {"name": "only", "loss_tokens": 1400, "overrides": ["self-only"]}
-    assert ab.train_row(out, spec, "smollm2-135m", only) == "done"
+    both = {"name": "both", "loss_tokens": 1400, "overrides": ["self-only", "more"]}
+    assert ab.train_row(out, spec, "smollm2-135m", both) == "done"
     assert any(a.startswith("train.features=") and a.endswith("smollm2-135m-self/train") for a in runs[1])
     assert [a for a in runs[1] if a.startswith("train.extra_features=")][0].endswith("smollm2-135m-self-part2/train]")
+    assert "train.equal_shares=true" in runs[1]
+    only = {"name": "only", "loss_tokens": 700, "self_features": "smollm2-135m-self-pilot", "overrides": ["self-only"]}
+    assert ab.train_row(out, spec, "smollm2-135m", {**only, "loss_tokens": 701}).startswith("pending")
+    assert ab.train_row(out, spec, "smollm2-135m", only) == "done"
+    assert any(a.startswith("train.features=") and a.endswith("smollm2-135m-self-pilot/train") for a in runs[2])
+    assert not any(a.startswith(("train.extra_features=", "train.equal_shares")) for a in runs[2])
 
 
 def test_trained_row_is_not_retrained_and_table_reads_its_summary(out, monkeypatch):
