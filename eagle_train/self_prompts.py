@@ -189,7 +189,7 @@ def _write_shard(path: Path, shard: int, sampler: Sampler, conf: SelfPromptConf,
             kept.add(text)
         else:
             rejected.setdefault(reason, []).append(tokenizer.decode(sample.tokens) if text is None else text)
-    record = {**sampler.settings, "shard": shard, "seed": seed, "sampled": conf.shard_size,
+    record = {**sampler.settings, "shard": shard, "shard_seed": seed, "sampled": conf.shard_size,
               "generated_tokens": result.new_tokens, "seconds": seconds, **machine_facts(sampler.engine.target),
               "kept": prompts, "rejected": rejected, **({"kept_system": kept_systems} if conf.system_prompts else {})}
     tmp = path.with_suffix(".tmp")

@@ -157,6 +157,8 @@ def test_resume_loses_and_repeats_nothing(talker, tmp_path, monkeypatch):
     monkeypatch.setattr(self_prompts_mod, "_write_shard", lambda path, shard, *a: written.append(shard) or real(path, shard, *a))
     assert write_self_prompts(talker, conf, tmp_path / "cut", 20) == whole
     assert written[0] == 1  # shard 0 was read back, not sampled again
+    written.clear()
+    assert write_self_prompts(talker, conf, tmp_path / "cut", 20) == whole and not written  # every shard read back
 
     files = sorted((tmp_path / "cut").iterdir())
     with pytest.raises(EagleError, match=r"shard-00000.json' was written with temperature=1.0, not 0.5"):
