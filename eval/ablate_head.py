@@ -34,7 +34,7 @@ from pathlib import Path
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from eagle_infer.cli_support import CONF_DIR, REPO, setup_logging
+from eagle_infer.cli_support import CONF_DIR, REPO, check_recipe_arg, setup_logging
 from eagle_infer.errors import EagleError
 from eagle_infer.platform import cache_root, cpu
 from eagle_train.cli import TrainRunConf  # noqa: F401 (registers the schema `recipes=` composes over)
@@ -53,6 +53,9 @@ def _load_yaml(path: Path) -> dict:
     return OmegaConf.to_container(OmegaConf.load(path), resolve=True)
 
 
+ROW_KEYS = {"name", "loss_tokens", "overrides", "self_features"}  # self_features: a row's own self-written recipe
+
+
 def load_spec(recipe: str) -> dict:
     path = REPO / "conf" / "ablate" / f"{recipe}.yaml"
     if not path.exists():
@@ -62,12 +65,17 @@ def load_spec(recipe: str) -> dict:
     names = [r["name"] for r in spec["rows"]]
     if len(set(names)) != len(names):
         raise EagleError(f"{path}: row names repeat: {names}")
+    for row in spec["rows"]:
+        if set(row) - ROW_KEYS:
+            raise EagleError(f"{path}: row {row['name']!r} has unknown keys {sorted(set(row) - ROW_KEYS)}: expected "
+                             f"{', '.join(sorted(ROW_KEYS))}")
     return spec
 
 
 def recipe(name: str) -> dict:
     """The training config `eagle_train.cli recipes=<name>` runs: composed by Hydra (the schema's defaults, the
     recipes in its defaults list, then its own keys), interpolations resolved."""
+    check_recipe_arg([f"recipes={name}"])
     with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
         cfg = compose("train", [f"recipes={name}", f"hydra.searchpath=[file://{REPO}]"])
     return OmegaConf.to_container(cfg, resolve=True)
@@ -109,7 +117,7 @@ DATA_WORDS = ("fixed", "more", "self", "self-only")  # row overrides that name f
 
 
 def _self_features(spec: dict, row: dict) -> Path:
-    return features_dir(row.get("self_features", spec["self_features"])) / "train"
+    return features_dir(row.get("self_features") or spec["self_features"]) / "train"
 
 
 def row_overrides(spec: dict, name: str, row: dict) -> tuple[list[str], list[Path]]:

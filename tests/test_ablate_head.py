@@ -24,6 +24,19 @@ def test_shipped_spec_rows_compose():
         ab.load_spec("nope")
 
 
+def test_bad_rows_are_one_line_errors(monkeypatch, tmp_path):
+    """A row key the driver does not read, or a recipe name that is not in recipes/, is refused naming it."""
+    row = {"name": "r", "loss_tokens": 1, "self_features": "smollm2-135m-nope", "overrides": ["self-only"]}
+    with pytest.raises(EagleError, match="unknown recipe 'smollm2-135m-nope'"):
+        ab.row_overrides({"self_more_features": "smollm2-135m-self-part2"}, "smollm2-135m", row)
+    (tmp_path / "conf" / "ablate").mkdir(parents=True)
+    (tmp_path / "conf" / "ablate" / "bad.yaml").write_text(
+        "rows:\n  - {name: r, loss_tokens: 1, overrides: [], self_feature: x}\n")
+    monkeypatch.setattr(ab, "REPO", tmp_path)
+    with pytest.raises(EagleError, match=r"row 'r' has unknown keys \['self_feature'\]"):
+        ab.load_spec("bad")
+
+
 def test_shipped_recipe_is_its_ablation_row():
     """recipes/smollm2-135m-shipped.yaml states the settings of the row it ships (layers2-all-cosine-2400k) a second
     time, so a recipe for `make train`; composed, the two must train the same head on the same data."""
