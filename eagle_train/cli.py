@@ -260,7 +260,8 @@ def _self_plan(data: DataConf) -> str:
     n, conf = self_count(data), data.self_prompts
     return (f"{n} with self-written prompts (temperature {conf.temperature}, top_p {conf.top_p}, up to "
             f"{conf.max_tokens} tokens, shards of {conf.shard_size} samples"
-            f"{f', steered by {len(conf.system_prompts)} system prompts' if conf.system_prompts else ''}), " if n else "")
+            f"{f', steered by {len(conf.system_prompts)} system prompts' if conf.system_prompts else ''}"
+            f"{f', {len(conf.openers)} openers' if conf.openers else ''}), " if n else "")
 
 
 def plan(cfg: TrainRunConf) -> str:

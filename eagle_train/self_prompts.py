@@ -12,6 +12,10 @@ writes what a user would ask. The prompts kept here become one-turn conversation
 - steering (optional): with `system_prompts` [P0 … Pn-1], request i of a shard is sampled after the header of a chat
   whose system message is P(i mod n) (the Magpie paper's way to steer the domain: e.g. one system prompt per
   MT-bench category, recipes/smollm2-135m-self-steered.yaml); each kept prompt records its system prompt's index.
+  With `openers` [O0 … Om-1], request i's user turn starts with O(i mod m) (prefilled after the header, so the
+  sample continues it and the kept prompt is the opener and its continuation: a stronger handle on what a small
+  model asks than a system message, recipes/smollm2-135m-self-openers.yaml); each kept prompt records its opener's
+  index. Both together: system prompt i mod n, opener i mod m.
 - rejection, one reason per sample, counted: `too_long` (no end of turn within max_tokens), `special_token`
   (another special token of the tokenizer in the text, e.g. a second header), the quality filters of
   eagle_train/prompt_filters.py (`too_short`, `repetitive`, `not_english`), `evaluation_set` (an exact or near
@@ -71,6 +75,7 @@ class SelfPromptConf(QualityThresholds):
     seed: int = 0
     eval_data_dir: Optional[str] = None
     system_prompts: list[str] = field(default_factory=list)  # steering, module docstring; [] = the template's own
+    openers: list[str] = field(default_factory=list)  # the user turn's first words (module docstring); [] = none
 
     def check(self) -> None:
         super().check()
@@ -85,10 +90,10 @@ class SelfPromptConf(QualityThresholds):
             raise EagleError(f"data.self_prompts.min_tokens {self.min_tokens} is invalid: expected <= max_tokens "
                              f"{self.max_tokens}")
         DuplicateIndex(self.near_duplicate)  # checks the threshold
-        for i, prompt in enumerate(self.system_prompts):
-            if not isinstance(prompt, str) or not prompt.strip():
-                raise EagleError(f"data.self_prompts.system_prompts[{i}] {prompt!r} is invalid: expected a non-empty "
-                                 "string")
+        for name in ("system_prompts", "openers"):
+            for i, text in enumerate(getattr(self, name)):
+                if not isinstance(text, str) or not text.strip():
+                    raise EagleError(f"data.self_prompts.{name}[{i}] {text!r} is invalid: expected a non-empty string")
 
 
 def user_header(tokenizer, template: str, system: str | None = None) -> tuple[str, str]:
@@ -122,7 +127,8 @@ class Sampler:
     the stop ids, and the settings every shard records."""
 
     engine: Engine
-    header_ids: list[list[int]]  # one per system prompt (one, the template's own, without steering)
+    headers: list[str]  # one per system prompt (one, the template's own, without steering)
+    openers: list[str]  # [""] without openers
     marker: str
     stops: list[int]
     settings: dict
@@ -133,22 +139,26 @@ def _sampler(target, conf: SelfPromptConf, evaluation: dict[str, list[str]]) -> 
     marker = headers[0][1]
     marker_ids = target.tokenizer(marker, add_special_tokens=False)["input_ids"]
     stops = sorted(set(stop_ids(target)) | (set(marker_ids) if len(marker_ids) == 1 else set()))
-    # system_prompts is recorded only when set, so shards written before steering existed still read back
+    # the steering settings are recorded only when set, so shards written before steering existed still read back
     recorded = {k: v for k, v in asdict(conf).items()
-                if k not in ("batch_size", "eval_data_dir") and (k != "system_prompts" or v)}
+                if k not in ("batch_size", "eval_data_dir") and (k not in ("system_prompts", "openers") or v)}
     settings = {"target": target.name, "template": target.template, **recorded,  # a setting named before its header
                 "header": headers[0][0] if len(headers) == 1 else [h for h, _ in headers],
                 "evaluation_sets": {name: len(turns) for name, turns in evaluation.items()}}
     engine = Engine(target, None, InferConf(method="vanilla", max_batch_size=conf.batch_size))
-    header_ids = [target.tokenizer(h, add_special_tokens=False)["input_ids"] for h, _ in headers]
-    return Sampler(engine, header_ids, marker, stops, settings)
+    return Sampler(engine, [h for h, _ in headers], conf.openers or [""], marker, stops, settings)
 
 
-def _prompt_text(tokens: list[int], sampler: Sampler, tokenizer) -> str | None:
-    """The prompt a sample wrote: its tokens before the first stop id, decoded and cut at the end-of-turn marker;
-    None when neither ends it (too long)."""
+def _request(sampler: Sampler, i: int) -> tuple[int, int]:
+    """(system prompt index, opener index) of request i of a shard: i mod each list's length."""
+    return i % len(sampler.headers), i % len(sampler.openers)
+
+
+def _prompt_text(tokens: list[int], sampler: Sampler, tokenizer, opener: str = "") -> str | None:
+    """The prompt a sample wrote after `opener`: the opener and its tokens before the first stop id, decoded and cut
+    at the end-of-turn marker; None when neither ends it (too long)."""
     cut = next((k for k, t in enumerate(tokens) if t in sampler.stops), None)
-    text = tokenizer.decode(tokens[:cut], skip_special_tokens=False)
+    text = opener + tokenizer.decode(tokens[:cut], skip_special_tokens=False)
     if sampler.marker in text:
         return text[: text.index(sampler.marker)].strip()
     return text.strip() if cut is not None else None
@@ -174,24 +184,28 @@ def _write_shard(path: Path, shard: int, sampler: Sampler, conf: SelfPromptConf,
     tokenizer = sampler.engine.target.tokenizer
     seed = (conf.seed * 1_000_003 + shard) * conf.shard_size
     start = time.perf_counter()
-    systems = [i % len(sampler.header_ids) for i in range(conf.shard_size)]  # request i: system prompt i mod n
-    result = sampler.engine.generate_batch([sampler.header_ids[k] for k in systems], conf.max_tokens,
+    requests = [_request(sampler, i) for i in range(conf.shard_size)]
+    texts = [sampler.headers[s] + sampler.openers[o] for s, o in requests]
+    result = sampler.engine.generate_batch([tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts],
+                                           conf.max_tokens,
                                            SamplingParams(temperature=conf.temperature, top_p=conf.top_p),
                                            sampler.stops, seed=seed, batch_size=min(conf.batch_size, conf.shard_size))
     seconds = time.perf_counter() - start
-    prompts, kept_systems, rejected = [], [], {}
-    for system, sample in zip(systems, result.results):
-        text = _prompt_text(sample.tokens, sampler, tokenizer)
+    prompts, kept_requests, rejected = [], [], {}
+    for (system, opener), sample in zip(requests, result.results):
+        text = _prompt_text(sample.tokens, sampler, tokenizer, sampler.openers[opener])
         reason = _reason(text, tokenizer, conf, kept, banned)
         if reason is None:
             prompts.append(text)
-            kept_systems.append(system)
+            kept_requests.append((system, opener))
             kept.add(text)
         else:
             rejected.setdefault(reason, []).append(tokenizer.decode(sample.tokens) if text is None else text)
     record = {**sampler.settings, "shard": shard, "shard_seed": seed, "sampled": conf.shard_size,
               "generated_tokens": result.new_tokens, "seconds": seconds, **machine_facts(sampler.engine.target),
-              "kept": prompts, "rejected": rejected, **({"kept_system": kept_systems} if conf.system_prompts else {})}
+              "kept": prompts, "rejected": rejected,
+              **({"kept_system": [s for s, _ in kept_requests]} if conf.system_prompts else {}),
+              **({"kept_opener": [o for _, o in kept_requests]} if conf.openers else {})}
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(record, indent=1))
     tmp.rename(path)

@@ -99,6 +99,35 @@ def test_steering_system_prompts(smol_tok, talker, tmp_path, monkeypatch):
         write_self_prompts(talker, settings(tmp_path, system_prompts=["Ask.", " "]), tmp_path / "never", 4)
 
 
+def test_steering_openers(smol_tok, talker, tmp_path, monkeypatch):
+    """openers: request i's user turn is prefilled with opener i mod m (after system prompt i mod n when both are
+    set); each kept prompt starts with its opener and names it; other openers on resume are refused; a blank one
+    is refused."""
+    seen = []
+    real = Engine.generate_batch
+
+    def recording(engine, prompts, *args, **kwargs):
+        seen.append([list(p) for p in prompts])
+        return real(engine, prompts, *args, **kwargs)
+
+    steered = settings(tmp_path, openers=["Write a poem", "Explain why"], system_prompts=["A.", "B.", "C."])
+    monkeypatch.setattr(Engine, "generate_batch", recording)
+    prompts = write_self_prompts(talker, steered, tmp_path / "openers", 6)
+    monkeypatch.undo()
+    record = json.loads((tmp_path / "openers" / "shard-00000.json").read_text())
+    rows = [smol_tok.decode(row) for row in seen[0]]
+    assert rows == [user_header(smol_tok, "tokenizer", "ABC"[i % 3] + ".")[0] + ["Write a poem", "Explain why"][i % 2]
+                    for i in range(8)]
+    assert record["openers"] == steered.openers and len(record["kept_opener"]) == len(record["kept"])
+    for text, opener in zip(record["kept"], record["kept_opener"]):
+        assert text.startswith(steered.openers[opener] + " ") and len(text) > len(steered.openers[opener]) + 1
+    assert len(prompts) == 6 and prompts[: len(record["kept"])] == record["kept"][:6]  # in shard order
+    with pytest.raises(EagleError, match="was written with openers="):
+        write_self_prompts(talker, dataclasses.replace(steered, openers=["Solve"]), tmp_path / "openers", 6)
+    with pytest.raises(EagleError, match=r"openers\[0\] '' is invalid"):
+        write_self_prompts(talker, settings(tmp_path, openers=[""]), tmp_path / "never", 4)
+
+
 def test_duplicates_exact_and_near():
     index = DuplicateIndex(0.7)
     index.add("Can you suggest some good books about sustainable living?")
