@@ -25,6 +25,7 @@ import argparse
 import csv
 import json
 import logging
+import math
 import os
 import shutil
 import subprocess
@@ -259,8 +260,9 @@ def row_result(out: Path, row: dict, status: str, tau_value: float | None, tau_h
               "epochs": summary.get("epochs"), "top1": summary.get("heldout/top1"), "tau": tau_value,
               "tau_heldout": tau_heldout, **(speed or {"speedup": None, "speed_cpu": None}),
               "train_min": summary["train_s"] / 60 if "train_s" in summary else None}
-    for k in range(ALPHA_STEPS):
-        result[f"alpha_{k}"] = summary.get(f"heldout/alpha_{k}")
+    for k in range(ALPHA_STEPS):  # NaN: no chain reached position k in the held-out split, so no figure
+        alpha = summary.get(f"heldout/alpha_{k}")
+        result[f"alpha_{k}"] = None if alpha is None or math.isnan(alpha) else alpha
     return result
 
 

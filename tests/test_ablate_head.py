@@ -111,13 +111,13 @@ def test_trained_row_is_not_retrained_and_table_reads_its_summary(out, monkeypat
     row = {"name": "r", "loss_tokens": 100, "overrides": []}
     (out / "r").mkdir()
     summary = {"steps": 3, "train_s": 120.0, "conversations": 2, "loss_tokens": 101, "epochs": 2, "heldout/top1": 0.5,
-               **{f"heldout/alpha_{k}": 0.1 * k for k in range(7)}}
+               **{f"heldout/alpha_{k}": 0.1 * k for k in range(6)}, "heldout/alpha_6": float("nan")}  # no tries
     (out / "r" / "summary.json").write_text(json.dumps(summary))
     monkeypatch.setattr(ab, "_run", lambda *a, **k: pytest.fail("a trained row is not retrained"))
     assert ab.train_row(out, {"train": []}, "smollm2-135m", row) == "done"
     result = ab.row_result(out, row, "done", 1.75, 2.5)
     table = ab.write_table(out, [result, ab.row_result(out, {"name": "p"}, "pending: no data", None)])
-    assert "| r | 101 | 2 | 0.500 | 0.000 | 0.100 |" in table and "| 1.75 | 2.50 | – | – | 2.0 |" in table
+    assert "| r | 101 | 2 | 0.500 | 0.000 | 0.100 |" in table and "| 0.500 | – | 1.75 | 2.50 | – | – | 2.0 |" in table
     assert "pending: no data" in table and (out / "table.csv").exists()
     assert ab.plot(out, [result]) is not None and (out / "tau_vs_tokens.png").exists()
 
