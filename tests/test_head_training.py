@@ -26,7 +26,7 @@ from eagle_infer.tree import additive_mask
 from eagle_train.featurize import FeaturizeConfig, featurize
 from eagle_train.features import Manifest, read_samples
 from eagle_train.export import export
-from eagle_train.objective import Objective, collate, head_inputs, losses, ttt_outputs
+from eagle_train.objective import Objective, collate, head_inputs, losses, ttt_outputs, unpadded_outputs
 from eagle_train.regenerate import RegenerateSettings, is_regenerated, regenerated_shard
 from eagle_train.train import HeadConf, TrainConfig, build_head_config, objective, train, use_autocast
 from tests.oracles import chain_mask, one_thread, scaled_target, vanilla_tokens  # noqa: F401 (one_thread is autouse)
@@ -115,6 +115,32 @@ def test_ttt_steps_equal_drafting(deep_target, name):
                     p = torch.cat(seq_pos + [positions[0, s + 1 : s + 1 + j]])[None]
                     prev = head(f, t, p, mask=additive_mask(allowed, 0, f.dtype, "cpu"))[0, -1]
                 torch.testing.assert_close(outs[k][0, i], prev, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("name", ["two-layer", "fused"])
+def test_unpadded_outputs_equal_the_padded_batch(deep_target, name):
+    """Training runs the head row by row over each row's real pairs only; at every real position of every step the
+    outputs and the gradients they send back are the padded batch's (rows of 9, 4 and 2 pairs: one row shorter than
+    the steps)."""
+    head = heads(deep_target)[name].train()
+    steps, lengths = 3, [11, 6, 4]
+    g = torch.Generator().manual_seed(0)
+    width = len(head.config.feature_layers) * 64 if head.config.fused else 64
+    feats = torch.randn(3, 9, width, generator=g, requires_grad=True)
+    tokens = torch.randint(0, VOCAB, (3, 9), generator=g)
+    positions = torch.arange(9).expand(3, -1)
+    real = torch.arange(9)[None] < torch.tensor(lengths)[:, None] - 2  # [B, n] the rows' real pairs
+    padded = ttt_outputs(head, feats, tokens, positions, steps)
+    rows = unpadded_outputs(head, feats, tokens, positions, lengths, steps)
+    assert len(rows) == len(padded) == steps + 1
+    for k, (a, b) in enumerate(zip(padded, rows)):
+        at = real & (torch.arange(9)[None] >= k)  # step k's real positions
+        torch.testing.assert_close(b[at], a[at], atol=1e-5, rtol=1e-4)
+        assert not b[~real].any()  # padding holds zeros, never the padded batch's values
+    weight = torch.randn(steps + 1, 9, 64, generator=g)
+    grad = [torch.autograd.grad(sum((o[real & (torch.arange(9)[None] >= k)] * weight[k, : 1]).sum()
+                                    for k, o in enumerate(outs)), feats)[0] for outs in (padded, rows)]
+    torch.testing.assert_close(grad[1], grad[0], atol=1e-5, rtol=1e-4)
 
 
 def test_ttt_gradients_flow_through_steps(deep_target):
