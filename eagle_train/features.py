@@ -118,12 +118,14 @@ def write_shard(path: Path, samples: list[tuple], dtype: torch.dtype) -> int:
 @dataclass
 class Sample:
     """One conversation's features: input_ids [T] long, loss_mask [T] float, hidden [T, H] (post-norm last layer),
-    aux [T, k * H] (fused layer outputs) or None."""
+    aux [T, k * H] (fused layer outputs) or None; target_top [T] long, the target's argmax after each position, or None
+    (not stored: eagle_train.objective.with_target_top adds it where training needs it every epoch)."""
 
     input_ids: torch.Tensor
     loss_mask: torch.Tensor
     hidden: torch.Tensor
     aux: torch.Tensor | None = None
+    target_top: torch.Tensor | None = None
 
 
 def read_samples(directory: str | Path, aux: bool = True) -> list[Sample]:

@@ -35,6 +35,7 @@ class Batch:
     hidden: torch.Tensor  # [B, T, H] post-norm last hidden states
     inputs: torch.Tensor  # [B, T, F] the head's input features (hidden, or fused layer outputs)
     lengths: torch.Tensor  # [B] long: each row's real tokens (the rest is padding)
+    target_top: torch.Tensor | None = None  # [B, T] long: the target's argmax after each position, when precomputed
 
 
 @dataclass
@@ -76,7 +77,35 @@ def collate(samples: list[Sample], dtype: torch.dtype, device, fused: bool = Fal
             inputs[row, :n] = s.aux.to(dtype)
     hidden = hidden.to(device)
     lengths = torch.tensor([s.input_ids.numel() for s in samples], dtype=torch.long)
-    return Batch(ids.to(device), mask.to(device), hidden, inputs.to(device) if fused else hidden, lengths)
+    top = None
+    if all(s.target_top is not None for s in samples):
+        top = torch.zeros(b, longest, dtype=torch.long)
+        for row, s in enumerate(samples):
+            top[row, : s.input_ids.numel()] = s.target_top
+        top = top.to(device)
+    return Batch(ids.to(device), mask.to(device), hidden, inputs.to(device) if fused else hidden, lengths, top)
+
+
+@torch.no_grad()
+def with_target_top(samples: list[Sample], target, autocast: bool, progress: bool = True,
+                    chunk: int = 4096) -> list[Sample]:
+    """The samples with target_top set: the target's LM-head argmax over the full vocabulary after every position,
+    computed once (in chunks of `chunk` positions, under bfloat16 autocast when training uses it) instead of in
+    every epoch's batches, where draftable_only needs it (a full-vocabulary product per batch)."""
+    import dataclasses
+
+    from tqdm import tqdm
+
+    device = target.lm_head.weight.device
+    out = []
+    for s in tqdm(samples, desc="target argmax", unit="conv", mininterval=10, disable=not progress):
+        tops = []
+        for start in range(0, s.hidden.shape[0], chunk):
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
+                logits = target.lm_head(s.hidden[start : start + chunk].to(device, target.lm_head.weight.dtype))
+            tops.append(logits.argmax(-1).cpu())
+        out.append(dataclasses.replace(s, target_top=torch.cat(tops)))
+    return out
 
 
 def head_inputs(batch: Batch, shift: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -139,7 +168,7 @@ def losses(head, batch: Batch, noise: float = 0.0, objective: Objective = Object
     noise: half-width of uniform noise added to the real input features (training only). reg_loss / cls_loss are
     step 0's (comparable across objectives); loss_k is step k's unweighted term. accuracy=True adds top1_k, step k's
     agreement of the head's argmax with the target's over the full vocabulary at its loss positions (top1 and top3:
-    step 0's); it and draftable_only cost a full LM-head product.
+    step 0's); it and draftable_only cost a full LM-head product, unless the batch holds target_top.
     """
     feats, tokens, positions, weight = head_inputs(batch, head.config.token_shift)
     if noise > 0:
@@ -150,7 +179,10 @@ def losses(head, batch: Batch, noise: float = 0.0, objective: Objective = Object
     goal0 = goal_all[keep].to(outputs[0].dtype)
     with torch.no_grad():  # the target's distribution at every loss position, shared by all steps
         target_p = head.target_draft_logits(goal0).softmax(-1)
-        target_top = head.target.lm_head(goal0).argmax(-1) if accuracy or objective.draftable_only else None
+        if batch.target_top is not None:
+            target_top = batch.target_top[:, 1:-1][keep]
+        else:
+            target_top = head.target.lm_head(goal0).argmax(-1) if accuracy or objective.draftable_only else None
     draftable = (torch.isin(target_top, head.draft_vocab) if objective.draftable_only and head.draft_vocab is not None
                  else torch.ones_like(goal0[:, 0], dtype=torch.bool))
     column = torch.nonzero(keep)[:, 1]  # step k predicts only at positions >= k

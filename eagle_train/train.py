@@ -25,7 +25,7 @@ from eagle_infer.head_card import target_revision, write_card
 from eagle_infer.errors import EagleError
 
 from .features import Manifest, read_samples
-from .objective import Objective, chain_acceptance, collate, frequent_tokens, losses
+from .objective import Objective, chain_acceptance, collate, frequent_tokens, losses, with_target_top
 
 log = logging.getLogger(__name__)
 
@@ -339,11 +339,15 @@ def train(cfg: TrainConfig, target, head_shape: HeadConf = HeadConf(), provenanc
     _truncate_jsonl(out / f"seen-rank{rank}.jsonl", lambda r: (r["epoch"], r["position"]) < (epoch, position))
     run = _wandb(cfg, rank, {**asdict(cfg), "deepspeed": ds_config, "manifest_tokens": manifest.tokens})
     seen_path = out / f"seen-rank{rank}.jsonl"  # which micro batches were trained on, for audits and tests
-    bar = tqdm(total=total_steps, initial=step, desc="train", disable=rank != 0, unit="step")
-    tokens, start, metrics = 0.0, time.perf_counter(), {}
     autocast = use_autocast(cfg.autocast, dtype, engine.device)
     if autocast and rank == 0:
         log.info("bfloat16 autocast: float32 weights, bfloat16 matmuls")
+    if obj.draftable_only:  # every epoch needs the target's full-vocabulary argmax: compute it once (timed as training)
+        started = time.perf_counter()
+        samples = with_target_top(samples, target, autocast, progress=rank == 0)
+        before += time.perf_counter() - started
+    bar = tqdm(total=total_steps, initial=step, desc="train", disable=rank != 0, unit="step")
+    tokens, start, metrics = 0.0, time.perf_counter(), {}
 
     def save():
         elapsed = before + time.perf_counter() - start

@@ -26,7 +26,8 @@ from eagle_infer.tree import additive_mask
 from eagle_train.featurize import FeaturizeConfig, featurize
 from eagle_train.features import Manifest, read_samples
 from eagle_train.export import export
-from eagle_train.objective import Objective, collate, head_inputs, losses, ttt_outputs, unpadded_outputs
+from eagle_train.objective import (Objective, collate, head_inputs, losses, ttt_outputs, unpadded_outputs,
+                                   with_target_top)
 from eagle_train.regenerate import RegenerateSettings, is_regenerated, regenerated_shard
 from eagle_train.train import HeadConf, TrainConfig, build_head_config, objective, train, use_autocast
 from tests.oracles import chain_mask, one_thread, scaled_target, vanilla_tokens  # noqa: F401 (one_thread is autouse)
@@ -175,6 +176,23 @@ def test_ttt_loss_weights_and_regression_weight(tiny_smol6):
     plain = losses(head, batch, objective=Objective(w_reg=0.0))
     torch.testing.assert_close(plain["loss"].detach(), 0.1 * plain["cls_loss"])
     assert "loss_1" not in plain
+
+
+def test_precomputed_target_argmax_gives_the_same_losses(tiny_smol6):
+    """draftable_only and the accuracies read the target's argmax; training computes it once per conversation
+    (with_target_top) instead of per batch: every loss and accuracy is the same either way."""
+    samples = [_sample(tiny_smol6, c) for c in conversations(4)]
+    # Half the vocabulary as draft tokens: some positions drop out of the loss.
+    head = random_head(tiny_smol6, seed=0, draft_vocab=torch.arange(0, tiny_smol6.vocab_size, 2))
+    obj = Objective(ttt_steps=1, draftable_only=True, per="position")
+    with torch.no_grad():
+        fresh = losses(head, collate(samples, torch.float32, "cpu"), objective=obj, accuracy=True)
+        batch = collate(with_target_top(samples, tiny_smol6, autocast=False), torch.float32, "cpu")
+        assert batch.target_top is not None
+        stored = losses(head, batch, objective=obj, accuracy=True)
+    assert fresh.keys() == stored.keys()
+    for key in fresh:
+        torch.testing.assert_close(stored[key], fresh[key])
 
 
 def _sample(target, conv):
