@@ -1,13 +1,16 @@
-"""Training-step speed: the head's forward and backward over right-padded batches against row by row over each
-row's real tokens (what eagle_train.objective.losses runs), side by side in one run.
+"""Training-step speed, side by side in one run: the head's forward and backward over right-padded batches
+("padded", as training ran before) against row by row over each row's real tokens ("unpadded", what
+eagle_train.objective.losses runs); for EAGLE-3's block (draftable_only) also with the target's argmax computed once
+per conversation ("stored", what training does) instead of per batch.
 
-Both sides compute the full training loss (eagle_train.objective.losses) on the same micro batches of 4 held-out
-conversations in training's order, under training's bfloat16 autocast where the CPU has native bfloat16 matmuls; the
-padded side swaps in the batch-wide ttt_outputs for the row-by-row one. Timings alternate which side goes first.
-Prints the machine, each configuration's loss tokens/s on both sides, their ratio, and the largest difference of the
-two losses (rounding only: every attention is causal).
+Every side computes the full training loss (eagle_train.objective.losses) and takes an optimizer step on the same
+micro batches of 4 held-out conversations in training's order, under training's bfloat16 autocast where the CPU has
+native bfloat16 matmuls; the padded side swaps in the batch-wide ttt_outputs for the row-by-row one. Sides take turns
+going first. Prints the machine, each side's loss tokens/s and ratio to padded, the one-off seconds of the stored
+argmax, and the largest relative difference of the losses (rounding only: every attention is causal).
 
 usage: python scripts/bench_train_step.py [--features DIR] [--blocks eagle,eagle3] [--rounds 2] [--threads 2]
+       [--conversations N]
 """
 from __future__ import annotations
 
@@ -37,7 +40,7 @@ def padded_outputs(head, feats, tokens, positions, lengths, steps):
     return objective_mod.ttt_outputs(head, feats, tokens, positions, steps)
 
 
-def timed_step(head, opt, batch, cfg, obj, autocast: bool, padded: bool) -> tuple[float, float]:
+def timed_step(head, opt, batch, obj, autocast: bool, padded: bool) -> tuple[float, float]:
     """(seconds, loss) of one forward + backward + optimizer step."""
     unpadded = objective_mod.unpadded_outputs
     objective_mod.unpadded_outputs = padded_outputs if padded else unpadded
@@ -60,6 +63,7 @@ def main() -> None:
     ap.add_argument("--blocks", default="eagle,eagle3")
     ap.add_argument("--rounds", type=int, default=2, help="passes over the directory's micro batches")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--conversations", type=int, default=None, help="the directory's first N only (default: all)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     for name in args.blocks.split(","):
@@ -69,7 +73,7 @@ def main() -> None:
         raise SystemExit(f"{args.features!r} is no feature directory (no manifest.json): featurize first, or pass "
                          "--features")
     target = load_target("smollm2-135m", dtype="float32", device="cpu")
-    samples = read_samples(args.features, aux=True)
+    samples = read_samples(args.features, aux=True)[: args.conversations]
     autocast = resolve_dtype("auto", torch.device("cpu")) == torch.bfloat16
     print(f"machine: {cpu().label}, {args.threads} threads; float32 weights, bfloat16 autocast: {autocast}; "
           f"{len(samples)} conversations of {args.features}")
@@ -77,9 +81,10 @@ def main() -> None:
         cfg, shape = SETTINGS[name]
         config = build_head_config(target, cfg, shape)
         obj = objective(cfg, 1024)
+        sides = ["padded", "unpadded"] + (["stored"] if cfg.draftable_only else [])
         torch.manual_seed(0)
         heads = {}
-        for side in ("padded", "unpadded"):  # one head per side, so each trains on its own updates
+        for side in sides:  # one head per side, so each trains on its own updates
             heads[side] = DraftHead(config, target)
             heads[side].set_draft_vocab(objective_mod.frequent_tokens(samples, cfg.draft_vocab_size))
             if shape.block == "eagle3":
@@ -87,28 +92,36 @@ def main() -> None:
             heads[side].load_state_dict(heads["padded"].state_dict())
         opts = {side: torch.optim.AdamW([p for p in h.parameters() if p.requires_grad], lr=1e-4)
                 for side, h in heads.items()}
-        seconds, tokens, real, padded_size, diff = {"padded": 0.0, "unpadded": 0.0}, 0.0, 0, 0, 0.0
+        start = time.perf_counter()
+        stored = objective_mod.with_target_top(samples, target, autocast, progress=False) if "stored" in sides else []
+        argmax_s = time.perf_counter() - start
+        seconds, tokens, real, padded_size, diff = dict.fromkeys(sides, 0.0), 0.0, 0, 0, 0.0
         batches = micro_batches(len(samples), cfg, 0, 0, 1)
-        warm = objective_mod.collate([samples[i] for i in batches[0]], torch.float32, "cpu", config.fused)
-        for side in heads:
-            timed_step(heads[side], opts[side], warm, cfg, obj, autocast, side == "padded")
+
+        def batch_of(side, ids):
+            return objective_mod.collate([(stored if side == "stored" else samples)[i] for i in ids], torch.float32,
+                                         "cpu", config.fused)
+
+        for side in sides:  # warm-up
+            timed_step(heads[side], opts[side], batch_of(side, batches[0]), obj, autocast, side == "padded")
         for round_ in range(args.rounds):
             for j, ids in enumerate(batches):
-                batch = objective_mod.collate([samples[i] for i in ids], torch.float32, "cpu", config.fused)
-                order = ("padded", "unpadded") if (round_ + j) % 2 == 0 else ("unpadded", "padded")
+                turn = (round_ * len(batches) + j) % len(sides)
                 loss = {}
-                for side in order:
-                    dt, loss[side] = timed_step(heads[side], opts[side], batch, cfg, obj, autocast, side == "padded")
+                for side in sides[turn:] + sides[:turn]:
+                    batch = batch_of(side, ids)
+                    dt, loss[side] = timed_step(heads[side], opts[side], batch, obj, autocast, side == "padded")
                     seconds[side] += dt
-                diff = max(diff, abs(loss["padded"] - loss["unpadded"]) / max(abs(loss["padded"]), 1e-9))
+                diff = max([diff] + [abs(v - loss["padded"]) / max(abs(loss["padded"]), 1e-9) for v in loss.values()])
                 tokens += float((batch.loss_mask[:, 2:] > 0).sum())
                 real += int(batch.lengths.sum())
                 padded_size += batch.input_ids.numel()
         rate = {side: tokens / s for side, s in seconds.items()}
-        print(f"{name}: {len(batches) * args.rounds} micro batches, real tokens {real / padded_size:.0%} of the "
-              f"padded batches; loss tokens/s padded {rate['padded']:.0f}, unpadded {rate['unpadded']:.0f}: "
-              f"{rate['unpadded'] / rate['padded']:.2f}x; largest relative loss difference {diff:.1e}")
-
+        print(f"{name}: {len(batches) * args.rounds} micro batches, real tokens {real / padded_size:.0%} of the padded "
+              f"batches; loss tokens/s " + ", ".join(f"{side} {rate[side]:.0f} ({rate[side] / rate['padded']:.2f}x)"
+                                                    for side in sides)
+              + (f"; stored argmax once: {argmax_s:.1f} s" if stored else "")
+              + f"; largest relative loss difference {diff:.1e}")
 
 if __name__ == "__main__":
     main()
