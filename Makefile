@@ -120,10 +120,11 @@ sweep-batch: $(STAMP)
 # Which training choices make a head good, one factor at a time (rows in conf/ablate/$(MODEL).yaml): each row trains
 # a head (resumable), measures τ on 10 MT-bench first turns, and merges its line into the committed
 # docs/results/data/ablation/$(MODEL).csv (and <cache root>/ablate-head/table.md); also the τ-vs-training-tokens plot
-# and the draft-vocabulary coverage table. ROWS=a,b runs only those rows.
+# and the draft-vocabulary coverage table. ROWS=a,b runs only those rows; FEATURIZE=1 featurizes the data a row lacks.
 ROWS ?=
+FEATURIZE ?=
 ablate-head: $(STAMP)
-	$(PY) -m eval.ablate_head --recipe $(MODEL) $(if $(ROWS),--rows $(ROWS)) --coverage
+	$(PY) -m eval.ablate_head --recipe $(MODEL) $(if $(ROWS),--rows $(ROWS)) $(if $(FEATURIZE),--featurize) --coverage
 
 # An ablation row's head becomes eagle_infer/heads/$(MODEL), its card written from the row's files (eval/ship_head.py),
 # then the README's shipped-head block is regenerated. ROW=<row of conf/ablate/$(MODEL).yaml>.

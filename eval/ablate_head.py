@@ -8,7 +8,9 @@ learned from how far MT-bench lies from its data), and EAGLE-2's speedup over va
 turns with the defaults (auto budget, packed weights: the speed a user gets; both methods in one run, so the ratio
 is measured side by side; the CPU it ran on is in the row). Every step resumes: a trained
 row (summary.json) is not retrained, an interrupted one continues from its DeepSpeed checkpoint, τ records resume.
-A row whose features hold fewer loss tokens than it asks for is reported as pending, never trained on less.
+A row whose features hold fewer loss tokens than it asks for is reported as pending, never trained on less; with
+`--featurize` the recipes its data comes from are featurized first (each resumable, hours per part on a CPU), so one
+command carries every row of a spec from nothing to its table.
 
 Everything lives under the cache root ($EAGLE_CACHE or ~/.cache/eagle-toolkit)/ablate-head, so rows that take
 hours resume across sessions and checkouts: one directory per row (its DeepSpeed checkpoints, head, summary.json,
@@ -149,8 +151,18 @@ def row_overrides(spec: dict, name: str, row: dict) -> tuple[list[str], list[Pat
     return args, feats
 
 
-def train_row(out: Path, spec: dict, name: str, row: dict) -> str:
-    """Train the row's head under out/<row> unless done; returns "done" or why it is pending."""
+def row_recipes(spec: dict, name: str, row: dict, feats: list[Path]) -> list[str]:
+    """The recipes whose feature directories are among `feats` (the fixed-data directory is none: _fixed_features
+    makes it), in the order of `feats`."""
+    names = [name, spec.get("more_features"), row.get("self_features") or spec.get("self_features"),
+             spec.get("self_more_features")]
+    by_dir = {features_dir(r) / "train": r for r in names if r}
+    return [by_dir[f] for f in feats if f in by_dir]
+
+
+def train_row(out: Path, spec: dict, name: str, row: dict, featurize: bool = False) -> str:
+    """Train the row's head under out/<row> unless done; returns "done" or why it is pending. featurize=True first
+    featurizes (resuming) the recipes of a row whose directories hold too few loss tokens."""
     row_dir = out / row["name"]
     if (row_dir / "summary.json").exists():
         return "done"
@@ -158,7 +170,16 @@ def train_row(out: Path, spec: dict, name: str, row: dict) -> str:
     if "fixed" in row["overrides"]:
         _fixed_features(out, spec, name)
     equal = "train.equal_shares=true" in args
-    have = min(_loss_tokens(f) for f in feats) * len(feats) if equal else sum(_loss_tokens(f) for f in feats)
+
+    def held() -> int:
+        return min(_loss_tokens(f) for f in feats) * len(feats) if equal else sum(_loss_tokens(f) for f in feats)
+
+    have = held()
+    if have < row["loss_tokens"] and featurize:
+        for part in row_recipes(spec, name, row, feats):
+            _run([sys.executable, "-m", "eagle_train.cli", f"recipes={part}", "stage=featurize"],
+                 out / "logs" / f"featurize-{part}.log")
+        have = held()
     if have < row["loss_tokens"]:
         where = " + ".join(str(f) for f in feats)
         return f"pending: {where} holds {have} loss tokens, the row needs {row['loss_tokens']}"
@@ -381,6 +402,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--recipe", default="smollm2-135m")
     parser.add_argument("--rows", default="", help="comma-separated row names (default: all, in spec order)")
     parser.add_argument("--table-only", action="store_true", help="train and measure nothing; tabulate what exists")
+    parser.add_argument("--featurize", action="store_true", help="featurize (resuming) the recipes of a row whose "
+                        "data holds too few loss tokens, instead of leaving it pending")
     parser.add_argument("--coverage", action="store_true", help="also write coverage.md")
     parser.add_argument("--spec", default=None, help="rows from conf/ablate/<spec>.yaml, trained with the recipe it "
                         "names (default: the recipe's own spec); they live in <cache root>/ablate-<spec>")
@@ -407,7 +430,7 @@ def main(argv: list[str] | None = None) -> None:
         results = []
         for row in spec["rows"]:
             if (not wanted or row["name"] in wanted) and not args.table_only:
-                status = train_row(out, spec, name, row)
+                status = train_row(out, spec, name, row, args.featurize)
                 done = status == "done"
                 taus = [tau_row(out, spec, name, row, b) if done and b in benches else None for b in ("", HELDOUT)]
                 speed = speed_row(out, spec, name, row) if done else None

@@ -81,6 +81,33 @@ def test_row_on_both_parts_counts_and_trains_on_both(out, monkeypatch):
     assert "train.epochs=5" in runs[0]
 
 
+def test_featurize_makes_a_pending_rows_data_first(out, monkeypatch):
+    """With featurize=True a row short of loss tokens featurizes the recipes of its directories (both parts of a
+    `more` row), then trains; still short afterwards, it stays pending; never featurizes a row that has its data."""
+    made = set()
+    monkeypatch.setattr(ab, "_loss_tokens", lambda directory: 600 if directory.parent.name in made else 100)
+    runs = []
+
+    def run(cmd, log_path):
+        runs.append(cmd)
+        if "stage=featurize" in cmd:
+            made.add(cmd[cmd.index("stage=featurize") - 1].removeprefix("recipes="))
+
+    monkeypatch.setattr(ab, "_run", run)
+    spec = {"train": [], "more_features": "smollm2-135m-part2"}
+    row = {"name": "both", "loss_tokens": 1200, "overrides": ["more"]}
+    assert ab.train_row(out, spec, "smollm2-135m", row).startswith("pending") and not runs  # not asked to
+    assert ab.train_row(out, spec, "smollm2-135m", row, featurize=True) == "done"
+    assert [c[-2:] for c in runs[:2]] == [["recipes=smollm2-135m", "stage=featurize"],
+                                          ["recipes=smollm2-135m-part2", "stage=featurize"]]
+    assert "stage=train" in runs[2]
+    assert ab.train_row(out, spec, "smollm2-135m", {**row, "name": "big", "loss_tokens": 1201},
+                        featurize=True).startswith("pending")
+    runs.clear()
+    assert ab.train_row(out, spec, "smollm2-135m", {**row, "name": "small"}, featurize=True) == "done"
+    assert not any("stage=featurize" in c for c in runs)
+
+
 def test_self_rows_take_equal_shares_of_two_directories(out, monkeypatch):
     """`self`: the recipe's features and the self-written prompts' in equal shares of the row's loss tokens;
     `self-only` the self-written prompts alone, with `more` their two parts alike; a row's own `self_features` names
@@ -191,7 +218,7 @@ def test_other_spec_runs_its_recipe_with_its_questions_and_skips_heldout_tau(mon
     assert sorted(modes) == sorted(INPUT_MODES) and len({r["loss_tokens"] for r in spec["rows"]}) == 1
     monkeypatch.setenv("EAGLE_CACHE", str(tmp_path))
     calls = []
-    monkeypatch.setattr(ab, "train_row", lambda out, spec, name, row: calls.append(("train", out, name)) or "done")
+    monkeypatch.setattr(ab, "train_row", lambda out, spec, name, row, featurize: calls.append(("train", out, name)) or "done")
     monkeypatch.setattr(ab, "tau_row", lambda out, spec, name, row, bench="": calls.append(
         ("tau", bench, spec["eval"]["questions"])) or 1.5)
     monkeypatch.setattr(ab, "speed_row", lambda out, spec, name, row: {"speedup": 1.1, "speed_cpu": "cpu"})
