@@ -17,6 +17,7 @@ both give the same numbers (tests/test_eagle3_reference.py).
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -92,8 +93,6 @@ def with_target_top(samples: list[Sample], target, autocast: bool, progress: boo
     """The samples with target_top set: the target's LM-head argmax over the full vocabulary after every position,
     computed once (in chunks of `chunk` positions, under bfloat16 autocast when training uses it) instead of in
     every epoch's batches, where draftable_only needs it (a full-vocabulary product per batch)."""
-    import dataclasses
-
     from tqdm import tqdm
 
     device = target.lm_head.weight.device

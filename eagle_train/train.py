@@ -148,6 +148,18 @@ def training_samples(cfg: TrainConfig, fused: bool) -> list:
     return first_loss_tokens(everything[: cfg.max_conversations], cfg.max_loss_tokens)
 
 
+def new_head(hconf: DraftHeadConfig, target, cfg: TrainConfig, samples: list) -> DraftHead:
+    """The untrained head a run starts from (the same for a seed): its draft vocabulary the train.draft_vocab_size
+    most frequent training tokens; EAGLE-3's block's norm and LM head start as the target's."""
+    torch.manual_seed(cfg.seed)
+    head = DraftHead(hconf, target)
+    if cfg.draft_vocab_size:
+        head.set_draft_vocab(frequent_tokens(samples, cfg.draft_vocab_size))
+        if hconf.block == "eagle3":
+            head.start_from_target()
+    return head
+
+
 def use_autocast(mode: str, dtype: torch.dtype, device: torch.device) -> bool:
     """Whether float32 training runs its matmuls in bfloat16 (autocast; the weights and optimizer stay float32)."""
     from eagle_infer.platform import resolve_dtype
@@ -312,14 +324,9 @@ def train(cfg: TrainConfig, target, head_shape: HeadConf = HeadConf(), provenanc
     total_steps = cfg.max_steps or (cfg.epochs * per_epoch) // accum
     ds_config = read_ds_config(cfg.deepspeed_config, cfg, total_steps)
 
-    torch.manual_seed(cfg.seed)
-    head = DraftHead(hconf, target)
-    if cfg.draft_vocab_size:
-        head.set_draft_vocab(frequent_tokens(samples, cfg.draft_vocab_size))
-        if hconf.block == "eagle3":
-            head.start_from_target()
-        if rank == 0:
-            log.info("draft vocabulary: %d most frequent training tokens", cfg.draft_vocab_size)
+    head = new_head(hconf, target, cfg, samples)
+    if cfg.draft_vocab_size and rank == 0:
+        log.info("draft vocabulary: %d most frequent training tokens", cfg.draft_vocab_size)
     dtype = torch.bfloat16 if ds_config.get("bf16", {}).get("enabled") else (
         torch.float16 if ds_config.get("fp16", {}).get("enabled") else torch.float32)
     if dtype != target.dtype:

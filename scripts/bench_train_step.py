@@ -21,11 +21,10 @@ from pathlib import Path
 import torch
 
 import eagle_train.objective as objective_mod
-from eagle_infer.draft_head import DraftHead
 from eagle_infer.platform import cache_root, cpu, resolve_dtype
 from eagle_infer.target import load_target
 from eagle_train.features import read_samples
-from eagle_train.train import HeadConf, TrainConfig, build_head_config, micro_batches, objective
+from eagle_train.train import HeadConf, TrainConfig, build_head_config, micro_batches, new_head, objective
 
 # The ablation's rows: the shipped EAGLE-1 block (two layers, last-layer features) and EAGLE-3's block with K = 7.
 SETTINGS = {
@@ -74,6 +73,8 @@ def main() -> None:
                          "--features")
     target = load_target("smollm2-135m", dtype="float32", device="cpu")
     samples = read_samples(args.features, aux=True)[: args.conversations]
+    if len(samples) < 4:
+        raise SystemExit(f"{len(samples)} conversations cannot fill a micro batch of 4: expected --conversations >= 4")
     autocast = resolve_dtype("auto", torch.device("cpu")) == torch.bfloat16
     print(f"machine: {cpu().label}, {args.threads} threads; float32 weights, bfloat16 autocast: {autocast}; "
           f"{len(samples)} conversations of {args.features}")
@@ -82,14 +83,8 @@ def main() -> None:
         config = build_head_config(target, cfg, shape)
         obj = objective(cfg, 1024)
         sides = ["padded", "unpadded"] + (["stored"] if cfg.draftable_only else [])
-        torch.manual_seed(0)
-        heads = {}
-        for side in sides:  # one head per side, so each trains on its own updates
-            heads[side] = DraftHead(config, target)
-            heads[side].set_draft_vocab(objective_mod.frequent_tokens(samples, cfg.draft_vocab_size))
-            if shape.block == "eagle3":
-                heads[side].start_from_target()
-            heads[side].load_state_dict(heads["padded"].state_dict())
+        # One head per side, equal at the start (training's seed), so each trains on its own updates.
+        heads = {side: new_head(config, target, cfg, samples) for side in sides}
         opts = {side: torch.optim.AdamW([p for p in h.parameters() if p.requires_grad], lr=1e-4)
                 for side, h in heads.items()}
         start = time.perf_counter()
@@ -122,6 +117,7 @@ def main() -> None:
                                                     for side in sides)
               + (f"; stored argmax once: {argmax_s:.1f} s" if stored else "")
               + f"; largest relative loss difference {diff:.1e}")
+
 
 if __name__ == "__main__":
     main()
