@@ -17,6 +17,9 @@ hours resume across sessions and checkouts: one directory per row (its DeepSpeed
 τ records) and table.md|csv (held-out top-1 and simulated 0-α..6-α on the one held-out split, both τ,
 training time), tau_vs_tokens.png (τ against training loss tokens per family of rows), and coverage.md: the share
 of the target's held-out argmax tokens inside draft vocabularies of 4k..32k ids, which justifies the recipe's size.
+Finished rows are merged into the checkout's committed result files: the ablation table (eval.ablation_file) and the
+rows' training curves (eval.training_curves, held-out top-1 over training and per unrolled step, and the training
+loss), whose plot shows the spec's `curves` rows.
 `--spec NAME` takes the rows of conf/ablate/NAME.yaml instead, trained with the recipe it names, under ablate-NAME/
 (`make reproduce` trains the draft-inputs spec so; its eval.heldout: false skips the held-out τ); `--questions N`
 sets the questions of every τ and speed run.
@@ -44,6 +47,7 @@ from eagle_train.cli import TrainRunConf  # noqa: F401 (registers the schema `re
 from eagle_train.launch import accelerator_env, free_port
 from eagle_train.train import ALPHA_STEPS  # the held-out α positions every row reports
 from eval.ablation_file import FIGURES, ablation_path, merge_ablation, plot_path, read_ablation
+from eval.training_curves import curves_path, curves_plot_path, merge_curves, plot_curves, read_curves, row_curves
 from eval.headline import checkout_commit
 from eval.markdown import table
 
@@ -72,6 +76,9 @@ def load_spec(recipe: str) -> dict:
         if set(row) - ROW_KEYS:
             raise EagleError(f"{path}: row {row['name']!r} has unknown keys {sorted(set(row) - ROW_KEYS)}: expected "
                              f"{', '.join(sorted(ROW_KEYS))}")
+    stray = [c for c in spec.get("curves", []) if c not in names]
+    if stray:
+        raise EagleError(f"{path}: curves names {stray[0]!r}, which is no row: expected some of {', '.join(names)}")
     return spec
 
 
@@ -308,6 +315,17 @@ def record_rows(root: Path, spec_name: str, spec: dict, out: Path, results: list
     return path if merge_ablation(path, lines, [r["name"] for r in spec["rows"]]) else None
 
 
+def record_curves(root: Path, spec_name: str, spec: dict, out: Path, results: list[dict]) -> Path | None:
+    """Merge the training curves of the finished rows of `results` whose logs are in `out` into the checkout's
+    curve file (eval.training_curves) and redraw its plot of the spec's `curves` rows; returns the plot when the
+    file changed."""
+    rows = {r["row"]: row_curves(out / r["row"]) for r in results if r["status"] == "done"}
+    path = curves_path(root, spec_name)
+    if not merge_curves(path, {name: c for name, c in rows.items() if c}, [r["name"] for r in spec["rows"]]):
+        return None
+    return plot_curves(read_curves(path), spec.get("curves", []), curves_plot_path(root, spec_name))
+
+
 def _fmt(value, digits: int = 3) -> str:
     if value is None:
         return "–"
@@ -446,6 +464,10 @@ def main(argv: list[str] | None = None) -> None:
             args.results_root, args.spec or args.recipe, spec, out, results)
         if recorded:
             print(f"updated {recorded}: commit it, then run make results-docs")
+        drawn = None if args.questions is not None else record_curves(
+            args.results_root, args.spec or args.recipe, spec, out, results)
+        if drawn:
+            print(f"training curves: {drawn}")
         # τ against data for every row the committed file holds (rows of earlier sessions too), else this run's
         committed = read_ablation(ablation_path(args.results_root, args.spec or args.recipe))
         picture = plot(out, list(committed.values()) if committed else results)
