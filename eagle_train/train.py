@@ -11,6 +11,7 @@ import logging
 import math
 import os
 import random
+import shutil
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -61,6 +62,7 @@ class TrainConfig:
     draftable_only: bool = False  # count only positions whose target argmax is a draft token (EAGLE-3's trainer)
     eval_every: int = 100
     save_every: int = 200
+    keep_checkpoints: int = 2  # the newest checkpoints kept (resuming reads the latest); 0 = keep all
     eval_conversations: int = 32
     seed: int = 0
     wandb_mode: str = "offline"  # offline | online | disabled
@@ -72,6 +74,9 @@ class TrainConfig:
             raise EagleError(f"train.max_steps {self.max_steps} is invalid: expected >= 1 (or null: train.epochs)")
         if self.max_steps is None and self.epochs < 1:
             raise EagleError(f"train.epochs {self.epochs} is invalid: expected >= 1 (or set train.max_steps)")
+        if self.keep_checkpoints < 0:
+            raise EagleError(f"train.keep_checkpoints {self.keep_checkpoints} is invalid: expected >= 1, or 0 to keep "
+                             "every checkpoint")
         if self.equal_shares and (self.max_loss_tokens is None or self.max_conversations is not None):
             raise EagleError("train.equal_shares splits train.max_loss_tokens over the feature directories: expected "
                              f"max_loss_tokens set and max_conversations null, got {self.max_loss_tokens} and "
@@ -158,6 +163,14 @@ def new_head(hconf: DraftHeadConfig, target, cfg: TrainConfig, samples: list) ->
         if hconf.block == "eagle3":
             head.start_from_target()
     return head
+
+
+def prune_checkpoints(ckpt_dir: Path, keep: int) -> None:
+    """Delete all but the newest `keep` checkpoints (DeepSpeed tags step<N> under ckpt_dir); keep=0 keeps all."""
+    tags = sorted((p for p in ckpt_dir.glob("step*") if p.is_dir() and p.name[4:].isdigit()),
+                  key=lambda p: int(p.name[4:]))
+    for old in tags[:-keep] if keep else []:
+        shutil.rmtree(old)
 
 
 def use_autocast(mode: str, dtype: torch.dtype, device: torch.device) -> bool:
@@ -362,6 +375,7 @@ def train(cfg: TrainConfig, target, head_shape: HeadConf = HeadConf(), provenanc
                                client_state={"step": step, "epoch": epoch, "position": position, "elapsed": elapsed})
         if rank == 0:
             engine.module.save(out / "head")
+            prune_checkpoints(ckpt_dir, cfg.keep_checkpoints)
 
     while step < total_steps:
         batches = micro_batches(len(samples), cfg, epoch, rank, world, accum)

@@ -173,6 +173,7 @@ def test_infer_bad_input(cli, model_dir, args, needles):
 @pytest.mark.parametrize("args, needles", [
     (["train.epochs=0"], ["train.epochs 0", ">= 1"]),
     (["train.max_steps=0"], ["train.max_steps 0", ">= 1"]),
+    (["train.keep_checkpoints=-1"], ["train.keep_checkpoints -1", ">= 1", "0 to keep"]),
 ])
 def test_train_that_would_train_nothing_is_refused_before_featurizing(cli, args, needles):
     assert_one_line_error(cli("eagle_train.cli", "recipes=demo", "stage=featurize", *args), *needles)

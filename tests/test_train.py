@@ -236,6 +236,8 @@ def test_resume_after_finished_run(features, tiny_smol, deepspeed_cpu_env, refer
     metrics = train(dataclasses.replace(cfg, max_steps=20), tiny_smol)
     assert metrics["step"] == 20
     assert (out_dir / "checkpoints" / "latest").read_text().strip() == "step20"
+    # train.keep_checkpoints=2: only the newest two of the four saved (steps 5..20) stay on disk
+    assert sorted(p.name for p in (out_dir / "checkpoints").glob("step*")) == ["step15", "step20"]
     # 10 + 10 micro batches, crossing the epoch boundary at the checkpoint: same order as the uninterrupted run.
     assert seen(out_dir) == seen(reference_run)
     assert [(e["epoch"], e["position"]) for e in seen(out_dir)] == [(e, p) for e in range(2) for p in range(10)]
