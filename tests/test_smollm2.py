@@ -43,21 +43,23 @@ def test_vanilla_matches_transformers_generate(smol):
 
 @pytest.fixture(scope="module")
 def vanilla_answers(smol):
-    """Vanilla's float32 greedy answer to each of PROMPTS, 128 new tokens, decoded once for the module. The first n
+    """Vanilla's float32 greedy answer to each of PROMPTS, 96 new tokens, decoded once for the module. The first n
     tokens of an answer are the n-token answer: greedy decoding is deterministic and a stop id ends both alike."""
     stops = stop_ids(smol)
     vanilla = Engine(smol, None, InferConf(method="vanilla"))
-    return {text: vanilla.generate(_ids(smol, text), 128, stop_ids=stops).tokens for text in PROMPTS}
+    return {text: vanilla.generate(_ids(smol, text), 96, stop_ids=stops).tokens for text in PROMPTS}
 
 
 @pytest.mark.parametrize("method", ["chain", "eagle1", "eagle2"])
 def test_greedy_lossless_random_head(smol, vanilla_answers, method):
-    """float32 greedy output equals vanilla's, 128 new tokens, on several chat prompts, with an untrained head."""
+    """float32 greedy output equals vanilla's, 64 new tokens, on several chat prompts, with an untrained head (it
+    accepts almost nothing, so every token is a cycle: 64 cycles of drafting, verifying and rolling back the cache;
+    the shipped head's test below covers long accepted paths)."""
     head = random_head(smol)
     stops = stop_ids(smol)
     engine = Engine(smol, head, InferConf(method=method, depth=5, top_k=6, total_tokens=24))
     for text in PROMPTS:
-        assert engine.generate(_ids(smol, text), 128, stop_ids=stops).tokens == vanilla_answers[text]
+        assert engine.generate(_ids(smol, text), 64, stop_ids=stops).tokens == vanilla_answers[text][:64]
 
 
 def shipped_head(target):
