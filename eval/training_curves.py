@@ -3,8 +3,9 @@ and the plot drawn from it, `docs/results/ablation-<spec>-curves.png`.
 
 A row's training directory holds `train.jsonl` (one line per optimizer step: `step`, `cls_loss`, ...) and
 `eval.jsonl` (one line per held-out evaluation: `heldout/top1`, `heldout/alpha_k`, and for training-time-test rows
-`heldout/top1_k`, the head's top-1 at unrolled step k). A resumed run logs the steps after its last checkpoint
-twice; the later line wins. `row_curves` keeps what the plot needs:
+`heldout/top1_k`, the head's top-1 at unrolled step k). Training cuts both logs back to its checkpoint when a run
+resumes, so a step appears once; should one appear twice, the later line wins. `row_curves` keeps what the plot
+needs:
 
 - `steps`: the run's optimizer steps;
 - `eval`: [{step, top1, top1_steps: [top-1 at unrolled step 0..K] (K = 0 without the test), alpha: [0-α..6-α]}];
@@ -18,15 +19,15 @@ import json
 import math
 from pathlib import Path
 
+from .ablation_file import ABLATION_DIR, ALPHAS
 from .result_file import DATA_DIR
 
 WINDOWS = 100  # training-loss points kept per row
-ALPHAS = 7
 
 
 def curves_path(root: str | Path, spec: str) -> Path:
     """Where spec `spec`'s curve file lives under the checkout `root`."""
-    return Path(root) / DATA_DIR / "ablation" / f"{spec}-curves.json"
+    return Path(root) / ABLATION_DIR / f"{spec}-curves.json"
 
 
 def curves_plot_path(root: str | Path, spec: str) -> Path:
