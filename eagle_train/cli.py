@@ -1,14 +1,16 @@
 """`python -m eagle_train.cli recipes=NAME stage=featurize|train|plan|regenerate|export|export-conversations|
-heldout-questions|self-prompts|prompt-categories` (make train runs featurize, then train under the deepspeed
-launcher). `stage=plan` (make train DRY_RUN=1) prints the resolved plan and does nothing else. `stage=regenerate`
-only answers the prompts (e.g. on a GPU machine); `stage=export-conversations` writes the recipe's conversations to
-<features_dir>/conversations.jsonl, so another machine can use them as data.source; `stage=export
+heldout-questions|self-prompts|prompt-categories|save-generated` (make train runs featurize, then train under the
+deepspeed launcher). `stage=plan` (make train DRY_RUN=1) prints the resolved plan and does nothing else.
+`stage=regenerate` only answers the prompts (e.g. on a GPU machine); `stage=export-conversations` writes the recipe's
+conversations to <features_dir>/conversations.jsonl, so another machine can use them as data.source; `stage=export
 export.head=DIR export.format=vllm|sglang|eagle export.out=DIR` writes a head in a server's layout
 (eagle_train.export) and `stage=push export.out=DIR export.repo=owner/name` uploads it with its model card;
 `stage=heldout-questions` writes the held-out split's first turns as eval's question set `heldout`.
 `stage=self-prompts` only writes the self-written prompts the data asks for (data.self_fraction,
 eagle_train.self_prompts; featurize writes any still missing) and `stage=prompt-categories` prints their MT-bench
-category shares beside ShareGPT's first turns."""
+category shares beside ShareGPT's first turns. `stage=save-generated` keeps the answers and self-written prompts the
+target wrote for the recipe in recipes/generated/ (eagle_train.generated_data), which the generating stages restore
+on any machine before generating."""
 from __future__ import annotations
 
 import logging
@@ -31,7 +33,8 @@ from .train import HeadConf, TrainConfig
 
 log = logging.getLogger("eagle_train")
 STAGES = ("featurize", "train", "plan", "regenerate", "export", "push", "export-conversations", "heldout-questions",
-          "self-prompts", "prompt-categories")
+          "self-prompts", "prompt-categories", "save-generated")
+GENERATING = ("featurize", "regenerate", "self-prompts", "heldout-questions", "export-conversations")
 SELF = "self"  # data.source: every prompt self-written
 
 
@@ -61,6 +64,9 @@ class DataConf:
     # the chat template the data is rendered with, for any model: "tokenizer" (its own Jinja template) or a named
     # one (eagle_infer.chat: vicuna_v1.1, llama2_chat, chatml); null: the model's registered template
     template: Optional[str] = None
+    # Where stage=save-generated keeps what the target wrote for these directories and the generating stages restore
+    # it from (eagle_train.generated_data); relative to the checkout's root; null: nothing restored
+    generated_dir: Optional[str] = "recipes/generated"
 
 
 @dataclass
@@ -288,6 +294,25 @@ def plan(cfg: TrainRunConf) -> str:
     return "\n".join(lines)
 
 
+def _kept_generated(conf: TrainRunConf) -> None:
+    """stage=save-generated: copy what the target wrote for the recipe into data.generated_dir; a generating stage:
+    restore from there what the recipe's directories lack."""
+    from .generated_data import restore_generated, save_generated
+
+    if conf.data.generated_dir is None:
+        raise EagleError("stage=save-generated needs data.generated_dir (null): expected a directory such as "
+                         "recipes/generated")
+    kept = REPO / conf.data.generated_dir  # an absolute generated_dir stays itself
+    prompts_dir = conf.data.self_prompts_dir if self_count(conf.data) else None
+    if conf.stage == "save-generated":
+        written = save_generated(conf.data.features_dir, prompts_dir, kept)
+        log.info("save-generated: %d shard copies written under %s (commit them)", len(written), kept)
+    else:
+        restored = restore_generated(conf.data.features_dir, prompts_dir, kept)
+        if restored:
+            log.info("restored %d generated shards from %s", len(restored), kept)
+
+
 def _load_target(conf: TrainRunConf):
     from eagle_infer.target import load_target
 
@@ -325,6 +350,10 @@ def main(cfg) -> None:
     if conf.stage == "prompt-categories":
         print(prompt_categories(conf))
         return
+    if conf.stage == "save-generated" or (conf.stage in GENERATING and conf.data.generated_dir is not None):
+        _kept_generated(conf)
+        if conf.stage == "save-generated":
+            return
     target = None if conf.stage == "export-conversations" and not self_count(conf.data) else _load_target(conf)
     if conf.stage == "export-conversations":
         from .conversations import write_jsonl
