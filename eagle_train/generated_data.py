@@ -1,10 +1,10 @@
-"""What a target wrote for a recipe, kept with the recipes: its answers (`regenerated/` and `heldout/regenerated/`
-under the features directory) and its self-written prompt shards. Writing them is most of a recipe's featurize time
+"""What a target wrote for a recipe, kept with the recipes: its answers (each split's `regenerated/` under the features
+directory: `train/`, `heldout/`) and its self-written prompt shards. Writing them is most of a recipe's featurize time
 on a CPU (~2 h per 5,000 answers), and greedy answers depend on the machine's numerics (bfloat16 or float32, the
 kernels), so the held-out split that scores every ablation row would change with the machine that featurized it.
 
 `stage=save-generated` gzips those JSON shards into `data.generated_dir` (recipes/generated/), mirroring their path
-under the cache root (`features/<recipe>/regenerated/shard-00000.json.gz`, …; a second part that shares a first
+under the cache root (`features/<recipe>/train/regenerated/shard-00000.json.gz`, …; a second part that shares a first
 part's self-prompt directory shares its copies too); the generating stages (featurize, regenerate, self-prompts,
 heldout-questions, export-conversations) first restore from there every shard their directories lack
 (`data.generated_dir: null` turns that off). A restored shard is then read like a resumed one, its
@@ -19,7 +19,7 @@ from pathlib import Path
 from eagle_infer.errors import EagleError
 from eagle_infer.platform import cache_root
 
-FEATURE_SHARDS = ("regenerated/shard-*.json", "heldout/regenerated/shard-*.json")
+FEATURE_SHARDS = ("*/regenerated/shard-*.json",)  # each split's: train/, heldout/
 PROMPT_SHARDS = ("shard-*.json",)
 
 

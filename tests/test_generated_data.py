@@ -31,7 +31,7 @@ def test_a_fresh_machine_reads_the_kept_answers(tmp_path):
     answering anything (no engine); a second save writes nothing and the copies carry no timestamp."""
     root, kept = tmp_path / "cache", tmp_path / "kept"
     features, prompts = root / "features" / "r", root / "features" / "r" / "self-prompts"
-    shards = [_answered_shard(features), _answered_shard(features / "heldout", 0)]
+    shards = [_answered_shard(features / "train"), _answered_shard(features / "heldout", 0)]
     prompts.mkdir(parents=True)
     shards.append(prompts / "shard-00000.json")
     shards[-1].write_text(json.dumps({"kept": ["Write a poem"]}))
@@ -39,8 +39,8 @@ def test_a_fresh_machine_reads_the_kept_answers(tmp_path):
 
     written = save_generated(features, prompts, kept, root)
     assert sorted(p.relative_to(kept).as_posix() for p in written) == [
-        "features/r/heldout/regenerated/shard-00000.json.gz", "features/r/regenerated/shard-00000.json.gz",
-        "features/r/self-prompts/shard-00000.json.gz"]
+        "features/r/heldout/regenerated/shard-00000.json.gz", "features/r/self-prompts/shard-00000.json.gz",
+        "features/r/train/regenerated/shard-00000.json.gz"]
     assert save_generated(features, prompts, kept, root) == []
     again = tmp_path / "again"
     save_generated(features, prompts, again, root)
@@ -51,7 +51,7 @@ def test_a_fresh_machine_reads_the_kept_answers(tmp_path):
         p.unlink()
     assert sorted(restore_generated(features, prompts, kept, root)) == sorted(shards)
     assert {p: p.read_bytes() for p in shards} == original
-    convs, info = regenerated_shard(CHUNK, 0, features, None, SETTINGS, batch_size=1)
+    convs, info = regenerated_shard(CHUNK, 0, features / "train", None, SETTINGS, batch_size=1)
     assert [c[1].content for c in convs] == ["answer 0", "answer 1", "answer 2"] and info["regenerate_s"] == 0.0
 
 
@@ -60,7 +60,7 @@ def test_restore_leaves_existing_files_and_checks_what_it_restored(tmp_path):
     line naming the setting."""
     root, kept = tmp_path / "cache", tmp_path / "kept"
     features = root / "features" / "r"
-    path = _answered_shard(features)
+    path = _answered_shard(features / "train")
     save_generated(features, None, kept, root)
     path.write_text("local")
     assert restore_generated(features, None, kept, root) == [] and path.read_text() == "local"
@@ -68,7 +68,7 @@ def test_restore_leaves_existing_files_and_checks_what_it_restored(tmp_path):
     restore_generated(features, None, kept, root)
     other = RegenerateSettings(fraction=1.0, turns=1, max_new_tokens=16, max_length=64)
     with pytest.raises(EagleError, match="max_new_tokens=8, not 16"):
-        regenerated_shard(CHUNK, 0, features, None, other, batch_size=1)
+        regenerated_shard(CHUNK, 0, features / "train", None, other, batch_size=1)
 
 
 def test_directories_outside_the_cache_root(tmp_path):
@@ -85,10 +85,10 @@ def test_the_stages_save_and_restore_the_recipes_directories(tmp_path, monkeypat
     conf = TrainRunConf()
     conf.data.features_dir = str(tmp_path / "cache" / "features" / "r")
     conf.data.generated_dir = str(tmp_path / "kept")
-    path = _answered_shard(tmp_path / "cache" / "features" / "r")
+    path = _answered_shard(tmp_path / "cache" / "features" / "r" / "heldout")
     conf.stage = "save-generated"
     _kept_generated(conf)
-    assert (tmp_path / "kept" / "features" / "r" / "regenerated" / "shard-00000.json.gz").is_file()
+    assert (tmp_path / "kept" / "features" / "r" / "heldout" / "regenerated" / "shard-00000.json.gz").is_file()
     path.unlink()
     conf.stage = "featurize"
     _kept_generated(conf)
