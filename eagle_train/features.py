@@ -40,6 +40,9 @@ class Manifest:
     fingerprint: str = ""  # hash of the input conversations, in order: a rerun must be given the same ones
     regenerate_fraction: float = 1.0  # share of conversations answered by the target (when regenerate)
     feature_layers: list = field(default_factory=list)  # decoder layers stored as `aux` ([] = last hidden only)
+    # the target's dtype in the forward passes (and regeneration): hidden states computed in bfloat16 and in float32
+    # differ, and a head scores differently on them (docs/training.md); "" in directories made before it was recorded
+    forward_dtype: str = ""
     conversations: int = 0
     tokens: int = 0
     loss_tokens: int = 0

@@ -115,8 +115,10 @@ def _shard_done(out: Path, index: int) -> bool:
 def _check_resume(manifest: Manifest, fresh: Manifest, out: Path) -> None:
     """Refuse to add shards to a directory featurized from other data or with other settings, naming the value."""
     keys = ("target", "template", "dtype", "max_length", "overlong", "regenerate", "regenerate_fraction",
-            "feature_layers", "fingerprint")
+            "feature_layers", "fingerprint", "forward_dtype")
     for key in keys:
+        if key == "forward_dtype" and not manifest.forward_dtype:  # made before it was recorded
+            continue
         if getattr(manifest, key) != getattr(fresh, key):
             raise EagleError(
                 f"{str(out)!r} already holds features with {key}={getattr(manifest, key)!r}, not {getattr(fresh, key)!r}: "
@@ -161,6 +163,7 @@ def featurize(conversations: list[list[Message]], target, out_dir: str | Path, c
     fresh = Manifest(
         target.name, target.hidden_size, target.vocab_size, target.template, cfg.store_dtype, cfg.max_length,
         cfg.overlong, cfg.regenerate, fingerprint, cfg.regenerate_fraction if cfg.regenerate else 0.0, layers,
+        str(target.dtype).removeprefix("torch."),
     )
     manifest = Manifest.load(out) if (out / "manifest.json").exists() else fresh
     _check_resume(manifest, fresh, out)

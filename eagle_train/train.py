@@ -304,9 +304,11 @@ def train(cfg: TrainConfig, target, head_shape: HeadConf = HeadConf(), provenanc
     manifest = Manifest.load(cfg.features)
     hconf = build_head_config(target, cfg, head_shape)
     obj = objective(cfg, manifest.max_length)
+    forward_dtypes = set()  # the target dtypes the features were computed in (the card records them)
     for directory in [cfg.features, *cfg.extra_features]:
         other = Manifest.load(directory)
         other.check_target(target, directory)
+        forward_dtypes.add(other.forward_dtype or "not recorded")
         for key in ("max_length", "template"):
             if getattr(other, key) != getattr(manifest, key):
                 raise EagleError(f"feature directory {directory!r} has {key} {getattr(other, key)!r}, but "
@@ -424,5 +426,6 @@ def train(cfg: TrainConfig, target, head_shape: HeadConf = HeadConf(), provenanc
         (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
         write_card(out / "head", hconf, {
             **(provenance or {}), **summary, "max_steps": cfg.max_steps, "template": manifest.template, "regenerated": manifest.regenerate,
-            "target_revision": target_revision(target), "machine": card_machine(target)})
+            "target_revision": target_revision(target), "machine": card_machine(target),
+            "features_forward_dtype": ", ".join(sorted(forward_dtypes))})
     return metrics

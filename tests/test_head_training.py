@@ -331,7 +331,7 @@ def test_fused_features_on_disk_and_ranks_merge(tiny_smol6, tmp_path):
     torch.testing.assert_close(samples[3].aux.float(), want.to(torch.bfloat16).float())
 
 
-def test_featurize_resume_with_other_layers_or_mix_is_refused(tiny_smol6, tmp_path):
+def test_featurize_resume_with_other_layers_mix_or_dtype_is_refused(tiny_smol6, tmp_path):
     convs = conversations(6)
     featurize(convs, tiny_smol6, tmp_path, FEAT)
     files = sorted(p.name for p in tmp_path.iterdir())
@@ -341,6 +341,9 @@ def test_featurize_resume_with_other_layers_or_mix_is_refused(tiny_smol6, tmp_pa
         featurize(convs, tiny_smol6, tmp_path, dataclasses.replace(FEAT, max_shards=0))
     with pytest.raises(EagleError, match="regenerate=False, not True"):
         featurize(convs, tiny_smol6, tmp_path, dataclasses.replace(FEAT, regenerate=True, regenerate_max_new_tokens=8))
+    assert Manifest.load(tmp_path).forward_dtype == "float32"  # the target's dtype in the forwards
+    with pytest.raises(EagleError, match="forward_dtype='float32', not 'bfloat16'"):
+        featurize(convs, dataclasses.replace(tiny_smol6, dtype=torch.bfloat16), tmp_path, FEAT)
     assert sorted(p.name for p in tmp_path.iterdir()) == files  # nothing already featurized was lost
 
 

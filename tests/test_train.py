@@ -204,6 +204,7 @@ def test_featurize_train_load_roundtrip(features, tiny_smol, deepspeed_cpu_env, 
     summary = json.loads((out_dir / "summary.json").read_text())
     assert "# EAGLE draft head for tiny-smol" in card and "| chat template | tokenizer |" in card
     assert f"{summary['loss_tokens']} loss tokens" in card and "30 steps (train.epochs 1, train.max_steps 30)" in card
+    assert "features computed in float32" in card
     assert f"| held-out top-1 | {summary['heldout/top1']:.3f} |" in card and "τ | not measured yet" in card
 
     prompt = prompt_ids(tiny_smol.tokenizer, [Message("user", "Count from 3.")], tiny_smol.template)
