@@ -122,10 +122,12 @@ class Engine:
         stream: Callable[[int, list[int]], None] | None = None,
         seed: int = 0,
         batch_size: int | None = None,
+        on_finish: Callable[[int, GenerationResult], None] | None = None,
     ) -> BatchResult:
         """Generate for every prompt, at most batch_size (default min(len(prompts), max_batch_size)) at a time;
-        stream(i, tokens) gets request i's tokens as they are accepted. Request i samples with seed + i, so its
-        output is what generate(prompts[i], seed=seed + i) gives. Every input is checked before any work starts."""
+        stream(i, tokens) gets request i's tokens as they are accepted, on_finish(i, result) its result as soon as
+        it is done (requests are admitted in prompt order). Request i samples with seed + i, so its output is what
+        generate(prompts[i], seed=seed + i) gives. Every input is checked before any work starts."""
         if not prompts:
             raise EagleError("the batch is empty: expected at least one prompt")
         limit = self.config.max_batch_size
@@ -145,7 +147,7 @@ class Engine:
             )
         start = time.perf_counter()
         call = Call(prompts=prompts, max_new=max_new_tokens, sampling=sampling, stops=set(stop_ids or ()),
-                    stream=stream, seed=seed, size=size, max_len=max_len)
+                    stream=stream, seed=seed, size=size, max_len=max_len, on_finish=on_finish)
         results = BatchRun(self, call).run()
         sync(self.target.device)
         return BatchResult(results=results, wall_s=time.perf_counter() - start, batch_size=size, cache_bytes=need)

@@ -64,7 +64,8 @@ class Request:
 @dataclass(kw_only=True)
 class Call:
     """What a generate_batch call asked for: prompts (token ids), the limit of new tokens, sampling, stop ids,
-    stream(i, tokens) (or None), the seed (request i samples with seed + i), rows decoded at once, cache length."""
+    stream(i, tokens) (or None), the seed (request i samples with seed + i), rows decoded at once, cache length, and
+    on_finish(i, result) (or None), called as each request finishes."""
 
     prompts: list[list[int]]
     max_new: int
@@ -74,6 +75,7 @@ class Call:
     seed: int
     size: int
     max_len: int
+    on_finish: Callable[[int, GenerationResult], None] | None = None
 
 
 class BatchRun:
@@ -164,3 +166,5 @@ class BatchRun:
         self.results[request.index] = GenerationResult(
             tokens=out.tokens, cycles=request.cycles, prefill_s=request.prefill_s,
             wall_s=time.perf_counter() - request.start, stop_reason=out.reason)
+        if self.call.on_finish is not None:
+            self.call.on_finish(request.index, self.results[request.index])

@@ -21,7 +21,7 @@ from eagle_infer.platform import machine_facts
 from eagle_infer.draft_head import eagle3_layers
 
 from .features import Manifest, shard_name, stats_name, write_shard
-from .regenerate import RegenerateSettings, regenerated_shard
+from .regenerate import RegenerateSettings, answer_shards, regenerated_shard
 
 log = logging.getLogger(__name__)
 OVERLONG = ("truncate", "skip")
@@ -174,6 +174,8 @@ def featurize(conversations: list[list[Message]], target, out_dir: str | Path, c
     if len(todo) < len(mine):
         log.info("resuming: %d of this rank's %d shards already done", len(mine) - len(todo), len(mine))
     engine = regeneration_engine(target, cfg) if cfg.regenerate else None
+    if engine is not None and cfg.regenerate_turns == 1:  # every missing answer first, in one continuous batch
+        _answer_ahead(conversations, todo, out, engine, cfg)
     bar = tqdm(total=sum(min(cfg.shard_size, len(conversations) - i * cfg.shard_size) for i in todo), unit="conv")
     forward_s, tokens_done, regen_s, regen_tokens = 0.0, 0, 0.0, 0
     for index in todo:
@@ -224,6 +226,12 @@ def featurize(conversations: list[list[Message]], target, out_dir: str | Path, c
     return manifest
 
 
+def _answer_ahead(conversations: list[list[Message]], indices, out: Path, engine, cfg: FeaturizeConfig) -> int:
+    """answer_shards over the shards `indices` of `conversations`; returns the shards answered."""
+    chunks = {i: conversations[i * cfg.shard_size : (i + 1) * cfg.shard_size] for i in indices}
+    return answer_shards(chunks, out, engine, cfg.regenerate_settings(), cfg.regenerate_batch_size)
+
+
 def regenerate_only(conversations: list[list[Message]], target, out_dir: str | Path, cfg: FeaturizeConfig) -> int:
     """Answer this rank's shards into out_dir/regenerated without featurizing (e.g. on a GPU machine, for a
     featurize run elsewhere). Returns the shards answered now."""
@@ -233,8 +241,11 @@ def regenerate_only(conversations: list[list[Message]], target, out_dir: str | P
     out = Path(out_dir)
     engine = regeneration_engine(target, cfg)
     n_shards = (len(conversations) + cfg.shard_size - 1) // cfg.shard_size
+    mine = range(cfg.rank, n_shards, cfg.world)
+    if cfg.regenerate_turns == 1:
+        return _answer_ahead(conversations, mine, out, engine, cfg)
     done = 0
-    for index in tqdm(range(cfg.rank, n_shards, cfg.world), desc="regenerate shards"):
+    for index in tqdm(mine, desc="regenerate shards"):
         chunk = conversations[index * cfg.shard_size : (index + 1) * cfg.shard_size]
         _, info = regenerated_shard(chunk, index, out, engine, cfg.regenerate_settings(), cfg.regenerate_batch_size)
         done += bool(info["regenerate_s"])

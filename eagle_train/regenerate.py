@@ -109,14 +109,35 @@ def _shard_file(out_dir: Path, index: int) -> Path:
     return out_dir / REGENERATED_DIR / f"shard-{index:05d}.json"
 
 
+def _expected(chunk: list[list[Message]], settings: RegenerateSettings) -> dict:
+    return {"fingerprint": conversations_fingerprint(chunk), **settings.__dict__}
+
+
+def _write(path: Path, expected: dict, convs: list[list[Message] | None], regenerated: int, answer_tokens: int,
+           seconds: float, target) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({
+        **expected, "regenerated": regenerated, "answer_tokens": answer_tokens, "regenerate_s": seconds,
+        **machine_facts(target),
+        "conversations": [None if c is None else [(m.role, m.content) for m in c] for c in convs],
+    }))
+    tmp.rename(path)
+
+
+def _answer_tokens(convs, tokenizer) -> int:
+    return sum(len(tokenizer(m.content, add_special_tokens=False)["input_ids"])
+               for c in convs if c for m in c if m.role == "assistant")
+
+
 def regenerated_shard(chunk: list[list[Message]], index: int, out_dir: Path, engine, settings: RegenerateSettings,
                       batch_size: int) -> tuple[list[list[Message] | None], dict]:
     """Shard `index`'s conversations with the mix ratio applied: read from out_dir/regenerated when that shard was
-    answered before (by this or another machine), else answered now and written there. Returns the conversations
-    (None = dropped) and {"regenerated": n, "answer_tokens": t, "regenerate_s": s} (s = 0 when read back)."""
+    answered before (by this or another machine, or by answer_shards), else answered now and written there. Returns
+    the conversations (None = dropped) and {"regenerated": n, "answer_tokens": t, "regenerate_s": s} (s = 0 when read
+    back)."""
     path = _shard_file(out_dir, index)
-    fingerprint = conversations_fingerprint(chunk)
-    expected = {"fingerprint": fingerprint, **settings.__dict__}
+    expected = _expected(chunk, settings)
     if path.exists():
         saved = json.loads(path.read_text())
         for key, value in expected.items():
@@ -134,19 +155,82 @@ def regenerated_shard(chunk: list[list[Message]], index: int, out_dir: Path, eng
     convs: list[list[Message] | None] = list(chunk)
     for j, conv in zip(picked, answered):
         convs[j] = conv
-    tok = engine.target.tokenizer
-    answer_tokens = sum(
-        len(tok(m.content, add_special_tokens=False)["input_ids"]) for c in answered if c for m in c if m.role == "assistant"
-    )
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({
-        **expected, "regenerated": len(picked), "answer_tokens": answer_tokens, "regenerate_s": seconds,
-        **machine_facts(engine.target),
-        "conversations": [None if c is None else [(m.role, m.content) for m in c] for c in convs],
-    }))
-    tmp.rename(path)
+    answer_tokens = _answer_tokens(answered, engine.target.tokenizer)
+    _write(path, expected, convs, len(picked), answer_tokens, seconds, engine.target)
     if picked:
         log.info("shard %d: %d conversations answered by the target, %d answer tokens in %.0f s (%.0f tokens/s)",
                  index, len(picked), answer_tokens, seconds, answer_tokens / max(seconds, 1e-9))
     return convs, {"regenerated": len(picked), "answer_tokens": answer_tokens, "regenerate_s": seconds}
+
+
+def answer_shards(chunks: dict[int, list[list[Message]]], out_dir: Path, engine, settings: RegenerateSettings,
+                  batch_size: int) -> int:
+    """Answer the shards of `chunks` ({index: conversations}) that out_dir/regenerated lacks in one continuous batch
+    over all of their prompts, admitted in shard order (each shard's shortest prompts first, as answer_turns), and
+    write each shard's file, as regenerated_shard would, as soon as its last answer is in: the batch stays full
+    across shard boundaries instead of draining at the end of every shard, where its longest answers decode a few
+    rows at a time. A shard's regenerate_s is the time since the previous shard was written. Single-turn settings
+    only (the caller answers other settings shard by shard); returns the shards written."""
+    if settings.turns != 1:
+        raise EagleError(f"answer_shards answers first turns only, not regenerate_turns {settings.turns}")
+    target = engine.target
+    stops = stop_ids(target)
+    pending: dict[int, dict] = {}  # shard index -> its conversations so far and how many answers it still awaits
+    prompts, owners = [], []  # owners[k]: (shard index, position in the shard) of prompts[k]
+    for index, chunk in sorted(chunks.items()):
+        if _shard_file(out_dir, index).exists():
+            continue
+        picked = [j for j in range(len(chunk)) if is_regenerated(j, settings.fraction)]
+        convs: list[list[Message] | None] = list(chunk)
+        asked = {}
+        for j in picked:
+            system = [m for m in chunk[j][:1] if m.role == "system"]
+            user = next((m for m in chunk[j] if m.role == "user"), None)
+            convs[j] = system
+            if user is None:
+                continue
+            ids = prompt_ids(target.tokenizer, system + [user], target.template)
+            if fits(ids, settings):
+                asked[j] = ids
+            else:
+                convs[j] = None
+        pending[index] = {"chunk": chunk, "convs": convs, "picked": len(picked), "left": len(asked), "answered": []}
+        for j in sorted(asked, key=lambda j: len(asked[j])):
+            prompts.append(asked[j])
+            owners.append((index, j))
+    clock = {"last": time.perf_counter(), "start": time.perf_counter(), "written": 0, "tokens": 0}
+
+    def write(index: int) -> None:
+        shard = pending.pop(index)
+        now = time.perf_counter()
+        seconds, clock["last"] = now - clock["last"], now
+        clock["written"] += 1
+        tokens = _answer_tokens(shard["answered"], target.tokenizer)
+        clock["tokens"] += tokens
+        _write(_shard_file(out_dir, index), _expected(shard["chunk"], settings), shard["convs"], shard["picked"],
+               tokens, seconds, target)
+        log.info("shard %d: %d conversations answered by the target, %d answer tokens (%.0f s since the last shard)",
+                 index, shard["picked"], tokens, seconds)
+
+    for index in [i for i, shard in pending.items() if shard["left"] == 0]:  # nothing to answer
+        write(index)
+
+    def finished(k: int, result) -> None:
+        index, j = owners[k]
+        shard = pending[index]
+        user = next(m for m in shard["chunk"][j] if m.role == "user")
+        answer = target.tokenizer.decode(result.tokens, skip_special_tokens=True).strip()
+        shard["convs"][j] = shard["convs"][j] + [user, Message("assistant", answer)]
+        shard["answered"].append(shard["convs"][j])
+        shard["left"] -= 1
+        if shard["left"] == 0:
+            write(index)
+
+    if prompts:
+        with tqdm(desc=f"answers ({len(prompts)} prompts, {len(pending)} shards)", unit="tok") as bar:
+            engine.generate_batch(prompts, settings.max_new_tokens, stop_ids=stops,
+                                  stream=lambda _i, tokens: bar.update(len(tokens)),
+                                  batch_size=min(batch_size, len(prompts)), on_finish=finished)
+        seconds = time.perf_counter() - clock["start"]
+        log.info("answers: %d tokens in %.0f s (%.0f tokens/s)", clock["tokens"], seconds, clock["tokens"] / seconds)
+    return clock["written"]

@@ -28,7 +28,7 @@ from eagle_train.features import Manifest, read_samples
 from eagle_train.export import export
 from eagle_train.objective import (Objective, collate, head_inputs, losses, ttt_outputs, unpadded_outputs,
                                    with_target_top)
-from eagle_train.regenerate import RegenerateSettings, is_regenerated, regenerated_shard
+from eagle_train.regenerate import RegenerateSettings, answer_shards, is_regenerated, regenerated_shard
 from eagle_train.train import HeadConf, TrainConfig, build_head_config, objective, train, use_autocast
 from tests.oracles import chain_mask, one_thread, scaled_target, vanilla_tokens  # noqa: F401 (one_thread is autouse)
 from tests.test_train import DS_CPU, conversations
@@ -374,6 +374,28 @@ def test_regeneration_answers_with_the_engine_and_is_reused(tiny_smol, tmp_path,
         regenerated_shard(convs, 0, tmp_path, engine, dataclasses.replace(settings, fraction=1.0), batch_size=4)
     with pytest.raises(EagleError, match="was regenerated with fingerprint="):
         regenerated_shard(convs[::-1], 0, tmp_path, engine, settings, batch_size=4)
+
+
+def test_answers_across_shards_are_the_shard_by_shard_answers(tiny_smol, tmp_path):
+    """answer_shards (one continuous batch over several shards' prompts, each shard written when its last answer is
+    in) writes what regenerated_shard writes shard by shard: the same conversations, overlong prompts dropped, mix
+    ratio applied, and skips a shard already answered."""
+    convs = conversations(6) + [[Message("user", "word " * 200), Message("assistant", "ok")]] + conversations(8)
+    chunks = {i: convs[i * 5 : (i + 1) * 5] for i in range(3)}  # shard 1 holds the overlong prompt
+    settings = RegenerateSettings(fraction=0.6, turns=1, max_new_tokens=8, max_length=96)
+    engine = Engine(tiny_smol, None, InferConf(method="vanilla", max_batch_size=4))
+    regenerated_shard(chunks[2], 2, tmp_path / "one", engine, settings, batch_size=4)
+    (tmp_path / "many" / "regenerated").mkdir(parents=True)
+    (tmp_path / "one" / "regenerated" / "shard-00002.json").rename(tmp_path / "many" / "regenerated" / "shard-00002.json")
+    assert answer_shards(chunks, tmp_path / "many", engine, settings, batch_size=4) == 2  # shard 2 was there
+    for i in (0, 1):
+        by_shard, info = regenerated_shard(chunks[i], i, tmp_path / "one", engine, settings, batch_size=4)
+        across, again = regenerated_shard(chunks[i], i, tmp_path / "many", engine, settings, batch_size=4)
+        assert across == by_shard and again["regenerate_s"] == 0.0
+        assert {k: again[k] for k in ("regenerated", "answer_tokens")} == {k: info[k] for k in ("regenerated", "answer_tokens")}
+    assert across[1] is None and across[2] == chunks[1][2]  # shard 1's overlong prompt, picked, dropped; one kept
+    with pytest.raises(EagleError, match="first turns only"):
+        answer_shards(chunks, tmp_path / "x", engine, dataclasses.replace(settings, turns=2), batch_size=4)
 
 
 def test_heldout_questions_are_the_first_turns_regeneration_answers(tiny_smol):
