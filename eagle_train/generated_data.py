@@ -9,7 +9,8 @@ part's self-prompt directory shares its copies too); the generating stages (feat
 heldout-questions, export-conversations) first restore from there every shard their directories lack
 (`data.generated_dir: null` turns that off). A restored shard is then read like a resumed one, its
 conversation fingerprint and settings checked, so a copy made for other conversations or settings is refused in one
-line, never mixed in. About 1.3 MB per 5,000 answers.
+line, never mixed in. About 1.3 MB per 5,000 answers. They live in the checkout and are not installed with the
+package: an installed toolkit generates its own.
 """
 from __future__ import annotations
 
