@@ -64,8 +64,10 @@ def machine_label(device: torch.device) -> str:
 
 
 def machine_facts(target) -> dict:
-    """{"machine": its label, "threads": torch's CPU threads}: what a stage records beside its seconds."""
-    return {"machine": machine_label(target.device), "threads": torch.get_num_threads()}
+    """{"machine": its label, "threads": torch's CPU threads, "dtype": the target's}: what a stage records beside its
+    seconds (and beside what it generated: greedy answers differ between bfloat16 and float32)."""
+    return {"machine": machine_label(target.device), "threads": torch.get_num_threads(),
+            "dtype": str(target.dtype).removeprefix("torch.")}
 
 
 def cpu_has_bf16_matmul() -> bool:
