@@ -63,15 +63,38 @@ def fits(prompt: list[int], settings: RegenerateSettings) -> bool:
     return len(prompt) <= settings.max_length - settings.max_new_tokens
 
 
+@dataclass
+class FirstTurn:
+    """A conversation's opening as regeneration asks it: its system message ([] or [m]) and first user turn."""
+
+    system: list[Message]
+    user: Message | None
+
+    @classmethod
+    def of(cls, conv: list[Message]) -> "FirstTurn":
+        return cls([m for m in conv[:1] if m.role == "system"], next((m for m in conv if m.role == "user"), None))
+
+    def prompt(self, target, settings: RegenerateSettings) -> list[int] | None:
+        """Prompt ids of the system message and user turn; None without a user turn or when they do not fit."""
+        if self.user is None:
+            return None
+        ids = prompt_ids(target.tokenizer, self.system + [self.user], target.template)
+        return ids if fits(ids, settings) else None
+
+
+def answer_text(tokenizer, tokens: list[int]) -> str:
+    """An answer's text as regeneration keeps it: decoded without special tokens, stripped."""
+    return tokenizer.decode(tokens, skip_special_tokens=True).strip()
+
+
 def first_turn_questions(conversations: list[list[Message]], target, settings: RegenerateSettings) -> list[dict]:
     """FastChat questions ({"question_id", "category", "turns"}) of the first user turns that regeneration answers,
     question_id the conversation's index: eval then decodes the prompts a head was trained on the answers to."""
     questions = []
     for i, conv in enumerate(conversations):
-        chat = [m for m in conv[:1] if m.role == "system"]
-        user = next((m for m in conv if m.role == "user"), None)
-        if user is not None and fits(prompt_ids(target.tokenizer, chat + [user], target.template), settings):
-            questions.append({"question_id": str(i), "category": "heldout", "turns": [user.content]})
+        opening = FirstTurn.of(conv)
+        if opening.prompt(target, settings) is not None:
+            questions.append({"question_id": str(i), "category": "heldout", "turns": [opening.user.content]})
     return questions
 
 
@@ -81,7 +104,7 @@ def answer_turns(conversations: list[list[Message]], engine, settings: Regenerat
     less than max_new_tokens of max_length becomes None; later turns that do not fit are dropped."""
     target = engine.target
     users = [[m for m in conv if m.role == "user"][: settings.turns] for conv in conversations]
-    chats: list[list[Message] | None] = [[m for m in conv[:1] if m.role == "system"] for conv in conversations]
+    chats: list[list[Message] | None] = [FirstTurn.of(conv).system for conv in conversations]
     stops = stop_ids(target)
     for turn in range(max((len(u) for u in users), default=0)):
         prompts = {}
@@ -100,8 +123,7 @@ def answer_turns(conversations: list[list[Message]], engine, settings: Regenerat
                                            stream=lambda _i, tokens: bar.update(len(tokens)),
                                            batch_size=min(batch_size, len(order)))
         for i, r in zip(order, result.results):
-            answer = target.tokenizer.decode(r.tokens, skip_special_tokens=True).strip()
-            chats[i] += [users[i][turn], Message("assistant", answer)]
+            chats[i] += [users[i][turn], Message("assistant", answer_text(target.tokenizer, r.tokens))]
     return chats
 
 
@@ -163,6 +185,17 @@ def regenerated_shard(chunk: list[list[Message]], index: int, out_dir: Path, eng
     return convs, {"regenerated": len(picked), "answer_tokens": answer_tokens, "regenerate_s": seconds}
 
 
+@dataclass
+class _PendingShard:
+    """A shard answer_shards is answering: its input, its conversations so far and the answers it still awaits."""
+
+    chunk: list[list[Message]]
+    convs: list[list[Message] | None]  # the picked ones hold their system message until answered; None = dropped
+    picked: int  # conversations the mix ratio gives the target
+    left: int  # answers not yet in
+    answered: list[list[Message]]
+
+
 def answer_shards(chunks: dict[int, list[list[Message]]], out_dir: Path, engine, settings: RegenerateSettings,
                   batch_size: int) -> int:
     """Answer the shards of `chunks` ({index: conversations}) that out_dir/regenerated lacks in one continuous batch
@@ -174,8 +207,7 @@ def answer_shards(chunks: dict[int, list[list[Message]]], out_dir: Path, engine,
     if settings.turns != 1:
         raise EagleError(f"answer_shards answers first turns only, not regenerate_turns {settings.turns}")
     target = engine.target
-    stops = stop_ids(target)
-    pending: dict[int, dict] = {}  # shard index -> its conversations so far and how many answers it still awaits
+    pending: dict[int, _PendingShard] = {}
     prompts, owners = [], []  # owners[k]: (shard index, position in the shard) of prompts[k]
     for index, chunk in sorted(chunks.items()):
         if _shard_file(out_dir, index).exists():
@@ -184,53 +216,48 @@ def answer_shards(chunks: dict[int, list[list[Message]]], out_dir: Path, engine,
         convs: list[list[Message] | None] = list(chunk)
         asked = {}
         for j in picked:
-            system = [m for m in chunk[j][:1] if m.role == "system"]
-            user = next((m for m in chunk[j] if m.role == "user"), None)
-            convs[j] = system
-            if user is None:
-                continue
-            ids = prompt_ids(target.tokenizer, system + [user], target.template)
-            if fits(ids, settings):
+            opening = FirstTurn.of(chunk[j])
+            ids = opening.prompt(target, settings)
+            convs[j] = opening.system if ids is not None or opening.user is None else None
+            if ids is not None:
                 asked[j] = ids
-            else:
-                convs[j] = None
-        pending[index] = {"chunk": chunk, "convs": convs, "picked": len(picked), "left": len(asked), "answered": []}
+        pending[index] = _PendingShard(chunk, convs, len(picked), len(asked), [])
         for j in sorted(asked, key=lambda j: len(asked[j])):
             prompts.append(asked[j])
             owners.append((index, j))
-    clock = {"last": time.perf_counter(), "start": time.perf_counter(), "written": 0, "tokens": 0}
+    start = last = time.perf_counter()
+    written = total_tokens = 0
 
     def write(index: int) -> None:
+        nonlocal last, written, total_tokens
         shard = pending.pop(index)
         now = time.perf_counter()
-        seconds, clock["last"] = now - clock["last"], now
-        clock["written"] += 1
-        tokens = _answer_tokens(shard["answered"], target.tokenizer)
-        clock["tokens"] += tokens
-        _write(_shard_file(out_dir, index), _expected(shard["chunk"], settings), shard["convs"], shard["picked"],
-               tokens, seconds, target)
+        seconds, last = now - last, now
+        tokens = _answer_tokens(shard.answered, target.tokenizer)
+        written, total_tokens = written + 1, total_tokens + tokens
+        _write(_shard_file(out_dir, index), _expected(shard.chunk, settings), shard.convs, shard.picked, tokens,
+               seconds, target)
         log.info("shard %d: %d conversations answered by the target, %d answer tokens (%.0f s since the last shard)",
-                 index, shard["picked"], tokens, seconds)
+                 index, shard.picked, tokens, seconds)
 
-    for index in [i for i, shard in pending.items() if shard["left"] == 0]:  # nothing to answer
+    for index in [i for i, shard in pending.items() if shard.left == 0]:  # nothing to answer
         write(index)
 
     def finished(k: int, result) -> None:
         index, j = owners[k]
         shard = pending[index]
-        user = next(m for m in shard["chunk"][j] if m.role == "user")
-        answer = target.tokenizer.decode(result.tokens, skip_special_tokens=True).strip()
-        shard["convs"][j] = shard["convs"][j] + [user, Message("assistant", answer)]
-        shard["answered"].append(shard["convs"][j])
-        shard["left"] -= 1
-        if shard["left"] == 0:
+        user = FirstTurn.of(shard.chunk[j]).user
+        shard.convs[j] = shard.convs[j] + [user, Message("assistant", answer_text(target.tokenizer, result.tokens))]
+        shard.answered.append(shard.convs[j])
+        shard.left -= 1
+        if shard.left == 0:
             write(index)
 
     if prompts:
         with tqdm(desc=f"answers ({len(prompts)} prompts, {len(pending)} shards)", unit="tok") as bar:
-            engine.generate_batch(prompts, settings.max_new_tokens, stop_ids=stops,
+            engine.generate_batch(prompts, settings.max_new_tokens, stop_ids=stop_ids(target),
                                   stream=lambda _i, tokens: bar.update(len(tokens)),
                                   batch_size=min(batch_size, len(prompts)), on_finish=finished)
-        seconds = time.perf_counter() - clock["start"]
-        log.info("answers: %d tokens in %.0f s (%.0f tokens/s)", clock["tokens"], seconds, clock["tokens"] / seconds)
-    return clock["written"]
+        seconds = time.perf_counter() - start
+        log.info("answers: %d tokens in %.0f s (%.0f tokens/s)", total_tokens, seconds, total_tokens / seconds)
+    return written
