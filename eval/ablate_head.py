@@ -20,6 +20,9 @@ of the target's held-out argmax tokens inside draft vocabularies of 4k..32k ids,
 Finished rows are merged into the checkout's committed result files: the ablation table (eval.ablation_file) and the
 rows' training curves (eval.training_curves, held-out top-1 over training and per unrolled step, and the training
 loss), whose plot shows the spec's `curves` rows.
+On a lent GPU machine, `--featurize --train-only --conversations FILE` (docs/gpu.md) featurizes and trains rows
+from the kept answers and a conversations file instead of the ShareGPT package, and measures nothing: the rows'
+directories come back to a CPU machine, where the same command without those options measures and records them.
 `--spec NAME` takes the rows of conf/ablate/NAME.yaml instead, trained with the recipe it names, under ablate-NAME/
 (`make reproduce` trains the draft-inputs spec so; its eval.heldout: false skips the held-out τ); `--questions N`
 sets the questions of every τ and speed run.
@@ -44,6 +47,7 @@ from eagle_infer.cli_support import CONF_DIR, REPO, check_recipe_arg, setup_logg
 from eagle_infer.errors import EagleError
 from eagle_infer.platform import cache_root, cpu
 from eagle_train.cli import TrainRunConf  # noqa: F401 (registers the schema `recipes=` composes over)
+from eagle_train.conversations import SHAREGPT_PACKAGE
 from eagle_train.launch import accelerator_env, free_port
 from eagle_train.train import ALPHA_STEPS  # the held-out α positions every row reports
 from eval.ablation_file import FIGURES, ablation_path, merge_ablation, plot_path, read_ablation
@@ -167,9 +171,23 @@ def row_recipes(spec: dict, name: str, row: dict, feats: list[Path]) -> list[str
     return [by_dir[f] for f in feats if f in by_dir]
 
 
-def train_row(out: Path, spec: dict, name: str, row: dict, featurize: bool = False) -> str:
+def featurize_command(part: str, conversations: str | None = None) -> list[str]:
+    """`eagle_train.cli stage=featurize` of recipe `part`; `conversations` (a file stage=export-conversations wrote)
+    replaces the ShareGPT package where the recipe reads it, for a machine without the package (a lent GPU)."""
+    cmd = [sys.executable, "-m", "eagle_train.cli", f"recipes={part}", "stage=featurize"]
+    if conversations is not None and recipe(part)["data"]["source"] == SHAREGPT_PACKAGE:
+        if not Path(conversations).is_file():
+            raise EagleError(f"--conversations {conversations!r} does not exist: expected the .jsonl file "
+                             "`eagle_train.cli stage=export-conversations` writes")
+        cmd.append(f"data.source={Path(conversations).resolve()}")
+    return cmd
+
+
+def train_row(out: Path, spec: dict, name: str, row: dict, featurize: bool = False,
+              conversations: str | None = None) -> str:
     """Train the row's head under out/<row> unless done; returns "done" or why it is pending. featurize=True first
-    featurizes (resuming) the recipes of a row whose directories hold too few loss tokens."""
+    featurizes (resuming) the recipes of a row whose directories hold too few loss tokens (reading `conversations`
+    for ShareGPT, see featurize_command)."""
     row_dir = out / row["name"]
     if (row_dir / "summary.json").exists():
         return "done"
@@ -184,14 +202,14 @@ def train_row(out: Path, spec: dict, name: str, row: dict, featurize: bool = Fal
     have = held()
     if have < row["loss_tokens"] and featurize:
         for part in row_recipes(spec, name, row, feats):
-            _run([sys.executable, "-m", "eagle_train.cli", f"recipes={part}", "stage=featurize"],
-                 out / "logs" / f"featurize-{part}.log")
+            _run(featurize_command(part, conversations), out / "logs" / f"featurize-{part}.log")
         have = held()
     if have < row["loss_tokens"]:
         where = " + ".join(str(f) for f in feats)
         return f"pending: {where} holds {have} loss tokens, the row needs {row['loss_tokens']}"
-    launcher = str(Path(sys.executable).parent / "deepspeed")
-    _run([launcher, "--num_gpus", "1", "--master_port", str(free_port()), "--no_local_rank", "--module",
+    # DeepSpeed's launcher as a module (what its `deepspeed` script runs): no script path, so it also runs where
+    # DeepSpeed was installed without one on PATH (a lent GPU machine's --target install).
+    _run([sys.executable, "-m", "deepspeed.launcher.runner", "--num_gpus", "1", "--master_port", str(free_port()), "--no_local_rank", "--module",
           "eagle_train.cli", f"recipes={name}",
           "stage=train", f"train.out_dir={row_dir}", "train.wandb_mode=disabled", *args], out / "logs" / f"{row['name']}.log")
     return "done"
@@ -422,6 +440,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--table-only", action="store_true", help="train and measure nothing; tabulate what exists")
     parser.add_argument("--featurize", action="store_true", help="featurize (resuming) the recipes of a row whose "
                         "data holds too few loss tokens, instead of leaving it pending")
+    parser.add_argument("--train-only", action="store_true", help="featurize (with --featurize) and train the rows, "
+                        "measure nothing and record nothing: for a lent GPU whose time is short; a later run without "
+                        "it on the rows' directories measures and records them")
+    parser.add_argument("--conversations", default=None, help="a .jsonl file (eagle_train.cli "
+                        "stage=export-conversations) featurize reads instead of the ShareGPT package")
     parser.add_argument("--coverage", action="store_true", help="also write coverage.md")
     parser.add_argument("--spec", default=None, help="rows from conf/ablate/<spec>.yaml, trained with the recipe it "
                         "names (default: the recipe's own spec); they live in <cache root>/ablate-<spec>")
@@ -447,24 +470,28 @@ def main(argv: list[str] | None = None) -> None:
             raise EagleError(f"unknown ablation row {unknown[0]!r}: expected some of {', '.join(r['name'] for r in spec['rows'])}")
         results = []
         for row in spec["rows"]:
-            if (not wanted or row["name"] in wanted) and not args.table_only:
-                status = train_row(out, spec, name, row, args.featurize)
-                done = status == "done"
-                taus = [tau_row(out, spec, name, row, b) if done and b in benches else None for b in ("", HELDOUT)]
-                speed = speed_row(out, spec, name, row) if done else None
+            picked = (not wanted or row["name"] in wanted) and not args.table_only
+            if picked:
+                status = train_row(out, spec, name, row, args.featurize, args.conversations)
             else:
                 status = "done" if (out / row["name"] / "summary.json").exists() else "not run"
+            if picked and status == "done" and not args.train_only:
+                taus = [tau_row(out, spec, name, row, b) if b in benches else None for b in ("", HELDOUT)]
+                speed = speed_row(out, spec, name, row)
+            else:
                 taus = [recorded_tau(out, row, b) for b in ("", HELDOUT)]
                 speed = recorded_speed(out, row)
             results.append(row_result(out, row, status, *taus, speed))
             write_table(out, results)
         print(write_table(out, results))
-        # The committed file holds rows scored on the spec's own questions only (--questions changes what τ means).
-        recorded = None if args.questions is not None else record_rows(
+        # The committed file holds rows scored on the spec's own questions only (--questions changes what τ means),
+        # and only after they were measured (--train-only measures nothing).
+        keep = args.questions is None and not args.train_only
+        recorded = None if not keep else record_rows(
             args.results_root, args.spec or args.recipe, spec, out, results)
         if recorded:
             print(f"updated {recorded}: commit it, then run make results-docs")
-        drawn = None if args.questions is not None else record_curves(
+        drawn = None if not keep else record_curves(
             args.results_root, args.spec or args.recipe, spec, out, results)
         if drawn:
             print(f"training curves: {drawn}")

@@ -218,7 +218,7 @@ def test_other_spec_runs_its_recipe_with_its_questions_and_skips_heldout_tau(mon
     assert sorted(modes) == sorted(INPUT_MODES) and len({r["loss_tokens"] for r in spec["rows"]}) == 1
     monkeypatch.setenv("EAGLE_CACHE", str(tmp_path))
     calls = []
-    monkeypatch.setattr(ab, "train_row", lambda out, spec, name, row, featurize: calls.append(("train", out, name)) or "done")
+    monkeypatch.setattr(ab, "train_row", lambda out, spec, name, row, *_: calls.append(("train", out, name)) or "done")
     monkeypatch.setattr(ab, "tau_row", lambda out, spec, name, row, bench="": calls.append(
         ("tau", bench, spec["eval"]["questions"])) or 1.5)
     monkeypatch.setattr(ab, "speed_row", lambda out, spec, name, row: {"speedup": 1.1, "speed_cpu": "cpu"})
@@ -226,3 +226,45 @@ def test_other_spec_runs_its_recipe_with_its_questions_and_skips_heldout_tau(mon
              str(tmp_path)])
     assert calls == [("train", tmp_path / "ablate-draft-inputs", "smollm2-135m"), ("tau", "", 2)]
     assert "| input-token-200k |" in (tmp_path / "ablate-draft-inputs" / "table.md").read_text()
+
+
+def test_conversations_file_replaces_the_sharegpt_package_in_featurize(out, monkeypatch, tmp_path):
+    """--conversations (a lent GPU has no ShareGPT package): featurize of a recipe reading the package reads the file
+    instead; a recipe of self-written prompts is featurized as it is; a missing file is a one-line error."""
+    conversations = tmp_path / "conversations.jsonl"
+    conversations.write_text("")
+    assert ab.featurize_command("smollm2-135m")[-2:] == ["recipes=smollm2-135m", "stage=featurize"]
+    assert ab.featurize_command("smollm2-135m-part2", str(conversations))[-1] == f"data.source={conversations}"
+    assert not any(a.startswith("data.source=") for a in ab.featurize_command("smollm2-135m-self", str(conversations)))
+    with pytest.raises(EagleError, match="--conversations '/no/such.jsonl' does not exist"):
+        ab.featurize_command("smollm2-135m", "/no/such.jsonl")
+    runs = []
+    monkeypatch.setattr(ab, "_loss_tokens", lambda directory: 1000 if runs else 0)
+    monkeypatch.setattr(ab, "_run", lambda cmd, log_path: runs.append(cmd))
+    row = {"name": "r", "loss_tokens": 1000, "overrides": []}
+    assert ab.train_row(out, {"train": []}, "smollm2-135m", row, True, str(conversations)) == "done"
+    assert f"data.source={conversations}" in runs[0] and "stage=train" in runs[1]
+    assert runs[1][1:3] == ["-m", "deepspeed.launcher.runner"]  # the launcher as a module: no script on PATH needed
+
+
+def test_train_only_trains_measures_nothing_and_records_nothing(monkeypatch, tmp_path):
+    """--train-only (a lent GPU's short time): the rows train, no τ or speed run starts, and neither the committed
+    ablation file nor the curves change; the table shows the trained row."""
+    monkeypatch.setenv("EAGLE_CACHE", str(tmp_path))
+    trained = []
+
+    def train(out, spec, name, row, featurize, conversations):
+        trained.append((row["name"], featurize, conversations))
+        (out / row["name"]).mkdir(parents=True)
+        (out / row["name"] / "summary.json").write_text(json.dumps({"loss_tokens": 5, "train_s": 60.0}))
+        return "done"
+
+    monkeypatch.setattr(ab, "train_row", train)
+    monkeypatch.setattr(ab, "tau_row", lambda *a, **k: pytest.fail("--train-only measures no τ"))
+    monkeypatch.setattr(ab, "speed_row", lambda *a, **k: pytest.fail("--train-only measures no speed"))
+    monkeypatch.setattr(ab, "record_rows", lambda *a, **k: pytest.fail("--train-only records no row"))
+    monkeypatch.setattr(ab, "record_curves", lambda *a, **k: pytest.fail("--train-only records no curve"))
+    ab.main(["--rows", "eagle3-block-k7-300k", "--train-only", "--featurize", "--conversations", "c.jsonl",
+             "--results-root", str(tmp_path)])
+    assert trained == [("eagle3-block-k7-300k", True, "c.jsonl")]
+    assert "| eagle3-block-k7-300k | 5 |" in (tmp_path / "ablate-head" / "table.md").read_text()
