@@ -209,9 +209,9 @@ def train_row(out: Path, spec: dict, name: str, row: dict, featurize: bool = Fal
         return f"pending: {where} holds {have} loss tokens, the row needs {row['loss_tokens']}"
     # DeepSpeed's launcher as a module (what its `deepspeed` script runs): no script path, so it also runs where
     # DeepSpeed was installed without one on PATH (a lent GPU machine's --target install).
-    _run([sys.executable, "-m", "deepspeed.launcher.runner", "--num_gpus", "1", "--master_port", str(free_port()), "--no_local_rank", "--module",
-          "eagle_train.cli", f"recipes={name}",
-          "stage=train", f"train.out_dir={row_dir}", "train.wandb_mode=disabled", *args], out / "logs" / f"{row['name']}.log")
+    _run([sys.executable, "-m", "deepspeed.launcher.runner", "--num_gpus", "1", "--master_port", str(free_port()),
+          "--no_local_rank", "--module", "eagle_train.cli", f"recipes={name}", "stage=train",
+          f"train.out_dir={row_dir}", "train.wandb_mode=disabled", *args], out / "logs" / f"{row['name']}.log")
     return "done"
 
 
