@@ -192,8 +192,12 @@ class _PendingShard:
     chunk: list[list[Message]]
     convs: list[list[Message] | None]  # the picked ones hold their system message until answered; None = dropped
     picked: int  # conversations the mix ratio gives the target
-    left: int  # answers not yet in
+    asked: int  # of them, those with a prompt that fits (the others are dropped or have no user turn)
     answered: list[list[Message]]
+
+    @property
+    def complete(self) -> bool:
+        return len(self.answered) == self.asked
 
 
 def answer_shards(chunks: dict[int, list[list[Message]]], out_dir: Path, engine, settings: RegenerateSettings,
@@ -240,7 +244,7 @@ def answer_shards(chunks: dict[int, list[list[Message]]], out_dir: Path, engine,
         log.info("shard %d: %d conversations answered by the target, %d answer tokens (%.0f s since the last shard)",
                  index, shard.picked, tokens, seconds)
 
-    for index in [i for i, shard in pending.items() if shard.left == 0]:  # nothing to answer
+    for index in [i for i, shard in pending.items() if shard.complete]:  # nothing to answer
         write(index)
 
     def finished(k: int, result) -> None:
@@ -249,8 +253,7 @@ def answer_shards(chunks: dict[int, list[list[Message]]], out_dir: Path, engine,
         user = FirstTurn.of(shard.chunk[j]).user
         shard.convs[j] = shard.convs[j] + [user, Message("assistant", answer_text(target.tokenizer, result.tokens))]
         shard.answered.append(shard.convs[j])
-        shard.left -= 1
-        if shard.left == 0:
+        if shard.complete:
             write(index)
 
     if prompts:
