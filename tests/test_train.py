@@ -397,6 +397,15 @@ def test_bad_deepspeed_config(features, tiny_smol, deepspeed_cpu_env, tmp_path, 
     assert "\n" not in message and str(path) in message
 
 
+def test_optimizer_is_torch_adamw_on_cuda_and_deepspeeds_elsewhere(monkeypatch, tmp_path):
+    """On a CUDA machine DeepSpeed is told to use torch's AdamW (its FusedAdam would JIT-compile an extension first)."""
+    cfg = train_mod.TrainConfig(features=str(tmp_path), out_dir=str(tmp_path / "out"))
+    for cuda in (False, True):
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
+        opt = train_mod.read_ds_config("conf/deepspeed/cpu_fp32.json", cfg, 10)["optimizer"]
+        assert opt["type"] == "AdamW" and opt["params"].get("torch_adam", False) is cuda
+
+
 def test_unknown_lr_schedule(features, tiny_smol, deepspeed_cpu_env, tmp_path):
     with pytest.raises(EagleError, match="unknown train.lr_schedule 'step': expected constant, linear or cosine"):
         train(train_config(features, tmp_path / "out", lr_schedule="step"), tiny_smol)

