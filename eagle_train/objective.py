@@ -46,7 +46,10 @@ class Objective:
     per: what each step's sum is divided by, "loss_token" (its loss tokens: EAGLE-1/2's reference) or "position"
     (every position of the padded batch, B x T: EAGLE-3's reference trainer and SpecForge). draftable_only: count
     only positions whose target argmax is in the draft vocabulary (EAGLE-3's reference); the others still count in
-    the divisor and as misses in top-1."""
+    the divisor and as misses in top-1. unpadded: run the head row by row over each row's real tokens
+    (unpadded_outputs) or once over the padded batch (ttt_outputs), equal to rounding; None picks by device: row by
+    row on a CPU, where padding costs compute, batch-wide elsewhere, where a GPU pays per kernel launch, not for
+    padding."""
 
     w_cls: float = 0.1
     w_reg: float = 1.0  # EAGLE-1/2 keep the feature regression; EAGLE-3 drops it (0)
@@ -54,6 +57,7 @@ class Objective:
     decay: float = 0.8
     per: str = "loss_token"
     draftable_only: bool = False
+    unpadded: bool | None = None
 
     def __post_init__(self):
         if self.per not in ("loss_token", "position"):
@@ -173,7 +177,9 @@ def losses(head, batch: Batch, noise: float = 0.0, objective: Objective = Object
     if noise > 0:
         feats = feats + (torch.rand_like(feats) * 2 - 1) * noise
     goal_all = batch.hidden[:, 1:-1]
-    outputs = unpadded_outputs(head, feats, tokens, positions, batch.lengths.tolist(), objective.ttt_steps)
+    unpadded = feats.device.type == "cpu" if objective.unpadded is None else objective.unpadded
+    outputs = (unpadded_outputs(head, feats, tokens, positions, batch.lengths.tolist(), objective.ttt_steps)
+               if unpadded else ttt_outputs(head, feats, tokens, positions, objective.ttt_steps))
     keep = weight > 0
     goal0 = goal_all[keep].to(outputs[0].dtype)
     with torch.no_grad():  # the target's distribution at every loss position, shared by all steps

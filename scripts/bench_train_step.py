@@ -1,20 +1,23 @@
 """Training-step speed, side by side in one run: the head's forward and backward over right-padded batches
-("padded", as training ran before) against row by row over each row's real tokens ("unpadded", what
-eagle_train.objective.losses runs); for EAGLE-3's block (draftable_only) also with the target's argmax computed once
-per conversation ("stored", what training does) instead of per batch.
+("padded", what training runs on a GPU) against row by row over each row's real tokens ("unpadded", what it runs
+on a CPU; eagle_train.objective.Objective.unpadded); for EAGLE-3's block (draftable_only) also with the target's
+argmax computed once per conversation ("stored", what training does) instead of per batch.
 
 Every side computes the full training loss (eagle_train.objective.losses) and takes an optimizer step on the same
 micro batches of 4 held-out conversations in training's order, under training's bfloat16 autocast where the CPU has
-native bfloat16 matmuls; the padded side swaps in the batch-wide ttt_outputs for the row-by-row one. Sides take turns
-going first. Prints the machine, each side's loss tokens/s and ratio to padded, the one-off seconds of the stored
-argmax, and the largest relative difference of the losses (rounding only: every attention is causal).
+native bfloat16 matmuls (always on a GPU); the padded side runs the batch-wide ttt_outputs instead of the row-by-row
+one (Objective.unpadded). Sides take turns going first. Prints the machine, each side's loss tokens/s and ratio to
+padded, the one-off seconds of the stored argmax, and the largest relative difference of the losses (rounding only:
+every attention is causal). On a GPU (--device cuda, the default where CUDA is) it decides what training's default
+should be there: training runs row by row on a CPU and batch-wide elsewhere.
 
 usage: python scripts/bench_train_step.py [--features DIR] [--blocks eagle,eagle3] [--rounds 2] [--threads 2]
-       [--conversations N]
+       [--conversations N] [--device cpu|cuda]
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import time
 from pathlib import Path
 
@@ -34,25 +37,20 @@ SETTINGS = {
 }
 
 
-def padded_outputs(head, feats, tokens, positions, lengths, steps):
-    """The batch-wide forward over padding too (what training ran before unpadding)."""
-    return objective_mod.ttt_outputs(head, feats, tokens, positions, steps)
-
-
 def timed_step(head, opt, batch, obj, autocast: bool, padded: bool) -> tuple[float, float]:
-    """(seconds, loss) of one forward + backward + optimizer step."""
-    unpadded = objective_mod.unpadded_outputs
-    objective_mod.unpadded_outputs = padded_outputs if padded else unpadded
-    try:
-        start = time.perf_counter()
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
-            result = objective_mod.losses(head, batch, 0.0, obj)
-        result["loss"].backward()
-        opt.step()
-        opt.zero_grad()
-        return time.perf_counter() - start, float(result["loss"].detach())
-    finally:
-        objective_mod.unpadded_outputs = unpadded
+    """(seconds, loss) of one forward + backward + optimizer step, the head batch-wide (padded) or row by row."""
+    device = batch.input_ids.device
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    sync()
+    start = time.perf_counter()
+    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
+        result = objective_mod.losses(head, batch, 0.0, dataclasses.replace(obj, unpadded=not padded))
+    result["loss"].backward()
+    opt.step()
+    opt.zero_grad()
+    loss = float(result["loss"].detach())  # waits for the step
+    sync()
+    return time.perf_counter() - start, loss
 
 
 def main() -> None:
@@ -63,7 +61,11 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2, help="passes over the directory's micro batches")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--conversations", type=int, default=None, help="the directory's first N only (default: all)")
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", choices=["cpu", "cuda"])
     args = ap.parse_args()
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("--device cuda: this machine has no CUDA device; expected --device cpu")
     torch.set_num_threads(args.threads)
     for name in args.blocks.split(","):
         if name not in SETTINGS:
@@ -71,12 +73,13 @@ def main() -> None:
     if not Path(args.features, "manifest.json").exists():
         raise SystemExit(f"{args.features!r} is no feature directory (no manifest.json): featurize first, or pass "
                          "--features")
-    target = load_target("smollm2-135m", dtype="float32", device="cpu")
+    target = load_target("smollm2-135m", dtype="float32", device=args.device)
     samples = read_samples(args.features, aux=True)[: args.conversations]
     if len(samples) < 4:
         raise SystemExit(f"{len(samples)} conversations cannot fill a micro batch of 4: expected --conversations >= 4")
-    autocast = resolve_dtype("auto", torch.device("cpu")) == torch.bfloat16
-    print(f"machine: {cpu().label}, {args.threads} threads; float32 weights, bfloat16 autocast: {autocast}; "
+    autocast = resolve_dtype("auto", device) == torch.bfloat16
+    machine = torch.cuda.get_device_name(device) if device.type == "cuda" else f"{cpu().label}, {args.threads} threads"
+    print(f"machine: {machine}; float32 weights, bfloat16 autocast: {autocast}; "
           f"{len(samples)} conversations of {args.features}")
     for name in args.blocks.split(","):
         cfg, shape = SETTINGS[name]
@@ -84,7 +87,7 @@ def main() -> None:
         obj = objective(cfg, 1024)
         sides = ["padded", "unpadded"] + (["stored"] if cfg.draftable_only else [])
         # One head per side, equal at the start (training's seed), so each trains on its own updates.
-        heads = {side: new_head(config, target, cfg, samples) for side in sides}
+        heads = {side: new_head(config, target, cfg, samples).to(device) for side in sides}
         opts = {side: torch.optim.AdamW([p for p in h.parameters() if p.requires_grad], lr=1e-4)
                 for side, h in heads.items()}
         start = time.perf_counter()
@@ -95,7 +98,7 @@ def main() -> None:
 
         def batch_of(side, ids):
             return objective_mod.collate([(stored if side == "stored" else samples)[i] for i in ids], torch.float32,
-                                         "cpu", config.fused)
+                                         device, config.fused)
 
         for side in sides:  # warm-up
             timed_step(heads[side], opts[side], batch_of(side, batches[0]), obj, autocast, side == "padded")

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Featurize and train ablation rows of `make ablate-head` on a lent GPU; measures nothing (docs/gpu.md, "Ablation
 # rows on a lent GPU"). Runs in the repository root of the device machine with the GGUF's first two parts in
-# /tmp/gguf and .carry/{smol3,whl,sharegpt} carried. Four featurize runs, then four rows, each as soon as its data
-# is there, side by side (a row's training is launch-bound: one process leaves the GPU mostly idle).
+# /tmp/gguf and .carry/{smol3,whl,sharegpt,benchmarks} carried. Four featurize runs, then four rows, each as soon as
+# its data is there, side by side (a row's training is launch-bound: one process leaves the GPU mostly idle), and
+# scripts/bench_train_step.py once (the head batch-wide against row by row on this GPU).
 # Everything stops $1 seconds (default 530) after the start; $OUT then gets rows.tgz.* (every row directory without
 # its DeepSpeed checkpoints, and the logs), so the rows finished by then come back and the others show how far
 # they got.
@@ -43,9 +44,13 @@ row() {  # row name: train it (ablate_head finds its data featurized)
 }
 
 sharegpt=data.source=/tmp/conversations.jsonl  # the ShareGPT parts read the carried export, not the package
+# The kept self-written prompts were checked against the six evaluation sets: resuming them needs the same sets.
+evalsets=data.self_prompts.eval_data_dir=$PWD/.carry/benchmarks
 featurize smollm2-135m $sharegpt &
 featurize smollm2-135m-part2 $sharegpt &
-(featurize smollm2-135m-self-openers; featurize smollm2-135m-self-openers-part2) &
+(featurize smollm2-135m-self-openers $evalsets; featurize smollm2-135m-self-openers-part2 $evalsets) &
+(after smollm2-135m; timeout "$(left)" python3 scripts/bench_train_step.py --blocks eagle,eagle3 --rounds 1 \
+  --conversations 32 > $out/logs/bench-train-step.log 2>&1; say "$(grep -a -E '^(machine|eagle)' $out/logs/bench-train-step.log)") &
 (after smollm2-135m; row eagle3-block-k7-1000k; after smollm2-135m-self-openers-part2; row self100-layers2-2400k) &
 (after smollm2-135m smollm2-135m-part2; row eagle3-block-k7-2400k) &
 (after smollm2-135m smollm2-135m-part2; row ttt3-layers2-2400k) &

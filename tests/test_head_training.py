@@ -195,6 +195,27 @@ def test_precomputed_target_argmax_gives_the_same_losses(tiny_smol6):
         torch.testing.assert_close(stored[key], fresh[key])
 
 
+def test_losses_run_row_by_row_on_a_cpu_and_batch_wide_when_asked(tiny_smol6, monkeypatch):
+    """Objective.unpadded=None runs the head row by row on a CPU (unpadded_outputs); False runs it once over the
+    padded batch, as on a GPU: the same losses to rounding."""
+    import eagle_train.objective as objective_mod
+
+    samples = [_sample(tiny_smol6, c) for c in conversations(4)]
+    batch = collate(samples, torch.float32, "cpu")
+    assert len(set(batch.lengths.tolist())) > 1  # rows of several lengths: the padded batch holds padding
+    head = random_head(tiny_smol6, seed=0)
+    calls = []
+    row_by_row = objective_mod.unpadded_outputs
+    monkeypatch.setattr(objective_mod, "unpadded_outputs", lambda *a: calls.append(1) or row_by_row(*a))
+    with torch.no_grad():
+        by_device = losses(head, batch, objective=Objective(ttt_steps=2))
+        assert calls == [1]
+        wide = losses(head, batch, objective=Objective(ttt_steps=2, unpadded=False))
+        assert calls == [1]
+    for key in by_device:
+        torch.testing.assert_close(wide[key], by_device[key], atol=1e-5, rtol=1e-4)
+
+
 def _sample(target, conv):
     from eagle_infer.chat import loss_mask, render
     from eagle_train.features import Sample
