@@ -171,6 +171,13 @@ def row_recipes(spec: dict, name: str, row: dict, feats: list[Path]) -> list[str
     return [by_dir[f] for f in feats if f in by_dir]
 
 
+def heldout_missing(name: str) -> bool:
+    """Whether the held-out features recipe `name` trains against (its train.heldout, scored during training) are
+    not featurized yet."""
+    heldout = recipe(name)["train"]["heldout"]
+    return bool(heldout) and not (Path(heldout) / "manifest.json").exists()
+
+
 def featurize_command(part: str, conversations: str | None = None) -> list[str]:
     """`eagle_train.cli stage=featurize` of recipe `part`; `conversations` (a file stage=export-conversations wrote)
     replaces the ShareGPT package where the recipe reads it, for a machine without the package (a lent GPU)."""
@@ -204,6 +211,9 @@ def train_row(out: Path, spec: dict, name: str, row: dict, featurize: bool = Fal
         for part in row_recipes(spec, name, row, feats):
             _run(featurize_command(part, conversations), out / "logs" / f"featurize-{part}.log")
         have = held()
+    if featurize and heldout_missing(name):  # a row reading none of the recipe's own data still is scored on it
+        _run(featurize_command(name, conversations) + ["featurize.max_shards=1"],  # the split and one train shard
+             out / "logs" / f"featurize-{name}-heldout.log")
     if have < row["loss_tokens"]:
         where = " + ".join(str(f) for f in feats)
         return f"pending: {where} holds {have} loss tokens, the row needs {row['loss_tokens']}"

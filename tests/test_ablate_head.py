@@ -94,6 +94,7 @@ def test_featurize_makes_a_pending_rows_data_first(out, monkeypatch):
             made.add(cmd[cmd.index("stage=featurize") - 1].removeprefix("recipes="))
 
     monkeypatch.setattr(ab, "_run", run)
+    monkeypatch.setattr(ab, "heldout_missing", lambda name: False)
     spec = {"train": [], "more_features": "smollm2-135m-part2"}
     row = {"name": "both", "loss_tokens": 1200, "overrides": ["more"]}
     assert ab.train_row(out, spec, "smollm2-135m", row).startswith("pending") and not runs  # not asked to
@@ -106,6 +107,25 @@ def test_featurize_makes_a_pending_rows_data_first(out, monkeypatch):
     runs.clear()
     assert ab.train_row(out, spec, "smollm2-135m", {**row, "name": "small"}, featurize=True) == "done"
     assert not any("stage=featurize" in c for c in runs)
+
+
+def test_featurize_makes_the_recipes_heldout_split_for_a_row_that_reads_none_of_its_data(out, monkeypatch):
+    """A self-only row trains on the self-written parts alone but is scored during training on the recipe's held-out
+    split: with featurize=True and that split missing, the recipe is featurized as far as its split and one train
+    shard (featurize.max_shards=1) before training; without featurize nothing runs but the training."""
+    monkeypatch.setattr(ab, "_loss_tokens", lambda directory: 700)
+    runs = []
+    monkeypatch.setattr(ab, "_run", lambda cmd, log_path: runs.append(cmd))
+    monkeypatch.setattr(ab, "heldout_missing", lambda name: name == "smollm2-135m")
+    spec = {"train": [], "self_features": "smollm2-135m-self-openers",
+            "self_more_features": "smollm2-135m-self-openers-part2"}
+    row = {"name": "self100", "loss_tokens": 1400, "overrides": ["self-only", "more"]}
+    assert ab.train_row(out, spec, "smollm2-135m", row, featurize=True) == "done"
+    assert runs[0][-3:] == ["recipes=smollm2-135m", "stage=featurize", "featurize.max_shards=1"]
+    assert "stage=train" in runs[1] and len(runs) == 2
+    runs.clear()
+    assert ab.train_row(out, spec, "smollm2-135m", {**row, "name": "again"}) == "done"
+    assert len(runs) == 1 and "stage=train" in runs[0]
 
 
 def test_self_rows_take_equal_shares_of_two_directories(out, monkeypatch):
@@ -241,6 +261,7 @@ def test_conversations_file_replaces_the_sharegpt_package_in_featurize(out, monk
     runs = []
     monkeypatch.setattr(ab, "_loss_tokens", lambda directory: 1000 if runs else 0)
     monkeypatch.setattr(ab, "_run", lambda cmd, log_path: runs.append(cmd))
+    monkeypatch.setattr(ab, "heldout_missing", lambda name: False)
     row = {"name": "r", "loss_tokens": 1000, "overrides": []}
     assert ab.train_row(out, {"train": []}, "smollm2-135m", row, True, str(conversations)) == "done"
     assert f"data.source={conversations}" in runs[0] and "stage=train" in runs[1]
