@@ -211,12 +211,12 @@ def train_row(out: Path, spec: dict, name: str, row: dict, featurize: bool = Fal
         for part in row_recipes(spec, name, row, feats):
             _run(featurize_command(part, conversations), out / "logs" / f"featurize-{part}.log")
         have = held()
-    if featurize and heldout_missing(name):  # a row reading none of the recipe's own data still is scored on it
-        _run(featurize_command(name, conversations) + ["featurize.max_shards=1"],  # the split and one train shard
-             out / "logs" / f"featurize-{name}-heldout.log")
     if have < row["loss_tokens"]:
         where = " + ".join(str(f) for f in feats)
         return f"pending: {where} holds {have} loss tokens, the row needs {row['loss_tokens']}"
+    if featurize and heldout_missing(name):  # a row reading none of the recipe's own data still is scored on it
+        _run(featurize_command(name, conversations) + ["featurize.max_shards=1"],  # the split and one train shard
+             out / "logs" / f"featurize-{name}-heldout.log")
     # DeepSpeed's launcher as a module (what its `deepspeed` script runs): no script path, so it also runs where
     # DeepSpeed was installed without one on PATH (a lent GPU machine's --target install).
     _run([sys.executable, "-m", "deepspeed.launcher.runner", "--num_gpus", "1", "--master_port", str(free_port()),
