@@ -26,15 +26,18 @@ say "set up"
 
 out=/tmp/ablate
 mkdir -p $out/logs
-featurize() {  # recipe [overrides]: featurize it (restores its kept answers), then mark it done
+featurize() {  # recipe [overrides]: featurize it (restores its kept answers), then mark it done or failed
   timeout "$(left)" python3 -m eagle_train.cli "recipes=$1" stage=featurize "${@:2}" > "$out/logs/featurize-$1.log" 2>&1
   local rc=$?
   say "featurized $1 (exit $rc)"
-  [ $rc -eq 0 ] && touch "$out/logs/$1.featurized"
+  if [ $rc -eq 0 ]; then touch "$out/logs/$1.featurized"; else touch "$out/logs/$1.failed"; fi
 }
-after() {  # recipes...: wait until each is featurized (or the time is up)
+after() {  # recipes...: wait until each is featurized; fails at once when one failed (or the time is up)
   for r in "$@"; do
-    while [ ! -e "$out/logs/$r.featurized" ] && [ "$(left)" -gt 0 ]; do sleep 2; done
+    while [ ! -e "$out/logs/$r.featurized" ]; do
+      [ -e "$out/logs/$r.failed" ] || [ "$(left)" -le 0 ] && return 1
+      sleep 2
+    done
   done
 }
 row() {  # row name: train it (ablate_head finds its data featurized)
@@ -49,11 +52,11 @@ evalsets=data.self_prompts.eval_data_dir=$PWD/.carry/benchmarks
 featurize smollm2-135m $sharegpt &
 featurize smollm2-135m-part2 $sharegpt &
 (featurize smollm2-135m-self-openers $evalsets; featurize smollm2-135m-self-openers-part2 $evalsets) &
-(after smollm2-135m; timeout "$(left)" python3 scripts/bench_train_step.py --blocks eagle,eagle3 --rounds 1 \
+(after smollm2-135m && timeout "$(left)" python3 scripts/bench_train_step.py --blocks eagle,eagle3 --rounds 1 \
   --conversations 32 > $out/logs/bench-train-step.log 2>&1; say "$(grep -a -E '^(machine|eagle)' $out/logs/bench-train-step.log)") &
-(after smollm2-135m; row eagle3-block-k7-1000k; after smollm2-135m-self-openers-part2; row self100-layers2-2400k) &
-(after smollm2-135m smollm2-135m-part2; row eagle3-block-k7-2400k) &
-(after smollm2-135m smollm2-135m-part2; row ttt3-layers2-2400k) &
+(after smollm2-135m && row eagle3-block-k7-1000k; after smollm2-135m-self-openers-part2 && row self100-layers2-2400k) &
+(after smollm2-135m smollm2-135m-part2 && row eagle3-block-k7-2400k) &
+(after smollm2-135m smollm2-135m-part2 && row ttt3-layers2-2400k) &
 
 while [ -n "$(jobs -r)" ] && [ "$(left)" -gt 0 ]; do  # each training's last progress line, every 30 s
   sleep 30
@@ -63,6 +66,6 @@ while [ -n "$(jobs -r)" ] && [ "$(left)" -gt 0 ]; do  # each training's last pro
 done
 wait
 nvidia-smi --query-gpu=name --format=csv,noheader > $out/logs/gpu.txt
-cd $out && tar czf - --exclude=checkpoints --exclude='*.featurized' ./*-k7-* ./ttt3-* ./self100-* logs 2>/dev/null \
+cd $out && tar czf - --exclude=checkpoints --exclude='*.featurized' --exclude='*.failed' ./*-k7-* ./ttt3-* ./self100-* logs 2>/dev/null \
   | split -b 15M - "$OUT/rows.tgz."
 say "done"
