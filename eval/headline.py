@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 from omegaconf import OmegaConf
 
+from eagle_infer.build import HEADS_DIR
 from eagle_infer.cli_support import one_line_errors
 from eagle_infer.errors import EagleError
 from eagle_infer.platform import machine_label, resolve_device, resolve_dtype
@@ -36,6 +37,14 @@ def run_conf(run_dir: Path) -> EvalRunConf:
     if not path.is_file():
         raise EagleError(f"{path} does not exist; expected the directory of an eval run (results/<run>)")
     return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(EvalRunConf), OmegaConf.load(path)))
+
+
+def head_label(model: str, head: str) -> str:
+    """The head setting as the result file records it: "shipped" names the ablation row its card says it came from
+    ("shipped (layers2-all-cosine-2400k)"), so a table stays tied to its head after another is shipped."""
+    card = HEADS_DIR / model / "card.json"
+    row = json.loads(card.read_text()).get("ablation_row") if head == "shipped" and card.is_file() else None
+    return f"shipped ({row})" if row else head
 
 
 def method_results(records: list[dict]) -> list[MethodResult]:
@@ -88,7 +97,7 @@ def headline_result(run_dir: Path, command: str) -> HeadlineResult:
                if r["method"] in conf.methods and r["benchmark"] in conf.bench.names]
     device = resolve_device(conf.model.device)
     settings = RunSettings(
-        model=conf.model.name, head=conf.infer.head, benchmarks=list(conf.bench.names),
+        model=conf.model.name, head=head_label(conf.model.name, conf.infer.head), benchmarks=list(conf.bench.names),
         questions_per_benchmark=conf.bench.limit, max_turns=conf.bench.max_turns,
         max_new_tokens=conf.infer.max_new_tokens, temperature=conf.infer.temperature, depth=conf.infer.depth,
         top_k=conf.infer.top_k, total_tokens=conf.infer.total_tokens, pack=conf.model.pack, compile=conf.infer.compile)

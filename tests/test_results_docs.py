@@ -195,6 +195,18 @@ def test_headline_result_stamps_the_run_and_the_checkout_it_began_in(tmp_path):
     assert read_result(write_result(result, tmp_path / "out.json")) == result
 
 
+def test_headline_names_the_ablation_row_of_the_shipped_head(tmp_path, monkeypatch):
+    """A table stays tied to the head it measured: "shipped" is recorded with the row its card names."""
+    import eval.headline as headline
+
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "card.json").write_text(json.dumps({"ablation_row": "row-a"}))
+    monkeypatch.setattr(headline, "HEADS_DIR", tmp_path)
+    assert headline.head_label("m", "shipped") == "shipped (row-a)"
+    assert headline.head_label("m", "random") == "random"
+    assert headline.head_label("other", "shipped") == "shipped"  # no card: nothing to name
+
+
 def test_headline_result_needs_begin_and_a_run_directory(tmp_path):
     with pytest.raises(EagleError, match="checkout.json does not exist; expected `python -m eval.headline begin"):
         headline_result(tmp_path, "make headline")
