@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Featurize and train ablation rows of `make ablate-head` on a lent GPU; measures nothing (docs/gpu.md, "Ablation
 # rows on a lent GPU"). Runs in the repository root of the device machine with the GGUF's first two parts in
-# /tmp/gguf and .carry/{smol3,whl,sharegpt,benchmarks} carried. Four featurize runs, then four rows, each as soon as
-# its data is there, side by side (a row's training is launch-bound: one process leaves the GPU mostly idle), and
+# /tmp/gguf and .carry/{smol3,whl,sharegpt} carried. The two ShareGPT parts featurized, then four rows, each as soon
+# as its data is there, side by side (a row's training is launch-bound: one process leaves the GPU mostly idle), and
 # scripts/bench_train_step.py once (the head batch-wide against row by row on this GPU).
 # Everything stops $1 seconds (default 530) after the start; $OUT then gets rows.tgz.* (every row directory without
 # its DeepSpeed checkpoints, and the logs), so the rows finished by then come back and the others show how far
@@ -47,25 +47,23 @@ row() {  # row name: train it (ablate_head finds its data featurized)
 }
 
 sharegpt=data.source=/tmp/conversations.jsonl  # the ShareGPT parts read the carried export, not the package
-# The kept self-written prompts were checked against the six evaluation sets: resuming them needs the same sets.
-evalsets=data.self_prompts.eval_data_dir=$PWD/.carry/benchmarks
 featurize smollm2-135m $sharegpt &
 featurize smollm2-135m-part2 $sharegpt &
-(featurize smollm2-135m-self-openers $evalsets; featurize smollm2-135m-self-openers-part2 $evalsets) &
 (after smollm2-135m && timeout "$(left)" python3 scripts/bench_train_step.py --blocks eagle,eagle3 --rounds 1 \
   --conversations 32 > $out/logs/bench-train-step.log 2>&1; say "$(grep -a -E '^(machine|eagle)' $out/logs/bench-train-step.log)") &
-(after smollm2-135m && row eagle3-block-k7-1000k; after smollm2-135m-self-openers-part2 && row self100-layers2-2400k) &
+(after smollm2-135m && row eagle3-block-k7-1000k) &
+(after smollm2-135m && row all-cosine-1000k) &  # the EAGLE-1 block at its data and epochs
 (after smollm2-135m smollm2-135m-part2 && row eagle3-block-k7-2400k) &
 (after smollm2-135m smollm2-135m-part2 && row ttt3-layers2-2400k) &
 
 while [ -n "$(jobs -r)" ] && [ "$(left)" -gt 0 ]; do  # each training's last progress line, every 30 s
   sleep 30
-  for f in $out/logs/eagle3-*.log $out/logs/ttt3-*.log $out/logs/self100-*.log; do
+  for f in $out/logs/eagle3-*.log $out/logs/ttt3-*.log $out/logs/all-cosine-*.log; do
     [ -e "$f" ] && say "$(basename "$f" .log): $(tr '\r' '\n' < "$f" | grep -a -v '^\s*$' | tail -1 | cut -c1-160)"
   done
 done
 wait
 nvidia-smi --query-gpu=name --format=csv,noheader > $out/logs/gpu.txt
-cd $out && tar czf - --exclude=checkpoints --exclude='*.featurized' --exclude='*.failed' ./*-k7-* ./ttt3-* ./self100-* logs 2>/dev/null \
+cd $out && tar czf - --exclude=checkpoints --exclude='*.featurized' --exclude='*.failed' ./*-k7-* ./ttt3-* ./all-cosine-1000k logs 2>/dev/null \
   | split -b 15M - "$OUT/rows.tgz."
 say "done"
