@@ -28,13 +28,14 @@ def shipped_dir(root: Path, model: str) -> Path:
     return root / "eagle_infer" / "heads" / model
 
 
-def ship_facts(row: str, line: dict, trained: dict, stages: list[dict], command: str) -> dict:
+def ship_facts(row: str, line: dict, trained: dict, stages: list[dict], command: str, heldout_of: str) -> dict:
     """The shipped card's facts: the row's training facts, its ablation figures (each with the command that measured
-    it) and its data stages' times."""
+    it; the held-out τ on the first turns of recipe `heldout_of`'s held-out split, the spec's) and its data stages'
+    times."""
     tau = [{"what": "10 MT-bench first turns, fixed tree (depth 6, top-k 8, 32 tokens)", "value": line["tau"],
             "command": command, "machine": f"{line['trained_on']}, bfloat16 unpacked"}]
     if line.get("tau_heldout") is not None:
-        tau.append({"what": "10 held-out first turns of its recipe, same tree", "value": line["tau_heldout"],
+        tau.append({"what": f"10 held-out first turns of recipe {heldout_of}, same tree", "value": line["tau_heldout"],
                     "command": command, "machine": f"{line['trained_on']}, bfloat16 unpacked"})
     facts = {**{k: v for k, v in trained.items() if k not in ("tau", "stages")}, "ablation_row": row, "tau": tau,
              "stages": stages}
@@ -85,7 +86,8 @@ def ship(row: str, spec_name: str, root: Path, out: Path) -> Path:
     for f in HEAD_FILES:
         shutil.copyfile(head / f, dest / f)
     trained.update(row_provenance(name, row, [Path(f).parent.name for f in feature_dirs]))
-    facts = ship_facts(row, lines[row], trained, stages, f"make ablate-head ROWS={row}")
+    facts = ship_facts(row, lines[row], trained, stages, f"make ablate-head ROWS={row}",
+                       f"{name} ({recipe(name)['data']['source']})")
     return write_card(dest, load_config(dest), facts)
 
 

