@@ -400,17 +400,19 @@ def plot(out: Path, results: list[dict]) -> Path | None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for name, pts in sorted(points.items()):
+    fig, ax = plt.subplots(figsize=(9, 4.8))
+    colours = plt.get_cmap("tab20").colors  # one colour per family: the default cycle repeats after ten
+    for i, (name, pts) in enumerate(sorted(points.items())):
         pts.sort()
-        line = ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=name)[0]
+        line = ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=name,
+                       color=colours[i % len(colours)])[0]
         held = [(p[0], p[2]) for p in pts if p[2] is not None]
         if held:
             ax.plot([p[0] for p in held], [p[1] for p in held], marker="x", linestyle="--", color=line.get_color())
     ax.set_xscale("log")
     ax.set_xlabel("training loss tokens")
     ax.set_ylabel("τ, default tree (—: MT-bench, --: held-out)")
-    ax.legend()
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
     ax.grid(alpha=0.3)
     path = out / "tau_vs_tokens.png"
     fig.tight_layout()
