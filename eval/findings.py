@@ -452,10 +452,14 @@ def eagle3(res: Results, plot_dir: Path) -> Section:
         gain("EAGLE-3's block (fused features, 7-step training-time test) beats the EAGLE-1 block at equal data and "
              "epochs (300k tokens, 5 epochs)", ("eagle2", "ttt+fused"), ("all-cosine-300k", "eagle3-block-k7-300k")),
         gain("EAGLE-3's block (fused features, 7-step training-time test) beats the EAGLE-1 block at equal data and "
+             "epochs (1M tokens, 5 epochs)", ("eagle2", "ttt+fused"), ("all-cosine-1000k", "eagle3-block-k7-1000k")),
+        gain("EAGLE-3's block (fused features, 7-step training-time test) beats the EAGLE-1 block at equal data and "
              "epochs (2.4M tokens, 5 epochs)", ("eagle2", "ttt+fused"), ("all-cosine-2400k", "eagle3-block-k7-2400k")),
         gain("the training-time test raises τ on the two-layer EAGLE-1 block (ttt3-layers2-2400k vs "
              "layers2-all-cosine-2400k)",
              ("eagle2", "ttt"), ("layers2-all-cosine-2400k", "ttt3-layers2-2400k")),
+        keeps_rising("with EAGLE-3's block τ keeps rising with data (300k → 1M), more than with EAGLE-1's",
+                     ("eagle3-block-k7-300k", "all-cosine-300k"), ("eagle3-block-k7-1000k", "all-cosine-1000k")),
         keeps_rising("with EAGLE-3's block τ keeps rising with data (300k → 2.4M), more than with EAGLE-1's",
                      ("eagle3-block-k7-300k", "all-cosine-300k"), ("eagle3-block-k7-2400k", "all-cosine-2400k")),
         gain("the training-time test raises τ (ttt3 vs baseline: EAGLE-1 block, 1M tokens, 2 epochs)",
