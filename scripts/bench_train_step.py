@@ -7,9 +7,10 @@ Every side computes the full training loss (eagle_train.objective.losses) and ta
 micro batches of 4 held-out conversations in training's order, under training's bfloat16 autocast where the CPU has
 native bfloat16 matmuls (always on a GPU); the padded side runs the batch-wide ttt_outputs instead of the row-by-row
 one (Objective.unpadded). Sides take turns going first. Prints the machine, each side's loss tokens/s and ratio to
-padded, the one-off seconds of the stored argmax, and the largest relative difference of the losses (rounding only:
-every attention is causal). On a GPU (--device cuda, the default where CUDA is) it decides what training's default
-should be there: training runs row by row on a CPU and batch-wide elsewhere.
+padded, the aten operators one step dispatches (torch.profiler), the one-off seconds of the stored argmax, and the
+largest relative difference of the losses (rounding only: every attention is causal). On a GPU (--device cuda, the
+default where CUDA is) it decides what training's default should be there: training runs row by row on a CPU and
+batch-wide elsewhere.
 
 usage: python scripts/bench_train_step.py [--features DIR] [--blocks eagle,eagle3] [--rounds 2] [--threads 2]
        [--conversations N] [--device cpu|cuda]
@@ -51,6 +52,16 @@ def timed_step(head, opt, batch, obj, autocast: bool, padded: bool) -> tuple[flo
     loss = float(result["loss"].detach())  # waits for the step
     sync()
     return time.perf_counter() - start, loss
+
+
+def ops_per_step(head, opt, batch, obj, autocast: bool, padded: bool) -> int:
+    """Aten operators one training step dispatches (torch.profiler, one step): where a step is bound by the host's
+    dispatch, as a small head's is on a GPU, its time follows this count rather than its FLOPs."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        timed_step(head, opt, batch, obj, autocast, padded)
+    return sum(e.count for e in prof.key_averages() if e.key.startswith("aten::"))
 
 
 def main() -> None:
@@ -102,6 +113,8 @@ def main() -> None:
 
         for side in sides:  # warm-up
             timed_step(heads[side], opts[side], batch_of(side, batches[0]), obj, autocast, side == "padded")
+        ops = {side: ops_per_step(heads[side], opts[side], batch_of(side, batches[0]), obj, autocast, side == "padded")
+               for side in sides}
         for round_ in range(args.rounds):
             for j, ids in enumerate(batches):
                 turn = (round_ * len(batches) + j) % len(sides)
@@ -118,6 +131,7 @@ def main() -> None:
         print(f"{name}: {len(batches) * args.rounds} micro batches, real tokens {real / padded_size:.0%} of the padded "
               f"batches; loss tokens/s " + ", ".join(f"{side} {rate[side]:.0f} ({rate[side] / rate['padded']:.2f}x)"
                                                     for side in sides)
+              + "; aten ops per step " + ", ".join(f"{side} {ops[side]}" for side in sides)
               + (f"; stored argmax once: {argmax_s:.1f} s" if stored else "")
               + f"; largest relative loss difference {diff:.1e}")
 
