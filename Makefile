@@ -34,10 +34,10 @@ chat: $(STAMP)
 
 train: $(STAMP)
 ifeq ($(DRY_RUN),)
-	$(PY) -m eagle_train.cli recipes=$(MODEL) stage=featurize $(ARGS)
-	$(CPU_ENV) .venv/bin/deepspeed --num_gpus $(NGPU) --no_local_rank --module eagle_train.cli recipes=$(MODEL) stage=train $(ARGS)
+	$(PY) -m eagle_train.cli recipes=$(MODEL) $(if $(BLOCK),block=$(BLOCK)) stage=featurize $(ARGS)
+	$(CPU_ENV) .venv/bin/deepspeed --num_gpus $(NGPU) --no_local_rank --module eagle_train.cli recipes=$(MODEL) $(if $(BLOCK),block=$(BLOCK)) stage=train $(ARGS)
 else
-	$(PY) -m eagle_train.cli recipes=$(MODEL) stage=plan $(ARGS)
+	$(PY) -m eagle_train.cli recipes=$(MODEL) $(if $(BLOCK),block=$(BLOCK)) stage=plan $(ARGS)
 endif
 
 # The whole pipeline in miniature: featurize a few hundred conversations, train a head for a few minutes, then

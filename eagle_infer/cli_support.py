@@ -19,17 +19,26 @@ CONF_DIR = str(REPO / "conf")
 RECIPES_DIR = REPO / "recipes"
 
 
+# Config groups a command line picks an option of by name ("optional" in the defaults lists, so Hydra would skip a
+# misspelt one without a word): what each is called in errors and where its options live.
+GROUPS = {"recipes": ("recipe", RECIPES_DIR), "block": ("block", Path(CONF_DIR) / "block")}
+
+
+def known_options(group: str) -> list[str]:
+    return sorted(p.stem for p in GROUPS[group][1].glob("*.yaml"))
+
+
 def known_recipes() -> list[str]:
-    return sorted(p.stem for p in RECIPES_DIR.glob("*.yaml"))
+    return known_options("recipes")
 
 
 def check_recipe_arg(argv: list[str]) -> None:
-    """Refuse an unknown `recipes=NAME` before Hydra composes anything, listing the known recipes."""
+    """Refuse an unknown `recipes=NAME` or `block=NAME` before Hydra composes anything, listing the known ones."""
     for arg in argv:
-        if arg.startswith("recipes="):
-            name = arg.split("=", 1)[1]
-            if name not in known_recipes():
-                raise EagleError(f"unknown recipe {name!r}: known recipes are {', '.join(known_recipes())}")
+        group, _, name = arg.partition("=")
+        if group in GROUPS and name not in known_options(group):
+            what = GROUPS[group][0]
+            raise EagleError(f"unknown {what} {name!r}: known {what}s are {', '.join(known_options(group))}")
 
 
 def _fail(err: Exception) -> None:
