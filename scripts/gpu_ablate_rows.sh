@@ -2,7 +2,7 @@
 # Featurize and train ablation rows of `make ablate-head` on a lent GPU; measures nothing (docs/gpu.md, "Ablation
 # rows on a lent GPU"). Runs in the repository root of the device machine with the GGUF's first two parts in
 # /tmp/gguf and .carry/{smol3,whl,sharegpt} carried. usage: gpu_ablate_rows.sh [SECONDS] [ROW...]
-# The two ShareGPT parts featurized, then the rows (default: eagle3-block-k7-2400k) side by side as soon as both
+# The two ShareGPT parts featurized, then the rows (default: eagle3-block-k3-1000k) side by side as soon as both
 # parts are there, and scripts/bench_train_step.py once (the head batch-wide against row by row on this GPU).
 # Everything stops SECONDS (default 530) after the start; $OUT then gets rows.tgz.* (every row directory without
 # its DeepSpeed checkpoints, and the logs), so the rows finished by then come back and the others show how far
@@ -52,7 +52,7 @@ featurize smollm2-135m-part2 $sharegpt &
 (after smollm2-135m && timeout "$(left)" python3 scripts/bench_train_step.py --blocks eagle,eagle3 --rounds 1 \
   --conversations 32 > $out/logs/bench-train-step.log 2>&1; say "$(grep -a -E '^(machine|eagle)' $out/logs/bench-train-step.log)") &
 rows=("${@:2}")
-[ ${#rows[@]} -gt 0 ] || rows=(eagle3-block-k7-2400k)
+[ ${#rows[@]} -gt 0 ] || rows=(eagle3-block-k3-1000k)
 for r in "${rows[@]}"; do (after smollm2-135m smollm2-135m-part2 && row "$r") & done
 
 while [ -n "$(jobs -r)" ] && [ "$(left)" -gt 0 ]; do  # each training's last progress line, every 30 s
