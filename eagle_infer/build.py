@@ -27,7 +27,7 @@ def shipped_head_dir(model_name: str) -> Path:
 
 def build_head(infer: InferConf, target) -> HeadRunner | None:
     """The draft head an InferConf asks for, ready to draft for `target` (None for the headless methods vanilla and
-    lookup): infer.head "shipped", "random" or a head directory. A synthetic target's shipped head is a random head
+    lookup): infer.head "shipped", "random" or a head directory, drafting from infer.draft_vocab. A synthetic target's shipped head is a random head
     of its shape (its weights are random too)."""
     if infer.method in HEADLESS:
         return None
@@ -35,6 +35,8 @@ def build_head(infer: InferConf, target) -> HeadRunner | None:
         module = random_head(target, seed=infer.seed)
     else:
         module = load_head(shipped_head_dir(target.name) if infer.head == "shipped" else infer.head, target)
+    if infer.draft_vocab == "full":
+        module.use_full_vocabulary()
     return HeadRunner(module, target)
 
 

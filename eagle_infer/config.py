@@ -23,6 +23,7 @@ HEADLESS = ("vanilla", "lookup")  # methods that draft without a head
 EXPAND_BY = ("value", "confidence")
 BUDGETS = ("fixed", "auto")
 PAD_TREES = ("auto", "on", "off")
+DRAFT_VOCABS = ("head", "full")  # infer.draft_vocab
 AUTO_MAX_DEPTH, AUTO_MAX_TOKENS = 8, 64  # the caps of infer.depth=auto / infer.total_tokens=auto
 FIXED_DEPTH, FIXED_TOKENS = 6, 32  # "auto" where a method cannot choose per cycle (EAGLE-2's paper tree, CPU-sized)
 
@@ -69,6 +70,9 @@ class InferConf:
 
     method: str = "eagle2"  # vanilla | chain | eagle1 | eagle2 | lookup (prompt lookup alone, no head)
     head: str = "shipped"  # "shipped" (eagle_infer/heads/<model>), "random" (untrained) or a head directory
+    # "head": draft from the head's own draft vocabulary; "full": from the target's whole vocabulary (a head that
+    # borrows the target's LM head only: an EAGLE-1/2 block, never an eagle3 one with its own LM head)
+    draft_vocab: str = "head"
     depth: Any = "auto"  # longest draft path
     top_k: int = 8  # EAGLE-2's expansion width: nodes expanded per level, children kept per node
     total_tokens: Any = "auto"  # EAGLE-2's draft budget (root excluded)
@@ -129,6 +133,8 @@ class InferConf:
             if not isinstance(getattr(self, name), int):
                 raise EagleError(f"{name} {getattr(self, name)!r} is invalid: expected an integer (or 'auto' for "
                                  "infer.depth / infer.total_tokens)")
+        if self.draft_vocab not in DRAFT_VOCABS:
+            raise EagleError(f"unknown draft_vocab {self.draft_vocab!r}: expected one of {', '.join(DRAFT_VOCABS)}")
         if self.pad_trees not in PAD_TREES:
             raise EagleError(f"unknown pad_trees {self.pad_trees!r}: expected one of {', '.join(PAD_TREES)}")
         if self.budget not in BUDGETS:

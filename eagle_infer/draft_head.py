@@ -171,6 +171,17 @@ class DraftHead(nn.Module):
             raise EagleError(f"draft vocabulary has {token_ids.numel()} ids, expected {self.config.draft_vocab_size}")
         self.draft_vocab = token_ids.to(self.weight.device)
 
+    def use_full_vocabulary(self) -> None:
+        """Draft from the target's whole vocabulary instead of draft_vocab (infer.draft_vocab=full): the head predicts
+        features and borrows the target's LM head, so any of its rows can score them. An eagle3 head's own LM head
+        covers its draft vocabulary only, so it is refused in one line."""
+        if self.lm_head is not None:
+            raise EagleError(f"infer.draft_vocab=full: an eagle3 head drafts with its own LM head over its "
+                             f"{self.config.draft_vocab_size or self.config.vocab_size}-id draft vocabulary; expected "
+                             "infer.draft_vocab=head")
+        self.draft_vocab = None
+        self.config.draft_vocab_size = 0
+
     @torch.no_grad()
     def start_from_target(self) -> None:
         """An eagle3 head's own norm and LM head start as the target's final norm and its LM-head rows of the draft

@@ -56,6 +56,7 @@ def engine(config: InferConf, with_head: bool = True) -> Engine:
         (InferConf(budget="fixed", depth=0), ["depth 0"]),
         (InferConf(budget="fixed", expand_by="prob"), ["'prob'", "value", "confidence"]),
         (InferConf(budget="fixed", pad_trees="yes"), ["'yes'", "auto", "on", "off"]),
+        (InferConf(budget="fixed", draft_vocab="all"), ["'all'", "head", "full"]),
         (InferConf(method="eagle1", static_paths=[[0], [0, 0, 1]]), ["[0, 0, 1]", "[0, 0]"]),
         (InferConf(method="eagle1", static_paths=[]), ["empty"]),
     ],
@@ -296,7 +297,7 @@ def test_one_schema_from_the_command_line_to_the_engine():
     from omegaconf import OmegaConf
 
     values = dict(method="chain", depth=5, top_k=5, total_tokens=11, expand_by="confidence", rerank=False,
-                  max_batch_size=7, batch_token_budget=13, pad_trees="on", budget="fixed", temperature=0.5,
+                  max_batch_size=7, batch_token_budget=13, pad_trees="on", budget="fixed", temperature=0.5, draft_vocab="full",
                   top_p=0.9, sampling_top_k=4, lookup=True)
     with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
         cfg = compose("infer", [f"infer.{k}={v}" for k, v in values.items()] + ["lookup.max_ngram=3",

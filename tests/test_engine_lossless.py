@@ -9,6 +9,7 @@ tokens accepted in each cycle is predicted exactly from what the oracle proposed
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 from functools import lru_cache
 
 import pytest
@@ -247,6 +248,32 @@ def test_draft_vocabulary_head_matches_vanilla():
         assert result.tokens == list(expected), decode
 
 
+def test_full_vocabulary_drafting_of_a_draft_vocabulary_head(tmp_path):
+    """infer.draft_vocab=full: a head saved with a 6-id draft vocabulary drafts from all 96 ids (its tree holds ids
+    outside the 6) and stays lossless; an eagle3 head, whose own LM head covers its draft vocabulary only, is refused
+    in one line."""
+    from eagle_infer.build import build_head
+    from eagle_infer.errors import EagleError
+
+    seed, prompt_len, max_new = CASES[0]
+    target, _ = target_and_head(seed)
+    prompt, expected = case(seed, prompt_len, max_new)
+    ids = [0, 1, 2, 3, 4, 5]
+    random_head(target, seed=11, draft_vocab=torch.tensor(ids)).save(tmp_path / "eagle", torch.float32)
+    decode = InferConf(method="eagle2", budget="fixed", depth=4, top_k=8, total_tokens=20, head=str(tmp_path / "eagle"))
+    assert build_head(decode, target).draft_vocab is not None
+    runner = build_head(replace(decode, draft_vocab="full"), target)
+    assert runner.draft_vocab is None and runner.vocab_weight.shape[0] == VOCAB
+    feature = torch.randn(1, runner.config.hidden_size, dtype=target.dtype)
+    assert torch.isfinite(runner.logits(feature)).all()  # every id can be drafted, not only the 6
+    assert run(target, runner, decode, prompt, max_new).tokens == list(expected)
+    deep_target, eagle3_head, _, _ = eagle3_case()
+    eagle3_head.save(tmp_path / "eagle3", torch.float32)
+    with pytest.raises(EagleError) as error:
+        build_head(replace(decode, head=str(tmp_path / "eagle3"), draft_vocab="full"), deep_target)
+    assert "\n" not in str(error.value) and "eagle3" in str(error.value) and f"{eagle3_head.config.draft_vocab_size}-id" in str(error.value)
+
+
 @lru_cache(maxsize=None)
 def eagle3_case(path: str = "eager"):
     """An 8-layer tiny target, a prompt with a varied greedy continuation (30 tokens), and a random EAGLE-3-block head
@@ -442,7 +469,6 @@ def test_batched_greedy_verifier_equals_walking_each_tree():
 def test_padded_trees_match_vanilla_in_few_widths(path, monkeypatch):
     """pad_trees=on: every verification forward is padded to a bucket width (tree.padded_width) and the output is
     still vanilla's; the padding slots are never accepted. Without padding the same drafters verify more widths."""
-    from dataclasses import replace
 
     from eagle_infer.tree import padded_width
 
