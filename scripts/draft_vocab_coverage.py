@@ -1,0 +1,62 @@
+"""How much of an eval run's answers a head can draft at all: the share of the answer tokens (each record's turns,
+tokenized again by the target's tokenizer) inside the head's draft vocabulary, per benchmark. A token outside it is
+never drafted, so this share caps every acceptance rate of the head (infer.draft_vocab=full lifts the cap for a
+head that borrows the target's LM head).
+
+usage: python scripts/draft_vocab_coverage.py RUN_DIR [RUN_DIR ...] [--model smollm2-135m] [--head shipped]
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from eagle_infer.build import shipped_head_dir  # noqa: E402
+from eagle_infer.errors import EagleError  # noqa: E402
+from eval.records import read_records  # noqa: E402
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("runs", nargs="+", help="eval run directories (each with records.jsonl)")
+    ap.add_argument("--model", default="smollm2-135m")
+    ap.add_argument("--head", default="shipped", help="'shipped' or a head directory")
+    args = ap.parse_args()
+    try:
+        from safetensors.torch import load_file
+        from transformers import AutoTokenizer
+
+        from eagle_infer.target import resolve_source
+
+        head = shipped_head_dir(args.model) if args.head == "shipped" else Path(args.head)
+        if not (head / "model.safetensors").exists():
+            raise EagleError(f"head {str(head)!r} has no model.safetensors: expected a head directory")
+        vocab = load_file(str(head / "model.safetensors")).get("draft_vocab")
+        if vocab is None:
+            print(f"{head}: drafts from the whole vocabulary (coverage 1.0)")
+            return
+        inside = set(vocab.tolist())
+        tokenizer = AutoTokenizer.from_pretrained(resolve_source(args.model)[1])
+        counts = defaultdict(lambda: [0, 0])  # benchmark -> [tokens, inside]
+        for run in args.runs:
+            path = Path(run) / "records.jsonl"
+            if not path.exists():
+                raise EagleError(f"{run!r} has no records.jsonl: expected an eval run directory")
+            for record in read_records(path):
+                for turn in record["turns"]:
+                    ids = tokenizer(turn, add_special_tokens=False)["input_ids"]
+                    counts[record["benchmark"]][0] += len(ids)
+                    counts[record["benchmark"]][1] += sum(i in inside for i in ids)
+    except EagleError as err:
+        raise SystemExit(f"error: {err}")
+    print(f"draft vocabulary of {head}: {len(inside)} ids")
+    for bench, (tokens, hit) in sorted(counts.items()):
+        print(f"{bench}: {hit / max(tokens, 1):.4f} of {tokens} answer tokens inside")
+
+
+if __name__ == "__main__":
+    main()
