@@ -20,6 +20,17 @@ from eagle_infer.errors import EagleError  # noqa: E402
 from eval.records import read_records  # noqa: E402
 
 
+def coverage(records: list[dict], inside: set[int], encode) -> dict[str, tuple[int, int]]:
+    """benchmark -> (answer tokens, how many of them are in `inside`) over the records' turns; encode: text -> ids."""
+    counts = defaultdict(lambda: [0, 0])
+    for record in records:
+        for turn in record["turns"]:
+            ids = encode(turn)
+            counts[record["benchmark"]][0] += len(ids)
+            counts[record["benchmark"]][1] += sum(i in inside for i in ids)
+    return {bench: (tokens, hit) for bench, (tokens, hit) in counts.items()}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("runs", nargs="+", help="eval run directories (each with records.jsonl)")
@@ -41,16 +52,13 @@ def main() -> None:
             return
         inside = set(vocab.tolist())
         tokenizer = AutoTokenizer.from_pretrained(resolve_source(args.model)[1])
-        counts = defaultdict(lambda: [0, 0])  # benchmark -> [tokens, inside]
+        records = []
         for run in args.runs:
             path = Path(run) / "records.jsonl"
             if not path.exists():
                 raise EagleError(f"{run!r} has no records.jsonl: expected an eval run directory")
-            for record in read_records(path):
-                for turn in record["turns"]:
-                    ids = tokenizer(turn, add_special_tokens=False)["input_ids"]
-                    counts[record["benchmark"]][0] += len(ids)
-                    counts[record["benchmark"]][1] += sum(i in inside for i in ids)
+            records += read_records(path)
+        counts = coverage(records, inside, lambda text: tokenizer(text, add_special_tokens=False)["input_ids"])
     except EagleError as err:
         raise SystemExit(f"error: {err}")
     print(f"draft vocabulary of {head}: {len(inside)} ids")
