@@ -27,6 +27,7 @@ from eval import findings
 from eval.ablate_head import load_spec, speed_run, tau_run
 from eval.benchmarks import load_benchmark
 from eval.cli import BenchConf, data_dir as eval_data_dir
+from eval.headline import head_label
 from eval.records import read_records
 from eval.reproduce_plan import ABLATION_SPEC, EXPERIMENTS, ablation_command
 from eval.reproduction_doc import Stamp, write
@@ -105,7 +106,7 @@ def reproduce(limit: int, data_dir: str | None, results: Path, doc: Path, doc_on
         ledger = read_records(results / LEDGER) if (results / LEDGER).exists() else []
         ran_on = list(dict.fromkeys(e["machine"] for e in ledger if e.get("machine")))  # where the steps ran
         stamp = Stamp(f"make reproduce LIMIT={limit}", limit, "; ".join(ran_on) or machine, _commit(), ledger,
-                      {name: shown(cmd) for name, (cmd, _) in steps.items()})
+                      {name: shown(cmd) for name, (cmd, _) in steps.items()}, head_label("smollm2-135m", "shipped"))
         res = findings.Results(results, ids, limit, cache)
         return write(doc, findings.sections(res, doc.parent / doc.stem), stamp)
 

@@ -25,6 +25,7 @@ class Stamp:
     commit: str
     steps: list[dict]  # the ledger: {"step", "seconds", "pass"} per step run, in order
     commands: dict[str, str]  # step -> the command it runs
+    head: str = "shipped"  # the inference rows' head as eval.headline.head_label names it: "shipped (<ablation row>)"
 
 
 def write(path: Path, sections: list[Section], stamp: Stamp) -> str:
@@ -43,8 +44,9 @@ def write(path: Path, sections: list[Section], stamp: Stamp) -> str:
         f"τ and speed runs decode {stamp.limit} MT-bench first turns. Small LIMITs make noisy figures: read the "
         "verdicts of a quick pass as directions.",
         f"- **Time**: {_time_line(stamp.steps)}",
-        "- **Target**: SmolLM2-135M-Instruct (`model.dtype=auto`) with its shipped head (`eagle_infer/heads/"
-        "smollm2-135m`) for every inference row; the training rows train their own heads and say their cost.",
+        f"- **Target**: SmolLM2-135M-Instruct (`model.dtype=auto`) with the head shipped when the page was written "
+        f"(`eagle_infer/heads/smollm2-135m`, {stamp.head}) for every inference row; the training rows train their "
+        "own heads and say their cost.",
         "",
         "## Verdicts",
         "",

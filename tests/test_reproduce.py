@@ -155,6 +155,16 @@ def test_page_names_the_machines_the_steps_ran_on(setup, tmp_path, monkeypatch):
     assert "Elsewhere CPU, 7 threads" in machine_line and "5 torch thread" not in machine_line
 
 
+def test_page_names_the_shipped_heads_ablation_row(setup, tmp_path, monkeypatch):
+    """The inference rows' head is named by the ablation row its card says it came from, so the page stays tied to
+    its head after another is shipped."""
+    data, _ = setup
+    monkeypatch.setattr(rp, "head_label", lambda model, head: f"{head} (row-of-{model})")
+    page = rp.reproduce(2, str(data), rp.Path("results/reproduce"), rp.Path("docs/reproduction.md"), doc_only=True)
+    target_line = next(line for line in page.splitlines() if line.startswith("- **Target**"))
+    assert "shipped (row-of-smollm2-135m)" in target_line
+
+
 def test_page_has_every_section_with_verdicts_and_pending_rows(setup, tmp_path):
     data, _ = setup
     page = rp.reproduce(2, str(data), rp.Path("results/reproduce"), rp.Path("docs/reproduction.md"))
