@@ -101,12 +101,15 @@ def reproduce(limit: int, data_dir: str | None, results: Path, doc: Path, doc_on
     steps[ABLATION_SPEC] = (ablation_command(limit), lambda: ablation_missing(limit, cache))
     started = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     machine = f"{cpu().label}, {torch.get_num_threads()} torch thread(s)"
+    commit = _commit()  # before this pass writes anything: the page it rewrites would mark the tree changed
 
     def page() -> str:
         ledger = read_records(results / LEDGER) if (results / LEDGER).exists() else []
         ran_on = list(dict.fromkeys(e["machine"] for e in ledger if e.get("machine")))  # where the steps ran
-        stamp = Stamp(f"make reproduce LIMIT={limit}", limit, "; ".join(ran_on) or machine, _commit(), ledger,
-                      {name: shown(cmd) for name, (cmd, _) in steps.items()}, head_label("smollm2-135m", "shipped"))
+        ran_at = list(dict.fromkeys(e["commit"] for e in ledger if e.get("commit")))  # and the checkouts they ran
+        stamp = Stamp(f"make reproduce LIMIT={limit}", limit, "; ".join(ran_on) or machine, "; ".join(ran_at) or commit,
+                      ledger, {name: shown(cmd) for name, (cmd, _) in steps.items()},
+                      head_label("smollm2-135m", "shipped"))
         res = findings.Results(results, ids, limit, cache)
         return write(doc, findings.sections(res, doc.parent / doc.stem), stamp)
 
@@ -121,7 +124,7 @@ def reproduce(limit: int, data_dir: str | None, results: Path, doc: Path, doc_on
             run_step(cmd, results / "logs" / f"{name}.log")
         finally:  # time spent counts even when the step fails or is interrupted
             _ledger(results, {"step": name, "seconds": round(time.perf_counter() - start, 1), "limit": limit,
-                              "pass": started, "machine": machine})
+                              "pass": started, "machine": machine, "commit": commit})
         page()
     markdown = page()
     log.info("wrote %s", doc)

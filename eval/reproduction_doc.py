@@ -22,7 +22,7 @@ class Stamp:
     command: str  # the make command of the last pass, e.g. "make reproduce LIMIT=3"
     limit: int
     machine: str  # CPU label (eagle_infer.platform.cpu().label) and threads
-    commit: str
+    commit: str  # the checkouts the steps ran in ("; "-joined), or the page's when the ledger names none
     steps: list[dict]  # the ledger: {"step", "seconds", "pass"} per step run, in order
     commands: dict[str, str]  # step -> the command it runs
     head: str = "shipped"  # the inference rows' head as eval.headline.head_label names it: "shipped (<ablation row>)"

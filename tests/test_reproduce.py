@@ -155,6 +155,20 @@ def test_page_names_the_machines_the_steps_ran_on(setup, tmp_path, monkeypatch):
     assert "Elsewhere CPU, 7 threads" in machine_line and "5 torch thread" not in machine_line
 
 
+def test_page_names_the_commit_its_steps_ran_at(setup, tmp_path, monkeypatch):
+    """The commit is read before a pass writes anything (the page it rewrites after each step would mark the tree
+    changed) and kept in the ledger, so a page rewritten later names the checkout its figures came from."""
+    data, _ = setup
+    monkeypatch.setattr(rp, "_commit", lambda: "abc1234")
+    rp.reproduce(2, str(data), rp.Path("results/reproduce"), rp.Path("docs/reproduction.md"))
+    ledger = tmp_path / "results/reproduce" / rp.LEDGER
+    assert {json.loads(line)["commit"] for line in ledger.read_text().splitlines()} == {"abc1234"}
+    monkeypatch.setattr(rp, "_commit", lambda: "def5678 with uncommitted changes")
+    page = rp.reproduce(2, str(data), rp.Path("results/reproduce"), rp.Path("docs/reproduction.md"), doc_only=True)
+    machine_line = next(line for line in page.splitlines() if line.startswith("- **Machine**"))
+    assert "commit abc1234." in machine_line and "def5678" not in machine_line
+
+
 def test_page_names_the_shipped_heads_ablation_row(setup, tmp_path, monkeypatch):
     """The inference rows' head is named by the ablation row its card says it came from, so the page stays tied to
     its head after another is shipped."""
