@@ -27,8 +27,8 @@ def shipped_head_dir(model_name: str) -> Path:
 
 def build_head(infer: InferConf, target) -> HeadRunner | None:
     """The draft head an InferConf asks for, ready to draft for `target` (None for the headless methods vanilla and
-    lookup): infer.head "shipped", "random" or a head directory, drafting from infer.draft_vocab. A synthetic target's shipped head is a random head
-    of its shape (its weights are random too)."""
+    lookup): infer.head "shipped", "random" or a head directory, drafting from infer.draft_vocab. A synthetic
+    target's shipped head is a random head of its shape (its weights are random too)."""
     if infer.method in HEADLESS:
         return None
     if infer.head == "random" or (infer.head == "shipped" and is_synthetic(target.name)):

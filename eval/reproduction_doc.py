@@ -23,7 +23,7 @@ class Stamp:
     limit: int
     machine: str  # CPU label (eagle_infer.platform.cpu().label) and threads
     commit: str  # the checkouts the steps ran in ("; "-joined), or the page's when the ledger names none
-    steps: list[dict]  # the ledger: {"step", "seconds", "pass"} per step run, in order
+    steps: list[dict]  # the ledger: {"step", "seconds", "pass", "machine", "commit"} per step run, in order
     commands: dict[str, str]  # step -> the command it runs
     head: str = "shipped"  # the inference rows' head as eval.headline.head_label names it: "shipped (<ablation row>)"
 
