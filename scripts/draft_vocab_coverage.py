@@ -15,8 +15,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from eagle_infer.build import shipped_head_dir  # noqa: E402
+from eagle_infer.build import build_head  # noqa: E402
+from eagle_infer.config import InferConf  # noqa: E402
 from eagle_infer.errors import EagleError  # noqa: E402
+from eagle_infer.target import load_target  # noqa: E402
 from eval.records import read_records  # noqa: E402
 
 
@@ -35,33 +37,25 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("runs", nargs="+", help="eval run directories (each with records.jsonl)")
     ap.add_argument("--model", default="smollm2-135m")
-    ap.add_argument("--head", default="shipped", help="'shipped' or a head directory")
+    ap.add_argument("--head", default="shipped", help="as infer.head: 'shipped', a head directory or a hub id")
     args = ap.parse_args()
     try:
-        from safetensors.torch import load_file
-        from transformers import AutoTokenizer
-
-        from eagle_infer.target import resolve_source
-
-        head = shipped_head_dir(args.model) if args.head == "shipped" else Path(args.head)
-        if not (head / "model.safetensors").exists():
-            raise EagleError(f"head {str(head)!r} has no model.safetensors: expected a head directory")
-        vocab = load_file(str(head / "model.safetensors")).get("draft_vocab")
-        if vocab is None:
-            print(f"{head}: drafts from the whole vocabulary (coverage 1.0)")
-            return
-        inside = set(vocab.tolist())
-        tokenizer = AutoTokenizer.from_pretrained(resolve_source(args.model)[1])
         records = []
         for run in args.runs:
             path = Path(run) / "records.jsonl"
             if not path.exists():
                 raise EagleError(f"{run!r} has no records.jsonl: expected an eval run directory")
             records += read_records(path)
-        counts = coverage(records, inside, lambda text: tokenizer(text, add_special_tokens=False)["input_ids"])
+        target = load_target(args.model, "float32", "cpu")
+        vocab = build_head(InferConf(head=args.head), target).draft_vocab  # the engine's own head loading
     except EagleError as err:
         raise SystemExit(f"error: {err}")
-    print(f"draft vocabulary of {head}: {len(inside)} ids")
+    if vocab is None:
+        print(f"head {args.head}: drafts from the whole vocabulary (coverage 1.0)")
+        return
+    inside = set(vocab.tolist())
+    counts = coverage(records, inside, lambda text: target.tokenizer(text, add_special_tokens=False)["input_ids"])
+    print(f"draft vocabulary of head {args.head}: {len(inside)} ids")
     for bench, (tokens, hit) in sorted(counts.items()):
         print(f"{bench}: {hit / max(tokens, 1):.4f} of {tokens} answer tokens inside")
 

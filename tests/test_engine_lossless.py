@@ -249,9 +249,8 @@ def test_draft_vocabulary_head_matches_vanilla():
 
 
 def test_full_vocabulary_drafting_of_a_draft_vocabulary_head(tmp_path):
-    """infer.draft_vocab=full: a head saved with a 6-id draft vocabulary drafts from all 96 ids (its tree holds ids
-    outside the 6) and stays lossless; an eagle3 head, whose own LM head covers its draft vocabulary only, is refused
-    in one line."""
+    """infer.draft_vocab=full: a head saved with a 6-id draft vocabulary scores all 96 ids (finite logits everywhere)
+    and stays lossless; an eagle3 head, whose own LM head covers its draft vocabulary only, is refused in one line."""
     from eagle_infer.build import build_head
     from eagle_infer.errors import EagleError
 
@@ -271,7 +270,8 @@ def test_full_vocabulary_drafting_of_a_draft_vocabulary_head(tmp_path):
     eagle3_head.save(tmp_path / "eagle3", torch.float32)
     with pytest.raises(EagleError) as error:
         build_head(replace(decode, head=str(tmp_path / "eagle3"), draft_vocab="full"), deep_target)
-    assert "\n" not in str(error.value) and "eagle3" in str(error.value) and f"{eagle3_head.config.draft_vocab_size}-id" in str(error.value)
+    message = str(error.value)
+    assert "\n" not in message and "eagle3" in message and f"{eagle3_head.config.draft_vocab_size}-id" in message
 
 
 @lru_cache(maxsize=None)
@@ -469,7 +469,6 @@ def test_batched_greedy_verifier_equals_walking_each_tree():
 def test_padded_trees_match_vanilla_in_few_widths(path, monkeypatch):
     """pad_trees=on: every verification forward is padded to a bucket width (tree.padded_width) and the output is
     still vanilla's; the padding slots are never accepted. Without padding the same drafters verify more widths."""
-
     from eagle_infer.tree import padded_width
 
     seed, prompt_len, max_new = CASES[1]
