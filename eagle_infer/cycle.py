@@ -22,7 +22,7 @@ from .errors import EagleError
 from .platform import sync
 from .records import CycleStats
 from .tree import DraftTree, additive_mask, causal_mask, padded_width
-from .verify import Acceptance, argmax, sample_token, target_probs, verify_sampling
+from .verify import Acceptance, sample_tokens, target_probs, verify_sampling
 from .verify_batch import greedy_outcomes, host_rows, verification_input
 
 
@@ -45,11 +45,7 @@ def vanilla_cycle(run) -> None:
     mask = target_mask(run, lengths, torch.ones(1, 1, dtype=torch.bool), causal=True)
     logits, _ = target.forward(ids, positions, run.cache, mask, last_only=True)
     run.cache.advance(1)
-    sampling = run.call.sampling
-    if sampling.greedy:
-        tokens = argmax(logits[:, -1]).tolist()  # the cycle's one host sync
-    else:
-        tokens = [sample_token(logits[b, -1], sampling, r.generator) for b, r in enumerate(rows)]
+    tokens = sample_tokens(logits[:, -1], run.call.sampling, [r.generator for r in rows])  # the cycle's one host sync
     verify_s = time.perf_counter() - t0
     for b, (request, token) in enumerate(zip(rows, tokens)):
         request.cycles.append(CycleStats(tree_size=0, tree_depth=0, accepted=0, draft_s=0.0, verify_s=verify_s,

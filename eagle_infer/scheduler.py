@@ -17,7 +17,7 @@ from .lookup import CopyRates
 from .platform import sync
 from .records import GenerationResult
 from .tree import causal_mask
-from .verify import SamplingParams, sample_token
+from .verify import SamplingParams, sample_tokens
 
 
 class Output:
@@ -135,7 +135,7 @@ class BatchRun:
         logits, feats = target.forward(torch.tensor([prompt], device=device), positions, self.cache.row(b),
                                        last_only=True, feature_layers=self.feature_layers)
         self.cache.lengths[b] = n
-        request.root = sample_token(logits[0, -1], call.sampling, generator)
+        request.root = sample_tokens(logits[0, -1:], call.sampling, [generator])[0]
         done = request.out.emit([request.root])
         if self.head is not None and not done:
             self.head_cache.lengths[b] = 0

@@ -196,7 +196,7 @@ def test_resume_loses_and_repeats_nothing(talker, tmp_path, monkeypatch):
 
 
 def test_evaluation_sets_stay_out(talker, tmp_path):
-    conf = settings(tmp_path)
+    conf = settings(tmp_path, shard_size=16, batch_size=16)  # shard 0 keeps more than the two prompts barred below
     first = write_self_prompts(talker, conf, tmp_path / "open", 10)
     longest = max(first[1:], key=len)
     bench = tmp_path / "bench"
