@@ -3,9 +3,9 @@
 # (docs/gpu.md, "Self-written data on a lent GPU"). Runs in the repository root of the device machine with the GGUF's
 # first two parts in /tmp/gguf and .carry/{smol3,whl,benchmarks} carried (scripts/gpu_setup.sh).
 # usage: gpu_self_data.sh [SECONDS] [BATCH] [RECIPE...]
-# Each recipe (default: smollm2-135m-self-openers-part3) in turn: stage=regenerate writes its prompt shards (after
-# the kept ones of recipes/generated, restored first) and answers them, BATCH requests at a time (default 256; not a
-# recorded setting). Everything stops SECONDS (default 530) after the start; $OUT then gets generated.tgz.*: every
+# Each recipe (default: smollm2-135m-self-openers-part4, then -part5) in turn: stage=regenerate writes its prompt
+# shards (after the kept ones of recipes/generated, restored first) and answers them, BATCH requests at a time
+# (default 256; not a recorded setting). Everything stops SECONDS (default 530) after the start; $OUT then gets generated.tgz.*: every
 # whole prompt and answer shard (stage=save-generated, the layout of recipes/generated) and the logs, so an
 # unfinished recipe comes back as far as it got and a later run, here or there, continues it.
 set -u
@@ -13,7 +13,7 @@ source scripts/gpu_setup.sh "${1:-530}"
 say "set up"
 batch=${2:-256}
 recipes=("${@:3}")
-[ ${#recipes[@]} -gt 0 ] || recipes=(smollm2-135m-self-openers-part3)
+[ ${#recipes[@]} -gt 0 ] || recipes=(smollm2-135m-self-openers-part4 smollm2-135m-self-openers-part5)
 mkdir -p /tmp/gen/logs
 settings=(data.self_prompts.eval_data_dir=$PWD/.carry/benchmarks "data.self_prompts.batch_size=$batch"
           "featurize.regenerate_batch_size=$batch")
