@@ -454,6 +454,36 @@ def test_engine_check_detects_a_broken_verifier(monkeypatch, broken):
     assert not same and p_value < ALPHA * 1e-3, p_value
 
 
+def plain_nucleus(logits: torch.Tensor, top_p: float) -> set[int]:
+    """The top-p nucleus written plainly, in float64: rank the tokens, keep them while the tokens ranked above hold
+    less than top_p, then every token tied with the last one kept."""
+    p = torch.softmax(logits.double(), -1).tolist()
+    ranked, above, floor = sorted(range(len(p)), key=lambda t: -p[t]), 0.0, None
+    for t in ranked:
+        if above >= top_p:
+            break
+        floor, above = p[t], above + p[t]
+    return {t for t in range(len(p)) if p[t] >= floor}
+
+
+@pytest.mark.parametrize("window", [16, 1000])
+def test_top_p_nucleus(monkeypatch, window):
+    """target_probs keeps exactly the nucleus, ties at its boundary together, whether a CPU ranks a window of the
+    most likely tokens first (16 of 1000: peaked rows fit it, flat ones fall back to a full sort) or all of them."""
+    gen = torch.Generator().manual_seed(0)
+    rows = [torch.randn(1000, generator=gen) * scale for scale in (8.0, 4.0, 1.0, 0.05)]
+    rows.append((torch.randn(1000, generator=gen) * 3).round())  # many exact ties
+    rows.append(torch.randn(1000, generator=gen).masked_fill(torch.arange(1000) % 3 > 0, float("-inf")))
+    logits = torch.stack(rows)
+    monkeypatch.setattr(verify, "NUCLEUS_WINDOW", window)
+    for top_p in (0.5, 0.9, 0.95):
+        probs = target_probs(logits, SamplingParams(temperature=1.0, top_p=top_p))
+        for row, p in zip(logits, probs):
+            assert set((p > 0).nonzero()[:, 0].tolist()) == plain_nucleus(row, top_p), top_p
+    sizes = (target_probs(logits, SamplingParams(temperature=1.0, top_p=0.9)) > 0).sum(-1)
+    assert sizes.min() <= 16 < sizes.max()  # both the window and the fallback were exercised
+
+
 def inverse_cdf_draw(probs: torch.Tensor, generator: torch.Generator) -> int:
     """The draw sample_tokens promises, written plainly: the first token whose cumulative probability exceeds a
     float64 uniform from the generator, scaled to the total."""
