@@ -52,15 +52,16 @@ def target_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
     return x.softmax(dim=-1)
 
 
-NUCLEUS_WINDOW = 256  # the most likely tokens a CPU ranks first for top-p (nucleus_floor)
+NUCLEUS_WINDOWS = (256, 4096)  # how many of the most likely tokens a CPU ranks first for top-p (nucleus_floor)
 
 
 def nucleus_floor(x: torch.Tensor, top_p: float) -> torch.Tensor:
     """Logits [..., V] -> [..., 1]: the lowest logit of the nucleus, the shortest run of most likely tokens whose
     probability reaches top_p (a token is in it while the tokens ranked above it hold less than top_p); every token
     at or above the floor is kept, so tokens tied at the boundary stay or go together, whatever order a sort gives.
-    Ranking the whole vocabulary costs a CPU ~2.7 ms a row (49,152 ids, most of a sampled step there): on a CPU only
-    the NUCLEUS_WINDOW most likely tokens are ranked, and a full sort is kept for the rows whose nucleus is longer."""
+    Ranking the whole vocabulary costs a CPU ~1-3 ms a row (49,152 ids, much of a sampled step there): on a CPU the
+    rows are ranked among their NUCLEUS_WINDOWS[0] most likely tokens first, the rows whose nucleus is longer among
+    the next window's, and only the rest over the whole vocabulary; a GPU sorts every row at once."""
     lse = x.logsumexp(dim=-1, keepdim=True)
 
     def floor(ranked: torch.Tensor, lse: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -68,12 +69,19 @@ def nucleus_floor(x: torch.Tensor, top_p: float) -> torch.Tensor:
         inside = (p.cumsum(dim=-1) - p) < top_p  # a prefix: the first token is always inside
         return ranked.gather(-1, inside.sum(-1, keepdim=True) - 1), inside[..., -1]
 
-    if x.device.type != "cpu" or x.shape[-1] <= NUCLEUS_WINDOW:
+    vocab = x.shape[-1]
+    windows = [w for w in NUCLEUS_WINDOWS if w < vocab] if x.device.type == "cpu" else []
+    if not windows:
         return floor(x.sort(dim=-1, descending=True).values, lse)[0]
-    result, longer = floor(x.topk(NUCLEUS_WINDOW, dim=-1).values, lse)
-    if longer.any():
+    result, longer = floor(x.topk(windows[0], dim=-1).values, lse)
+    for window in windows[1:] + [vocab]:
+        if not longer.any():
+            break
         rows = longer.nonzero(as_tuple=True)
-        result[rows] = floor(x[rows].sort(dim=-1, descending=True).values, lse[rows])[0]
+        ranked = x[rows].sort(dim=-1, descending=True).values if window == vocab else x[rows].topk(window, dim=-1).values
+        result[rows], still = floor(ranked, lse[rows])
+        longer = longer.clone()
+        longer[rows] = still
     return result
 
 
@@ -86,17 +94,18 @@ def argmax(logits: torch.Tensor) -> torch.Tensor:
 def sample_tokens(logits: torch.Tensor, params: SamplingParams, generators: list[torch.Generator]) -> list[int]:
     """One token per row of float logits [B, V]: the argmax when greedy, else an inverse-CDF draw from row b's
     target_probs with one uniform from generators[b], so a row's draw depends only on its logits and its generator
-    and the whole batch costs one host sync, where a per-row torch.multinomial synced B times (batch-256 prompt sampling
-    on an H100 took ~137 ms a step that way, docs/gpu.md). The CDF is float64; only tokens of probability > 0 are
-    drawn."""
+    and the whole batch costs one host sync, where a per-row torch.multinomial synced B times (batch-256 prompt
+    sampling on an H100 took ~137 ms a step that way, docs/gpu.md). The CDF is float64; only tokens of probability
+    > 0 are drawn."""
     if params.greedy:
         return argmax(logits).tolist()
     probs = target_probs(logits, params).double()
     cdf = probs.cumsum(dim=-1)
     u = torch.stack([torch.rand((), generator=g, device=logits.device, dtype=torch.float64) for g in generators])
-    drawn = torch.searchsorted(cdf, (u * cdf[:, -1])[:, None], right=True)[:, 0]
-    last = probs.shape[-1] - 1 - (probs.flip(-1) > 0).int().argmax(dim=-1)  # rounding at the top falls back here
-    return torch.minimum(drawn, last).tolist()
+    total = cdf[:, -1:].contiguous()
+    drawn = torch.searchsorted(cdf, u[:, None] * total, right=True)
+    last = torch.searchsorted(cdf, total)  # where the CDF first reaches its total: a token of probability > 0
+    return torch.minimum(drawn, last)[:, 0].tolist()  # u * total rounded up to the total falls back to it
 
 
 @dataclass

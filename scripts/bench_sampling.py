@@ -1,7 +1,7 @@
 """Sampled decoding's top-p ranking, side by side in one run: the engine writes self-prompt-like requests (the
 target's user header and nothing else, temperature 1, top-p 0.95 as data.self_prompts samples them) with the
-nucleus found among the NUCLEUS_WINDOW most likely tokens first (what a CPU does, eagle_infer.verify.nucleus_floor)
-against a sort of the whole vocabulary for every row. Sides take turns going first; prints the machine, each side's
+nucleus found among the most likely tokens first (windows of eagle_infer.verify.NUCLEUS_WINDOWS, what a CPU does:
+nucleus_floor) against a sort of the whole vocabulary for every row. Sides take turns going first; prints the machine, each side's
 wall seconds and new tokens/s, the ratio, the median nucleus size and whether both sides wrote the same tokens (they
 must: the nucleus is the same set either way).
 
@@ -43,7 +43,7 @@ def main() -> None:
     header, _ = user_header(target.tokenizer, target.template)
     prompt = target.tokenizer(header, add_special_tokens=False)["input_ids"]
     engine = Engine(target, None, InferConf(method="vanilla", max_batch_size=args.batch))
-    window, vocab = verify.NUCLEUS_WINDOW, target.model.config.vocab_size
+    windows, vocab = verify.NUCLEUS_WINDOWS, target.model.config.vocab_size
     sizes = []
     with torch.inference_mode():  # nucleus sizes on the logits of one request's prompt and its sampled answer
         tokens = engine.generate(prompt, args.new_tokens, sampling=SAMPLING, seed=0).tokens
@@ -54,16 +54,16 @@ def main() -> None:
     for round_ in range(args.rounds):
         order = list(seconds) if round_ % 2 == 0 else list(seconds)[::-1]
         for side in order:
-            verify.NUCLEUS_WINDOW = window if side == "window" else vocab
+            verify.NUCLEUS_WINDOWS = windows if side == "window" else ()
             result = engine.generate_batch([prompt] * args.batch, args.new_tokens, sampling=SAMPLING, seed=1)
             seconds[side] += result.wall_s
             outputs.setdefault(side, []).append([r.tokens for r in result.results])
-    verify.NUCLEUS_WINDOW = window
+    verify.NUCLEUS_WINDOWS = windows
     new = sum(len(t) for t in outputs["window"][0]) * args.rounds
     print(f"machine: {cpu().label if target.device.type == 'cpu' else torch.cuda.get_device_name()}, "
           f"{args.threads} threads; {args.model}, {args.batch} requests x {args.new_tokens} new tokens, "
           f"temperature 1, top-p 0.95, {args.rounds} rounds; nucleus median {int(sizes.median())} tokens "
-          f"(max {int(sizes.max())}) of {vocab}, window {window}")
+          f"(max {int(sizes.max())}) of {vocab}, windows {windows}")
     for side, s in seconds.items():
         print(f"{side}: {s:.1f} s, {new / s:.0f} new tokens/s")
     print(f"window / full sort: {seconds['full sort'] / seconds['window']:.2f}x; same tokens: "

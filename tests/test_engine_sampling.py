@@ -466,16 +466,16 @@ def plain_nucleus(logits: torch.Tensor, top_p: float) -> set[int]:
     return {t for t in range(len(p)) if p[t] >= floor}
 
 
-@pytest.mark.parametrize("window", [16, 1000])
-def test_top_p_nucleus(monkeypatch, window):
-    """target_probs keeps exactly the nucleus, ties at its boundary together, whether a CPU ranks a window of the
-    most likely tokens first (16 of 1000: peaked rows fit it, flat ones fall back to a full sort) or all of them."""
+@pytest.mark.parametrize("windows", [(16,), (4, 64), ()])
+def test_top_p_nucleus(monkeypatch, windows):
+    """target_probs keeps exactly the nucleus, ties at its boundary together, whether a CPU ranks windows of the
+    most likely tokens first (of 1000: peaked rows fit a small one, flat ones fall back to a full sort) or all."""
     gen = torch.Generator().manual_seed(0)
     rows = [torch.randn(1000, generator=gen) * scale for scale in (8.0, 4.0, 1.0, 0.05)]
     rows.append((torch.randn(1000, generator=gen) * 3).round())  # many exact ties
     rows.append(torch.randn(1000, generator=gen).masked_fill(torch.arange(1000) % 3 > 0, float("-inf")))
     logits = torch.stack(rows)
-    monkeypatch.setattr(verify, "NUCLEUS_WINDOW", window)
+    monkeypatch.setattr(verify, "NUCLEUS_WINDOWS", windows)
     for top_p in (0.5, 0.9, 0.95):
         probs = target_probs(logits, SamplingParams(temperature=1.0, top_p=top_p))
         for row, p in zip(logits, probs):
