@@ -23,6 +23,7 @@ sys.path.insert(0, str(REPO))
 import eagle_infer.verify as verify  # noqa: E402
 from eagle_infer.config import InferConf  # noqa: E402
 from eagle_infer.engine import Engine  # noqa: E402
+from eagle_infer.errors import EagleError  # noqa: E402
 from eagle_infer.platform import cpu  # noqa: E402
 from eagle_infer.target import load_target  # noqa: E402
 from eagle_train.self_prompts import user_header  # noqa: E402
@@ -39,10 +40,15 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    target = load_target(args.model)
-    header, _ = user_header(target.tokenizer, target.template)
-    prompt = target.tokenizer(header, add_special_tokens=False)["input_ids"]
-    engine = Engine(target, None, InferConf(method="vanilla", max_batch_size=args.batch))
+    try:
+        if args.new_tokens < 1 or args.rounds < 1:
+            raise EagleError(f"--new-tokens {args.new_tokens} / --rounds {args.rounds}: expected both >= 1")
+        target = load_target(args.model)
+        header, _ = user_header(target.tokenizer, target.template)
+        prompt = target.tokenizer(header, add_special_tokens=False)["input_ids"]
+        engine = Engine(target, None, InferConf(method="vanilla", max_batch_size=args.batch))
+    except EagleError as err:  # a bad model or batch size: one line, not a traceback
+        raise SystemExit(f"error: {err}")
     windows, vocab = verify.NUCLEUS_WINDOWS, target.model.config.vocab_size
     sizes = []
     with torch.inference_mode():  # nucleus sizes on the logits of one request's prompt and its sampled answer
