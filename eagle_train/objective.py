@@ -121,10 +121,11 @@ def head_inputs(batch: Batch, shift: int) -> tuple[torch.Tensor, torch.Tensor, t
 
 
 def _step_loss(head, pred, goal, target_p, counted, divisor: float, w_reg: float, w_cls: float):
-    """pred, goal [N, H] at one step's loss positions; target_p [N, Vd] the target's distribution there; counted [N]
-    bool: the positions whose terms are summed (the rest add 0); each sum is divided by `divisor`."""
-    reg = F.smooth_l1_loss(pred.float(), goal.float(), reduction="none").mean(-1)[counted].sum() / divisor
-    cls = -(target_p * head.draft_logits(pred).log_softmax(-1)).sum(-1)[counted].sum() / divisor
+    """pred, goal [N, H] at the batch's loss positions; target_p [N, Vd] the target's distribution there; counted [N]
+    float 0/1: the positions whose terms this step sums (multiplied, not selected, so no position's row of target_p
+    is copied and no count waits for the device); each sum is divided by `divisor`."""
+    reg = (F.smooth_l1_loss(pred.float(), goal.float(), reduction="none").mean(-1) * counted).sum() / divisor
+    cls = (-(target_p * head.draft_logits(pred).log_softmax(-1)).sum(-1) * counted).sum() / divisor
     return w_reg * reg + w_cls * cls, reg, cls
 
 
@@ -181,24 +182,28 @@ def losses(head, batch: Batch, noise: float = 0.0, objective: Objective = Object
     outputs = (unpadded_outputs(head, feats, tokens, positions, batch.lengths.tolist(), objective.ttt_steps)
                if unpadded else ttt_outputs(head, feats, tokens, positions, objective.ttt_steps))
     keep = weight > 0
-    goal0 = goal_all[keep].to(outputs[0].dtype)
+    where = keep.flatten().nonzero()[:, 0]  # the loss positions in the flattened [B, n]: the batch's one nonzero
+    goal0 = goal_all.flatten(0, 1)[where].to(outputs[0].dtype)
     with torch.no_grad():  # the target's distribution at every loss position, shared by all steps
         target_p = head.target_draft_logits(goal0).softmax(-1)
         if batch.target_top is not None:
-            target_top = batch.target_top[:, 1:-1][keep]
+            target_top = batch.target_top[:, 1:-1].flatten()[where]
         else:
             target_top = head.target.lm_head(goal0).argmax(-1) if accuracy or objective.draftable_only else None
     draftable = (torch.isin(target_top, head.draft_vocab) if objective.draftable_only and head.draft_vocab is not None
                  else torch.ones_like(goal0[:, 0], dtype=torch.bool))
-    column = torch.nonzero(keep)[:, 1]  # step k predicts only at positions >= k
-    out = {"tokens": torch.tensor(float(keep.sum()))}
+    column = where % keep.shape[1]  # step k predicts only at positions >= k
+    # [n]: how many loss positions step k counts (column >= k); with the nonzero, the batch's only waits for the
+    # device (steps select their positions by multiplying, not indexing)
+    per_step = torch.bincount(column, minlength=keep.shape[1]).flip(0).cumsum(0).flip(0).tolist()
+    out = {"tokens": torch.tensor(float(len(where)))}
     total = 0.0
     for k, predicted in enumerate(outputs):
         at = column >= k
-        divisor = float(batch.input_ids.numel()) if objective.per == "position" else max(float(at.sum()), 1.0)
-        pred = predicted[keep][at]
-        step, reg, cls = _step_loss(head, pred, goal0[at], target_p[at], draftable[at], divisor, objective.w_reg,
-                                    objective.w_cls)
+        divisor = float(batch.input_ids.numel()) if objective.per == "position" else max(float(per_step[k]), 1.0)
+        pred = predicted.flatten(0, 1)[where]
+        step, reg, cls = _step_loss(head, pred, goal0, target_p, (at & draftable).to(target_p.dtype), divisor,
+                                    objective.w_reg, objective.w_cls)
         total = total + objective.decay**k * step
         if k == 0:
             out.update(reg_loss=reg.detach(), cls_loss=cls.detach())
@@ -207,10 +212,12 @@ def losses(head, batch: Batch, noise: float = 0.0, objective: Objective = Object
         if accuracy:
             with torch.no_grad():
                 top3 = head.logits(pred.detach()).topk(3, dim=-1).indices
-            hit = top3[:, 0] == target_top[at]
-            out[f"top1_{k}" if k else "top1"] = hit.float().mean() if hit.numel() else torch.tensor(float("nan"))
+            hit = top3[:, 0] == target_top
+            count = max(per_step[k], 1)
+            out[f"top1_{k}" if k else "top1"] = ((hit & at).sum() / count if per_step[k] else
+                                                 torch.tensor(float("nan")))
             if k == 0:
-                out["top3"] = (top3 == target_top[at][:, None]).any(-1).float().mean()
+                out["top3"] = ((top3 == target_top[:, None]).any(-1) & at).sum() / count
     out["loss"] = total
     return out
 

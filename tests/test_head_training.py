@@ -156,6 +156,7 @@ def test_ttt_loss_weights_and_regression_weight(tiny_smol6):
     convs = conversations(4)
     samples = [_sample(tiny_smol6, c) for c in convs]
     batch = collate(samples, torch.float32, "cpu")
+    batch.loss_mask[:, 2:4] = 1.0  # loss positions at columns 0 and 1 too, which step 2 must not count
     head = random_head(tiny_smol6, seed=0)
     torch.manual_seed(0)
     out = losses(head, batch, objective=Objective(ttt_steps=2))
