@@ -15,6 +15,10 @@ batch=${2:-256}
 recipes=("${@:3}")
 [ ${#recipes[@]} -gt 0 ] || recipes=(smollm2-135m-self-openers-part4 smollm2-135m-self-openers-part5)
 mkdir -p /tmp/gen/logs
+# where a batch-256 answer step's ~60 ms went on the last lent H100 (docs/gpu.md): once, within 90 s
+[ -f /tmp/gen/logs/profile-decode.txt ] || timeout 90 python3 scripts/profile_decode.py --batch "$batch" \
+  > /tmp/gen/logs/profile-decode.txt 2>&1
+say "profiled a decoding step: $(grep -a -E '^machine|^aten' /tmp/gen/logs/profile-decode.txt | tr '\n' ' ')"
 settings=(data.self_prompts.eval_data_dir=$PWD/.carry/benchmarks "data.self_prompts.batch_size=$batch"
           "featurize.regenerate_batch_size=$batch")
 for r in "${recipes[@]}"; do
