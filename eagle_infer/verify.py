@@ -79,9 +79,7 @@ def nucleus_floor(x: torch.Tensor, top_p: float) -> torch.Tensor:
             break
         rows = longer.nonzero(as_tuple=True)
         ranked = x[rows].sort(dim=-1, descending=True).values if window == vocab else x[rows].topk(window, dim=-1).values
-        result[rows], still = floor(ranked, lse[rows])
-        longer = longer.clone()
-        longer[rows] = still
+        result[rows], longer[rows] = floor(ranked, lse[rows])
     return result
 
 

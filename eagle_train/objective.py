@@ -212,12 +212,13 @@ def losses(head, batch: Batch, noise: float = 0.0, objective: Objective = Object
         if accuracy:
             with torch.no_grad():
                 top3 = head.logits(pred.detach()).topk(3, dim=-1).indices
-            hit = top3[:, 0] == target_top
-            count = max(per_step[k], 1)
-            out[f"top1_{k}" if k else "top1"] = ((hit & at).sum() / count if per_step[k] else
-                                                 torch.tensor(float("nan")))
+
+            def share(hits: torch.Tensor) -> torch.Tensor:  # of step k's loss positions; NaN when it has none
+                return (hits & at).sum() / per_step[k] if per_step[k] else torch.tensor(float("nan"))
+
+            out[f"top1_{k}" if k else "top1"] = share(top3[:, 0] == target_top)
             if k == 0:
-                out["top3"] = ((top3 == target_top[:, None]).any(-1) & at).sum() / count
+                out["top3"] = share((top3 == target_top[:, None]).any(-1))
     out["loss"] = total
     return out
 
