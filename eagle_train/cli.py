@@ -318,7 +318,8 @@ def _load_target(conf: TrainRunConf):
 
     training = conf.stage == "train"
     dtype = train_dtype(conf.train) if training else conf.model.dtype
-    target = load_target(conf.model.name, dtype, conf.model.device, "off" if training else conf.model.pack)
+    target = load_target(conf.model.name, dtype, conf.model.device, "off" if training else conf.model.pack,
+                         compile=conf.featurize.compile and not training)
     if conf.data.template is not None:  # features record it (their manifest), so training checks it too
         target = replace(target, template=conf.data.template)
     return target

@@ -47,6 +47,10 @@ class FeaturizeConfig:
     regenerate_max_new_tokens: int = 256
     regenerate_turns: int = 2  # user turns kept when regenerating
     regenerate_batch_size: int = 32  # requests the engine decodes together
+    # where a stage writes text (regenerated answers, self-written prompts): decode through the compiled target
+    # (infer.compile: inductor, CUDA graphs on a GPU); not a recorded setting. On a CPU it skips packing the weights
+    # and costs minutes of warm-up per process.
+    compile: bool = False
     rank: int = 0
     world: int = 1
     max_shards: Optional[int] = None  # featurize only the first N shards (a rerun with more extends the directory)

@@ -96,6 +96,13 @@ class SelfPromptConf(QualityThresholds):
                     raise EagleError(f"data.self_prompts.{name}[{i}] {text!r} is invalid: expected a non-empty string")
 
 
+def header_ids(target) -> list[int]:
+    """The token ids of the target's user header and nothing else: the request a self-written prompt is sampled
+    from without a system prompt or opener (benchmarks decode copies of it)."""
+    header, _ = user_header(target.tokenizer, target.template)
+    return target.tokenizer(header, add_special_tokens=False)["input_ids"]
+
+
 def user_header(tokenizer, template: str, system: str | None = None) -> tuple[str, str]:
     """(header, end marker) of `template`: the text rendered before a user message's content, and the first
     non-whitespace run after it (the module docstring); with `system`, after that system message."""

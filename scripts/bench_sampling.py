@@ -26,7 +26,7 @@ from eagle_infer.engine import Engine  # noqa: E402
 from eagle_infer.errors import EagleError  # noqa: E402
 from eagle_infer.platform import cpu  # noqa: E402
 from eagle_infer.target import load_target  # noqa: E402
-from eagle_train.self_prompts import user_header  # noqa: E402
+from eagle_train.self_prompts import header_ids  # noqa: E402
 
 SAMPLING = verify.SamplingParams(temperature=1.0, top_p=0.95)
 
@@ -44,8 +44,7 @@ def main() -> None:
         if args.new_tokens < 1 or args.rounds < 1:
             raise EagleError(f"--new-tokens {args.new_tokens} / --rounds {args.rounds}: expected both >= 1")
         target = load_target(args.model)
-        header, _ = user_header(target.tokenizer, target.template)
-        prompt = target.tokenizer(header, add_special_tokens=False)["input_ids"]
+        prompt = header_ids(target)
         engine = Engine(target, None, InferConf(method="vanilla", max_batch_size=args.batch))
     except EagleError as err:  # a bad model or batch size: one line, not a traceback
         raise SystemExit(f"error: {err}")

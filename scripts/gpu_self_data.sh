@@ -15,12 +15,17 @@ batch=${2:-256}
 recipes=("${@:3}")
 [ ${#recipes[@]} -gt 0 ] || recipes=(smollm2-135m-self-openers-part4 smollm2-135m-self-openers-part5)
 mkdir -p /tmp/gen/logs
-# where a batch-256 answer step's ~60 ms went on the last lent H100 (docs/gpu.md): once, within 90 s
-[ -f /tmp/gen/logs/profile-decode.txt ] || timeout 90 python3 scripts/profile_decode.py --batch "$batch" \
-  > /tmp/gen/logs/profile-decode.txt 2>&1
-say "profiled a decoding step: $(grep -a -E '^machine|^aten' /tmp/gen/logs/profile-decode.txt | tr '\n' ' ')"
+# where a batch-256 answer step's ~60 ms went on the last lent H100 (docs/gpu.md), then the same batch through the
+# compiled target (CUDA graphs) against the eager one: once, within 150 s; the text is written compiled when that
+# was at least 1.2x as fast
+[ -f /tmp/gen/logs/profile-decode.txt ] || timeout 150 python3 -u scripts/profile_decode.py --batch "$batch" \
+  --compiled --rounds 1 > /tmp/gen/logs/profile-decode.txt 2>&1
+say "profiled a decoding step: $(grep -a -E '^machine|^aten|^compiled|^eager|^same' /tmp/gen/logs/profile-decode.txt | tr '\n' ' ')"
+ratio=$(sed -n 's/^compiled \/ eager: \([0-9.]*\) x$/\1/p' /tmp/gen/logs/profile-decode.txt)
+compile=$(awk -v r="${ratio:-0}" 'BEGIN { print (r >= 1.2) ? "true" : "false" }')
+say "featurize.compile=$compile (compiled / eager: ${ratio:-not measured})"
 settings=(data.self_prompts.eval_data_dir=$PWD/.carry/benchmarks "data.self_prompts.batch_size=$batch"
-          "featurize.regenerate_batch_size=$batch")
+          "featurize.regenerate_batch_size=$batch" "featurize.compile=$compile")
 for r in "${recipes[@]}"; do
   [ "$(left)" -gt 20 ] || break
   timeout "$(left)" python3 -m eagle_train.cli "recipes=$r" stage=regenerate "${settings[@]}" > "/tmp/gen/logs/$r.log" 2>&1

@@ -3,10 +3,15 @@
 one, CUDA) running from the last prefill on, and prints the machine, the wall ms per decoding step, the aten
 operators a step dispatches, and the operators with the most host and device time.
 Regeneration on a lent H100 ran ~60 ms a step at batch 256 (docs/gpu.md); this says whether that is the host's
-dispatch, the device, or waits.
+dispatch, the device, or waits. With --compiled it then times the same batch through the compiled target
+(featurize.compile / infer.compile: inductor, CUDA graphs on a GPU) against the eager one, side by side in one run
+(a warm-up answer each, which for the compiled target includes compiling; then --rounds rounds taking turns going
+first), and prints the compile seconds, each side's ms a step and new tokens/s, the ratio, and whether both wrote
+the same tokens (greedy: in float32 they must; in bfloat16 fused kernels may round a near tie the other way).
+Its last line, "compiled / eager: R x", is what scripts/gpu_self_data.sh reads to choose featurize.compile.
 
 usage: python scripts/profile_decode.py [--model smollm2-135m] [--batch 256] [--new-tokens 32] [--rows 15]
-       [--threads 4]
+       [--threads 4] [--compiled] [--rounds 2]
 """
 from __future__ import annotations
 
@@ -25,7 +30,7 @@ from eagle_infer.engine import Engine  # noqa: E402
 from eagle_infer.errors import EagleError  # noqa: E402
 from eagle_infer.platform import cpu  # noqa: E402
 from eagle_infer.target import load_target  # noqa: E402
-from eagle_train.self_prompts import user_header  # noqa: E402
+from eagle_train.self_prompts import header_ids  # noqa: E402
 
 
 def main() -> None:
@@ -35,14 +40,16 @@ def main() -> None:
     ap.add_argument("--new-tokens", type=int, default=32)
     ap.add_argument("--rows", type=int, default=15, help="operators listed per table")
     ap.add_argument("--threads", type=int, default=4)
+    ap.add_argument("--compiled", action="store_true", help="then time the compiled target against the eager one")
+    ap.add_argument("--rounds", type=int, default=2, help="timed rounds of --compiled")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     try:
-        if args.new_tokens < 2:
-            raise EagleError(f"--new-tokens {args.new_tokens}: expected >= 2 (a step after the prefill's token)")
+        if args.new_tokens < 2 or args.rounds < 1:
+            raise EagleError(f"--new-tokens {args.new_tokens} / --rounds {args.rounds}: expected >= 2 (a step after "
+                             "the prefill's token) / >= 1")
         target = load_target(args.model)
-        header, _ = user_header(target.tokenizer, target.template)
-        prompt = target.tokenizer(header, add_special_tokens=False)["input_ids"]
+        prompt = header_ids(target)
         engine = Engine(target, None, InferConf(method="vanilla", max_batch_size=args.batch))
         engine.generate_batch([prompt] * args.batch, args.new_tokens)  # warm-up
     except EagleError as err:  # a bad model or batch size: one line, not a traceback
@@ -72,6 +79,32 @@ def main() -> None:
     print(events.table(sort_by="count", row_limit=args.rows))
     if cuda:
         print(events.table(sort_by="self_device_time_total", row_limit=args.rows))
+    if args.compiled:
+        compare_compiled(args, engine, prompt)
+
+
+def compare_compiled(args, eager: Engine, prompt: list[int]) -> None:
+    """The same greedy batch through the eager engine and one over the compiled target, side by side (--compiled)."""
+    target = load_target(args.model, compile=True)  # packing is skipped: the compiled graph packs its own weights
+    compiled = Engine(target, None, InferConf(method="vanilla", max_batch_size=args.batch))
+    start = time.perf_counter()
+    compiled.generate_batch([prompt] * args.batch, args.new_tokens)  # warm-up: compiles its graphs
+    warm_s = time.perf_counter() - start
+    seconds, outputs, new = {"eager": 0.0, "compiled": 0.0}, {}, 0
+    for round_ in range(args.rounds):
+        for side in list(seconds)[:: 1 if round_ % 2 == 0 else -1]:
+            result = (eager if side == "eager" else compiled).generate_batch([prompt] * args.batch, args.new_tokens)
+            seconds[side] += result.wall_s
+            outputs.setdefault(side, []).append([r.tokens for r in result.results])
+            new += sum(len(r.tokens) for r in result.results) if side == "eager" else 0
+    steps = args.new_tokens * args.rounds
+    print(f"compiled target: {target.compiled_forward.compiles} graphs, warm-up {warm_s:.1f} s "
+          f"({target.compiled_forward.compile_s:.1f} s compiling); {args.rounds} rounds of batch {args.batch} x "
+          f"{args.new_tokens} new tokens")
+    for side, s in seconds.items():
+        print(f"{side}: {s / steps * 1e3:.1f} ms a step, {new / s:.0f} new tokens/s")
+    print(f"same tokens: {outputs['eager'] == outputs['compiled']}")
+    print(f"compiled / eager: {seconds['eager'] / seconds['compiled']:.2f} x")
 
 
 if __name__ == "__main__":

@@ -101,6 +101,21 @@ def test_load_target_compiles_without_packing_modules(tmp_path, smol_tok):
     assert load_target(str(tmp_path), "float32", "cpu", "auto").compiled_forward is None
 
 
+def test_text_writing_stages_load_a_compiled_target_when_asked(monkeypatch):
+    """featurize.compile: the stages that write text (regenerated answers, self-written prompts) decode through the
+    compiled target; training never compiles it, and the default is the eager target."""
+    import eagle_infer.target as target_mod
+    from eagle_train.cli import FeaturizeConfig, TrainRunConf, _load_target
+
+    asked = []
+    monkeypatch.setattr(target_mod, "load_target", lambda *args, compile=False, **kw: asked.append(compile))
+    for stage, compile_ in [("regenerate", True), ("featurize", True), ("train", True), ("regenerate", False)]:
+        _load_target(TrainRunConf(stage=stage, featurize=FeaturizeConfig(compile=compile_)))
+    assert asked == [True, True, False, False]
+    _load_target(TrainRunConf(stage="regenerate"))
+    assert asked[-1] is False
+
+
 def test_feature_layers_outside_the_target_are_one_line_errors(pair):
     from eagle_infer.errors import EagleError
 
