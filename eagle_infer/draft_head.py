@@ -202,17 +202,21 @@ class DraftHead(nn.Module):
         return self._target[0]
 
     def forward(self, features: torch.Tensor, tokens: torch.Tensor, positions: torch.Tensor, cache=None,
-                mask: torch.Tensor | None = None, chain_step: int | None = None) -> torch.Tensor:
+                mask: torch.Tensor | None = None, chain_step: int | None = None,
+                segments: tuple[int, ...] | None = None) -> torch.Tensor:
         """features [B, T, H] (or [B, T, k*H] target features of a fused head), tokens [B, T], positions [B, T]
         -> predicted features [B, T, H], through transformers' decoder layers: training's path.
 
         cache: None, a transformers Cache (the training-time test's DynamicCache) or a dynamic KVCache, the T new
         keys/values written after what it holds; mask additive [B or 1, 1, T, held + T], or None for causal.
         chain_step=k: step k of the training-time test over a cache holding steps 0..k-1 of the same T positions,
-        attending in its pattern (eagle_infer.chain_attention; mask unused)."""
-        if mask is None and cache is None:
+        attending in its pattern (eagle_infer.chain_attention; mask unused). segments: lengths of sequences packed
+        end to end along T, each attending within itself only (B = 1, the cache holding these T positions' steps
+        only; mask unused)."""
+        if mask is None and cache is None and segments is None:
             mask = causal_mask(0, features.shape[1], features.dtype, features.device)
-        return self.layers_forward(features, tokens, positions, mask, getattr(cache, "hf", cache), chain_step)
+        return self.layers_forward(features, tokens, positions, mask, getattr(cache, "hf", cache), chain_step,
+                                   segments)
 
     def inputs(self, features: torch.Tensor, tokens: torch.Tensor,
                fuse: nn.Module | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -234,7 +238,8 @@ class DraftHead(nn.Module):
         return features, embeds
 
     def layers_forward(self, features: torch.Tensor, tokens: torch.Tensor, positions: torch.Tensor,
-                       mask: torch.Tensor | None, past, chain_step: int | None = None) -> torch.Tensor:
+                       mask: torch.Tensor | None, past, chain_step: int | None = None,
+                       segments: tuple[int, ...] | None = None) -> torch.Tensor:
         """`forward` over a transformers Cache `past` (or None), the mask as given -> [B, T, H]: what a compiled
         head step compiles (head_runner)."""
         features, embeds = self.inputs(features, tokens)
@@ -242,6 +247,8 @@ class DraftHead(nn.Module):
                      "position_embeddings": self.rotary(features, positions)}
         if chain_step is not None:
             attention["chain_step"] = chain_step
+        if segments is not None:
+            attention["segments"] = tuple(segments)
         if self.fc is None:  # eagle3
             return self.layers[0](embeds, features, **attention)
         hidden = self.fc(torch.cat((embeds, features), dim=-1))

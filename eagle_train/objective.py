@@ -46,10 +46,10 @@ class Objective:
     per: what each step's sum is divided by, "loss_token" (its loss tokens: EAGLE-1/2's reference) or "position"
     (every position of the padded batch, B x T: EAGLE-3's reference trainer and SpecForge). draftable_only: count
     only positions whose target argmax is in the draft vocabulary (EAGLE-3's reference); the others still count in
-    the divisor and as misses in top-1. unpadded: run the head row by row over each row's real tokens
-    (unpadded_outputs) or once over the padded batch (ttt_outputs), equal to rounding; None picks by device: row by
-    row on a CPU, where padding costs compute, batch-wide elsewhere, where a GPU pays per kernel launch, not for
-    padding."""
+    the divisor and as misses in top-1. unpadded: run the head over the rows' real tokens packed end to end
+    (packed_outputs) or over the padded batch (ttt_outputs), equal to rounding; None picks by device: packed on a
+    CPU, where padding costs compute, padded elsewhere, where a GPU pays per kernel launch (packed attention is one
+    call per row), not for padding."""
 
     w_cls: float = 0.1
     w_reg: float = 1.0  # EAGLE-1/2 keep the feature regression; EAGLE-3 drops it (0)
@@ -129,40 +129,43 @@ def _step_loss(head, pred, goal, target_p, counted, divisor: float, w_reg: float
     return w_reg * reg + w_cls * cls, reg, cls
 
 
-def ttt_outputs(head, feats, tokens, positions, steps: int) -> list[torch.Tensor]:
+def ttt_outputs(head, feats, tokens, positions, steps: int,
+                segments: tuple[int, ...] | None = None) -> list[torch.Tensor]:
     """The head's predicted features [B, n, H] at steps 0..steps (see the module docstring): step 0 on the real
-    pairs, step k on step k-1's outputs shifted one position right. Gradients flow through every step."""
+    pairs, step k on step k-1's outputs shifted one position right. Gradients flow through every step. segments:
+    the lengths of rows packed end to end along n (B = 1, packed_outputs): each is its own sequence, attention
+    and shift alike."""
     from transformers.cache_utils import DynamicCache
 
     n = feats.shape[1]
     cache = DynamicCache() if steps else None
-    outputs = [head(feats, tokens, positions, cache, causal_mask(0, n, feats.dtype, feats.device))]
+    mask = causal_mask(0, n, feats.dtype, feats.device) if segments is None else None
+    outputs = [head(feats, tokens, positions, cache, mask, segments=segments)]
+    # position i gets step k-1's output at i - 1; a sequence's first position its own (it starts no chain)
+    prior = torch.arange(-1, n - 1, device=feats.device)
+    starts = torch.tensor([0, *(segments or ())[:-1]], device=feats.device).cumsum(0)
+    prior[starts] = starts
     for k in range(1, min(steps, n - 1) + 1):
-        prev = outputs[-1]
-        fed = torch.cat([prev[:, :1], prev[:, :-1]], dim=1)  # position i gets step k-1's output at i - 1
-        outputs.append(head(fed, tokens, positions, cache, chain_step=k))
+        outputs.append(head(outputs[-1].index_select(1, prior), tokens, positions, cache, chain_step=k,
+                            segments=segments))
     return outputs
 
 
-def unpadded_outputs(head, feats, tokens, positions, lengths: list[int], steps: int) -> list[torch.Tensor]:
-    """ttt_outputs row by row over each row's own pairs only ([1, length - 2]), never over its padding: every
-    attention is causal, so a row's outputs are those of the padded batch (to rounding) at a third less compute on
-    ShareGPT-like length spreads. Returns, per step 0..steps, [B, n, H] with zeros at padding (and at positions
-    < k of step k for rows too short to reach it)."""
+def packed_outputs(head, feats, tokens, positions, lengths: list[int], steps: int) -> tuple[list[torch.Tensor], torch.Tensor]:
+    """ttt_outputs over each row's own pairs only (the first length - 2), packed end to end into one sequence of N
+    pairs with attention kept within each row (chain_attention's segments): every layer runs once a step over real
+    pairs, never over padding. Every attention is causal, so at every real position the outputs are the padded
+    batch's (to rounding). Returns, per step 0..min(steps, n - 1), [1, N, H], and [B * n] long: the packed position
+    of each pair of the padded batch (flattened; 0 at padding)."""
     b, n = tokens.shape
-    per_row = []
-    for r, length in enumerate(lengths):
-        m = min(length - 2, n)
-        per_row.append(ttt_outputs(head, feats[r : r + 1, :m], tokens[r : r + 1, :m], positions[r : r + 1, :m], steps)
-                       if m > 0 else [])
-    width = next((o[0].shape[-1] for o in per_row if o), head.config.hidden_size)
-    dtype = next((o[0].dtype for o in per_row if o), feats.dtype)
-    outputs = []
-    for k in range(min(steps, n - 1) + 1):
-        rows = [F.pad(o[k][0], (0, 0, 0, n - o[k].shape[1])) if k < len(o) else feats.new_zeros(n, width, dtype=dtype)
-                for o in per_row]
-        outputs.append(torch.stack(rows))
-    return outputs
+    real = torch.arange(n)[None] < (torch.tensor(lengths) - 2)[:, None]  # [B, n]
+    flat = real.flatten().nonzero()[:, 0].to(feats.device)
+    segments = tuple(int(m) for m in real.sum(1).tolist() if m > 0)
+    packed = torch.zeros(b * n, dtype=torch.long, device=feats.device)
+    packed[flat] = torch.arange(flat.numel(), device=feats.device)
+    outputs = ttt_outputs(head, feats.flatten(0, 1)[flat][None], tokens.flatten()[flat][None],
+                          positions.flatten()[flat][None], min(steps, n - 1), segments)
+    return outputs, packed
 
 
 def losses(head, batch: Batch, noise: float = 0.0, objective: Objective = Objective(), accuracy: bool = False) -> dict[str, torch.Tensor]:
@@ -179,10 +182,13 @@ def losses(head, batch: Batch, noise: float = 0.0, objective: Objective = Object
         feats = feats + (torch.rand_like(feats) * 2 - 1) * noise
     goal_all = batch.hidden[:, 1:-1]
     unpadded = feats.device.type == "cpu" if objective.unpadded is None else objective.unpadded
-    outputs = (unpadded_outputs(head, feats, tokens, positions, batch.lengths.tolist(), objective.ttt_steps)
-               if unpadded else ttt_outputs(head, feats, tokens, positions, objective.ttt_steps))
     keep = weight > 0
     where = keep.flatten().nonzero()[:, 0]  # the loss positions in the flattened [B, n]: the batch's one nonzero
+    if unpadded:
+        outputs, packed = packed_outputs(head, feats, tokens, positions, batch.lengths.tolist(), objective.ttt_steps)
+        rows = packed[where]  # the loss positions in the packed sequence
+    else:
+        outputs, rows = ttt_outputs(head, feats, tokens, positions, objective.ttt_steps), where
     goal0 = goal_all.flatten(0, 1)[where].to(outputs[0].dtype)
     with torch.no_grad():  # the target's distribution at every loss position, shared by all steps
         target_p = head.target_draft_logits(goal0).softmax(-1)
@@ -201,7 +207,7 @@ def losses(head, batch: Batch, noise: float = 0.0, objective: Objective = Object
     for k, predicted in enumerate(outputs):
         at = column >= k
         divisor = float(batch.input_ids.numel()) if objective.per == "position" else max(float(per_step[k]), 1.0)
-        pred = predicted.flatten(0, 1)[where]
+        pred = predicted.flatten(0, 1)[rows]
         step, reg, cls = _step_loss(head, pred, goal0, target_p, (at & draftable).to(target_p.dtype), divisor,
                                     objective.w_reg, objective.w_cls)
         total = total + objective.decay**k * step

@@ -1,15 +1,15 @@
 """Training-step speed, side by side in one run: the head's forward and backward over right-padded batches
-("padded", what training runs on a GPU) against row by row over each row's real tokens ("unpadded", what it runs
+("padded", what training runs on a GPU) against the rows' real tokens packed end to end ("unpadded", what it runs
 on a CPU; eagle_train.objective.Objective.unpadded); for EAGLE-3's block (draftable_only) also with the target's
 argmax computed once per conversation ("stored", what training does) instead of per batch.
 
 Every side computes the full training loss (eagle_train.objective.losses) and takes an optimizer step on the same
 micro batches of 4 held-out conversations in training's order, under training's bfloat16 autocast where the CPU has
-native bfloat16 matmuls (always on a GPU); the padded side runs the batch-wide ttt_outputs instead of the row-by-row
-one (Objective.unpadded). Sides take turns going first. Prints the machine, each side's loss tokens/s and ratio to
+native bfloat16 matmuls (always on a GPU); the padded side runs ttt_outputs over the padded batch instead of
+packed_outputs (Objective.unpadded). Sides take turns going first. Prints the machine, each side's loss tokens/s and ratio to
 padded, the aten operators one step dispatches (torch.profiler), the one-off seconds of the stored argmax, and the
 largest relative difference of the losses (rounding only: every attention is causal). On a GPU (--device cuda, the
-default where CUDA is) it decides what training's default should be there: training runs row by row on a CPU and
+default where CUDA is) it decides what training's default should be there: training runs packed on a CPU and
 batch-wide elsewhere.
 
 usage: python scripts/bench_train_step.py [--features DIR] [--blocks eagle,eagle3] [--rounds 2] [--threads 2]
@@ -39,7 +39,7 @@ SETTINGS = {
 
 
 def timed_step(head, opt, batch, obj, autocast: bool, padded: bool) -> tuple[float, float]:
-    """(seconds, loss) of one forward + backward + optimizer step, the head batch-wide (padded) or row by row."""
+    """(seconds, loss) of one forward + backward + optimizer step, the head over the padded batch or packed."""
     device = batch.input_ids.device
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     sync()

@@ -26,7 +26,7 @@ from eagle_infer.tree import additive_mask
 from eagle_train.featurize import FeaturizeConfig, featurize
 from eagle_train.features import Manifest, read_samples
 from eagle_train.export import export
-from eagle_train.objective import (Objective, collate, head_inputs, losses, ttt_outputs, unpadded_outputs,
+from eagle_train.objective import (Objective, collate, head_inputs, losses, packed_outputs, ttt_outputs,
                                    with_target_top)
 from eagle_train.regenerate import RegenerateSettings, answer_shards, is_regenerated, regenerated_shard
 from eagle_train.train import HeadConf, TrainConfig, build_head_config, objective, train, use_autocast
@@ -119,29 +119,36 @@ def test_ttt_steps_equal_drafting(deep_target, name):
 
 
 @pytest.mark.parametrize("name", ["two-layer", "fused"])
-def test_unpadded_outputs_equal_the_padded_batch(deep_target, name):
-    """Training runs the head row by row over each row's real pairs only; at every real position of every step the
-    outputs and the gradients they send back are the padded batch's (rows of 9, 4 and 2 pairs: one row shorter than
-    the steps)."""
+def test_packed_outputs_equal_the_padded_batch(deep_target, name):
+    """Training on a CPU runs the head over the rows' real pairs packed end to end; at every real position of every
+    step the outputs and the gradients they send back are the padded batch's (rows of 9, 4 and 2 pairs, and one of
+    none: rows shorter than the steps; a row's first position takes its own output, not the previous row's)."""
     head = heads(deep_target)[name].train()
-    steps, lengths = 3, [11, 6, 4]
+    steps, lengths = 3, [11, 6, 4, 2]
     g = torch.Generator().manual_seed(0)
     width = len(head.config.feature_layers) * 64 if head.config.fused else 64
-    feats = torch.randn(3, 9, width, generator=g, requires_grad=True)
-    tokens = torch.randint(0, VOCAB, (3, 9), generator=g)
-    positions = torch.arange(9).expand(3, -1)
+    feats = torch.randn(4, 9, width, generator=g, requires_grad=True)
+    tokens = torch.randint(0, VOCAB, (4, 9), generator=g)
+    positions = torch.arange(9).expand(4, -1)
     real = torch.arange(9)[None] < torch.tensor(lengths)[:, None] - 2  # [B, n] the rows' real pairs
     padded = ttt_outputs(head, feats, tokens, positions, steps)
-    rows = unpadded_outputs(head, feats, tokens, positions, lengths, steps)
-    assert len(rows) == len(padded) == steps + 1
-    for k, (a, b) in enumerate(zip(padded, rows)):
+    packed, at_packed = packed_outputs(head, feats, tokens, positions, lengths, steps)
+    assert len(packed) == len(padded) == steps + 1 and packed[0].shape[:2] == (1, 15)
+    for k, (a, b) in enumerate(zip(padded, packed)):
         at = real & (torch.arange(9)[None] >= k)  # step k's real positions
-        torch.testing.assert_close(b[at], a[at], atol=1e-5, rtol=1e-4)
-        assert not b[~real].any()  # padding holds zeros, never the padded batch's values
+        torch.testing.assert_close(b[0, at_packed[at.flatten()]], a[at], atol=1e-5, rtol=1e-4)
+    # Each row alone, as a batch of one: the same at every real position, those a chain never reaches included.
+    for r, length in enumerate(lengths[:3]):
+        alone = ttt_outputs(head, feats[r : r + 1, : length - 2], tokens[r : r + 1, : length - 2],
+                            positions[r : r + 1, : length - 2], min(steps, length - 3))
+        for k, a in enumerate(alone):
+            torch.testing.assert_close(packed[k][0, at_packed[r * 9 : r * 9 + length - 2]], a[0], atol=1e-5, rtol=1e-4)
     weight = torch.randn(steps + 1, 9, 64, generator=g)
-    grad = [torch.autograd.grad(sum((o[real & (torch.arange(9)[None] >= k)] * weight[k, : 1]).sum()
-                                    for k, o in enumerate(outs)), feats)[0] for outs in (padded, rows)]
-    torch.testing.assert_close(grad[1], grad[0], atol=1e-5, rtol=1e-4)
+    grads = []
+    for outs, pick in ((padded, lambda o, at: o[at]), (packed, lambda o, at: o[0, at_packed[at.flatten()]])):
+        total = sum((pick(o, real & (torch.arange(9)[None] >= k)) * weight[k, :1]).sum() for k, o in enumerate(outs))
+        grads.append(torch.autograd.grad(total, feats)[0])
+    torch.testing.assert_close(grads[1], grads[0], atol=1e-5, rtol=1e-4)
 
 
 def test_ttt_gradients_flow_through_steps(deep_target):
@@ -196,9 +203,9 @@ def test_precomputed_target_argmax_gives_the_same_losses(tiny_smol6):
         torch.testing.assert_close(stored[key], fresh[key])
 
 
-def test_losses_run_row_by_row_on_a_cpu_and_batch_wide_when_asked(tiny_smol6, monkeypatch):
-    """Objective.unpadded=None runs the head row by row on a CPU (unpadded_outputs); False runs it once over the
-    padded batch, as on a GPU: the same losses to rounding."""
+def test_losses_run_packed_on_a_cpu_and_padded_when_asked(tiny_smol6, monkeypatch):
+    """Objective.unpadded=None runs the head over the rows' real tokens packed on a CPU (packed_outputs); False runs
+    it over the padded batch, as on a GPU: the same losses to rounding."""
     import eagle_train.objective as objective_mod
 
     samples = [_sample(tiny_smol6, c) for c in conversations(4)]
@@ -206,8 +213,8 @@ def test_losses_run_row_by_row_on_a_cpu_and_batch_wide_when_asked(tiny_smol6, mo
     assert len(set(batch.lengths.tolist())) > 1  # rows of several lengths: the padded batch holds padding
     head = random_head(tiny_smol6, seed=0)
     calls = []
-    row_by_row = objective_mod.unpadded_outputs
-    monkeypatch.setattr(objective_mod, "unpadded_outputs", lambda *a: calls.append(1) or row_by_row(*a))
+    packed = objective_mod.packed_outputs
+    monkeypatch.setattr(objective_mod, "packed_outputs", lambda *a: calls.append(1) or packed(*a))
     with torch.no_grad():
         by_device = losses(head, batch, objective=Objective(ttt_steps=2))
         assert calls == [1]
