@@ -64,7 +64,8 @@ def _load_yaml(path: Path) -> dict:
     return OmegaConf.to_container(OmegaConf.load(path), resolve=True)
 
 
-ROW_KEYS = {"name", "loss_tokens", "overrides", "self_features"}  # self_features: a row's own self-written recipe
+# self_features / self_more_features: a row's own self-written recipe / further parts (one name or a list)
+ROW_KEYS = {"name", "loss_tokens", "overrides", "self_features", "self_more_features"}
 
 
 def load_spec(recipe: str) -> dict:
@@ -134,23 +135,29 @@ def _self_features(spec: dict, row: dict) -> Path:
     return features_dir(row.get("self_features") or spec["self_features"]) / "train"
 
 
+def _self_more(spec: dict, row: dict) -> list[str]:
+    """The recipes of the self-written prompts' further parts: the row's self_more_features, else the spec's."""
+    more = row.get("self_more_features") or spec.get("self_more_features") or []
+    return [more] if isinstance(more, str) else list(more)
+
+
 def row_overrides(spec: dict, name: str, row: dict) -> tuple[list[str], list[Path]]:
     """(the overrides a row trains with on top of recipes/<name>.yaml, later ones winning; its feature directories).
     The row's own overrides come after the spec's shared ones; DATA_WORDS name feature directories: `fixed`
     ShareGPT's own answers, `self` the recipe's features and the self-written prompts' in equal shares of loss
     tokens, `self-only` the self-written prompts alone, `more` the data's second part (with `self-only`, the
-    self-written prompts' second part, in equal shares with the first). A row's `self_features` names another
-    recipe for the self-written prompts than the spec's."""
+    self-written prompts' further parts, in equal shares with the first). A row's `self_features` names another
+    recipe for the self-written prompts than the spec's, its `self_more_features` other further parts."""
     words = [a for a in row["overrides"] if a in DATA_WORDS]
     args = [f"train.max_loss_tokens={row['loss_tokens']}", *spec.get("train", []),
             *(a for a in row["overrides"] if a not in DATA_WORDS)]
-    feats, more = [features_dir(name) / "train"], spec.get("more_features")
+    feats, more = [features_dir(name) / "train"], [spec.get("more_features")]
     if "fixed" in words:  # ShareGPT's own answers (_fixed_features makes them)
         feats = [Path(spec["fixed_features"]) / "train"]
     if "self-only" in words:
-        feats, more = [_self_features(spec, row)], spec["self_more_features"]
-    if "more" in words:  # the second part of the data, featurized by its own recipe
-        feats.append(features_dir(more) / "train")
+        feats, more = [_self_features(spec, row)], _self_more(spec, row)
+    if "more" in words:  # the further parts of the data, each featurized by its own recipe
+        feats.extend(features_dir(part) / "train" for part in more)
     if "self" in words:
         feats.append(_self_features(spec, row))
     if feats[0] != features_dir(name) / "train":
@@ -166,7 +173,7 @@ def row_recipes(spec: dict, name: str, row: dict, feats: list[Path]) -> list[str
     """The recipes whose feature directories are among `feats` (the fixed-data directory is none: _fixed_features
     makes it), in the order of `feats`."""
     names = [name, spec.get("more_features"), row.get("self_features") or spec.get("self_features"),
-             spec.get("self_more_features")]
+             *_self_more(spec, row)]
     by_dir = {features_dir(r) / "train": r for r in names if r}
     return [by_dir[f] for f in feats if f in by_dir]
 

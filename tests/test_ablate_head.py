@@ -131,7 +131,8 @@ def test_featurize_makes_the_recipes_heldout_split_for_a_row_that_reads_none_of_
 def test_self_rows_take_equal_shares_of_two_directories(out, monkeypatch):
     """`self`: the recipe's features and the self-written prompts' in equal shares of the row's loss tokens;
     `self-only` the self-written prompts alone, with `more` their two parts alike; a row's own `self_features` names
-    the self-written recipe. Pending until the smaller directory holds its share."""
+    the self-written recipe and its `self_more_features` further parts. Pending until the smaller directory holds
+    its share."""
     monkeypatch.setattr(ab, "_loss_tokens", lambda directory: 700 if "self" in str(directory) else 500)
     runs = []
     monkeypatch.setattr(ab, "_run", lambda cmd, log_path: runs.append(cmd))
@@ -152,6 +153,12 @@ def test_self_rows_take_equal_shares_of_two_directories(out, monkeypatch):
     assert ab.train_row(out, spec, "smollm2-135m", only) == "done"
     assert any(a.startswith("train.features=") and a.endswith("smollm2-135m-self-pilot/train") for a in runs[2])
     assert not any(a.startswith(("train.extra_features=", "train.equal_shares")) for a in runs[2])
+    parts = ["smollm2-135m-self-openers-part2", "smollm2-135m-self-openers-part3"]  # a row's own further parts
+    three = {"name": "three", "loss_tokens": 2100, "self_more_features": parts, "overrides": ["self-only", "more"]}
+    assert ab.train_row(out, spec, "smollm2-135m", three) == "done"
+    extra = [a for a in runs[3] if a.startswith("train.extra_features=")][0]
+    assert [p.split("/")[-2] for p in extra[len("train.extra_features=["):-1].split(",")] == parts
+    assert "train.equal_shares=true" in runs[3]
 
 
 def test_trained_row_is_not_retrained_and_table_reads_its_summary(out, monkeypatch):
