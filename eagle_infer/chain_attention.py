@@ -44,6 +44,14 @@ def chain_attention(module, query: torch.Tensor, key: torch.Tensor, value: torch
     if segments is None and chain_step is None:
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                       **kwargs)
+    return _unrolled(module, query, key, value, dropout, scaling, chain_step, segments, **kwargs)
+
+
+@torch.compiler.disable
+def _unrolled(module, query, key, value, dropout, scaling, chain_step, segments, **kwargs):
+    """chain_attention's training paths (a chain step, packed rows), always eager: a training step compiled with
+    train.compile runs its layers' other operations as graphs and this between them, so that neither the step nor
+    a batch's row lengths ever make a new graph."""
     b, h, n, d = query.shape
     k = chain_step or 0
     if key.shape[2] != (k + 1) * n:

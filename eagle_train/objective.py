@@ -18,6 +18,7 @@ both give the same numbers (tests/test_eagle3_reference.py).
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -46,7 +47,8 @@ class Objective:
     per: what each step's sum is divided by, "loss_token" (its loss tokens: EAGLE-1/2's reference) or "position"
     (every position of the padded batch, B x T: EAGLE-3's reference trainer and SpecForge). draftable_only: count
     only positions whose target argmax is in the draft vocabulary (EAGLE-3's reference); the others still count in
-    the divisor and as misses in top-1. unpadded: run the head over the rows' real tokens packed end to end
+    the divisor and as misses in top-1. compiled: each step's loss terms run as one torch.compile graph (dynamic
+    shapes: one graph for every batch). unpadded: run the head over the rows' real tokens packed end to end
     (packed_outputs) or over the padded batch (ttt_outputs), equal to rounding; None picks by device: packed on a
     CPU, where padding costs compute, padded elsewhere, where a GPU pays per kernel launch (packed attention is one
     call per row), not for padding."""
@@ -58,6 +60,7 @@ class Objective:
     per: str = "loss_token"
     draftable_only: bool = False
     unpadded: bool | None = None
+    compiled: bool = False  # each step's loss through torch.compile (train.compile)
 
     def __post_init__(self):
         if self.per not in ("loss_token", "position"):
@@ -127,6 +130,12 @@ def _step_loss(head, pred, goal, target_p, counted, divisor: float, w_reg: float
     reg = (F.smooth_l1_loss(pred.float(), goal.float(), reduction="none").mean(-1) * counted).sum() / divisor
     cls = (-(target_p * head.draft_logits(pred).log_softmax(-1)).sum(-1) * counted).sum() / divisor
     return w_reg * reg + w_cls * cls, reg, cls
+
+
+@functools.cache
+def compiled_step_loss():
+    """_step_loss compiled once per process (dynamic shapes, so batches of any size share its graphs)."""
+    return torch.compile(_step_loss, dynamic=True)
 
 
 def ttt_outputs(head, feats, tokens, positions, steps: int,
@@ -208,8 +217,9 @@ def losses(head, batch: Batch, noise: float = 0.0, objective: Objective = Object
         at = column >= k
         divisor = float(batch.input_ids.numel()) if objective.per == "position" else max(float(per_step[k]), 1.0)
         pred = predicted.flatten(0, 1)[rows]
-        step, reg, cls = _step_loss(head, pred, goal0, target_p, (at & draftable).to(target_p.dtype), divisor,
-                                    objective.w_reg, objective.w_cls)
+        step_loss = compiled_step_loss() if objective.compiled else _step_loss
+        step, reg, cls = step_loss(head, pred, goal0, target_p, (at & draftable).to(target_p.dtype), divisor,
+                                   objective.w_reg, objective.w_cls)
         total = total + objective.decay**k * step
         if k == 0:
             out.update(reg_loss=reg.detach(), cls_loss=cls.detach())

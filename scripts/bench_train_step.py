@@ -1,7 +1,9 @@
 """Training-step speed, side by side in one run: the head's forward and backward over right-padded batches
 ("padded", what training runs on a GPU) against the rows' real tokens packed end to end ("unpadded", what it runs
 on a CPU; eagle_train.objective.Objective.unpadded); for EAGLE-3's block (draftable_only) also with the target's
-argmax computed once per conversation ("stored", what training does) instead of per batch.
+argmax computed once per conversation ("stored", what training does) instead of per batch; with --compile also
+the last of those with train.compile ("compiled": the head's layers and each step's loss through torch.compile,
+warmed up before timing).
 
 Every side computes the full training loss (eagle_train.objective.losses) and takes an optimizer step on the same
 micro batches of 4 held-out conversations in training's order, under training's bfloat16 autocast where the CPU has
@@ -13,7 +15,7 @@ default where CUDA is) it decides what training's default should be there: train
 batch-wide elsewhere.
 
 usage: python scripts/bench_train_step.py [--features DIR] [--blocks eagle,eagle3] [--rounds 2] [--threads 2]
-       [--conversations N] [--device cpu|cuda]
+       [--conversations N] [--device cpu|cuda] [--compile]
 """
 from __future__ import annotations
 
@@ -28,7 +30,8 @@ import eagle_train.objective as objective_mod
 from eagle_infer.platform import cache_root, cpu, resolve_dtype
 from eagle_infer.target import load_target
 from eagle_train.features import read_samples
-from eagle_train.train import HeadConf, TrainConfig, build_head_config, micro_batches, new_head, objective
+from eagle_train.train import (HeadConf, TrainConfig, build_head_config, compile_layers, micro_batches, new_head,
+                               objective)
 
 # The ablation's rows: the shipped EAGLE-1 block (two layers, last-layer features) and EAGLE-3's block with K = 7.
 SETTINGS = {
@@ -73,6 +76,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--conversations", type=int, default=None, help="the directory's first N only (default: all)")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", choices=["cpu", "cuda"])
+    ap.add_argument("--compile", action="store_true", help="also time training with train.compile")
     args = ap.parse_args()
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
@@ -96,9 +100,11 @@ def main() -> None:
         cfg, shape = SETTINGS[name]
         config = build_head_config(target, cfg, shape)
         obj = objective(cfg, 1024)
-        sides = ["padded", "unpadded"] + (["stored"] if cfg.draftable_only else [])
+        sides = ["padded", "unpadded"] + (["stored"] if cfg.draftable_only else []) + (["compiled"] if args.compile else [])
         # One head per side, equal at the start (training's seed), so each trains on its own updates.
         heads = {side: new_head(config, target, cfg, samples).to(device) for side in sides}
+        if args.compile:
+            compile_layers(heads["compiled"])
         opts = {side: torch.optim.AdamW([p for p in h.parameters() if p.requires_grad], lr=1e-4)
                 for side, h in heads.items()}
         start = time.perf_counter()
@@ -108,20 +114,25 @@ def main() -> None:
         batches = micro_batches(len(samples), cfg, 0, 0, 1)
 
         def batch_of(side, ids):
-            return objective_mod.collate([(stored if side == "stored" else samples)[i] for i in ids], torch.float32,
-                                         device, config.fused)
+            reads = stored if side == "stored" or (side == "compiled" and stored) else samples
+            return objective_mod.collate([reads[i] for i in ids], torch.float32, device, config.fused)
 
-        for side in sides:  # warm-up
-            timed_step(heads[side], opts[side], batch_of(side, batches[0]), obj, autocast, side == "padded")
-        ops = {side: ops_per_step(heads[side], opts[side], batch_of(side, batches[0]), obj, autocast, side == "padded")
-               for side in sides}
+        def obj_of(side):
+            return dataclasses.replace(obj, compiled=side == "compiled")
+
+        for side in sides:  # warm-up: two batches (compiling, the second is of other row lengths), every side alike
+            for ids in batches[:2]:
+                timed_step(heads[side], opts[side], batch_of(side, ids), obj_of(side), autocast, side == "padded")
+        ops = {side: ops_per_step(heads[side], opts[side], batch_of(side, batches[0]), obj_of(side), autocast,
+                                  side == "padded") for side in sides}
         for round_ in range(args.rounds):
             for j, ids in enumerate(batches):
                 turn = (round_ * len(batches) + j) % len(sides)
                 loss = {}
                 for side in sides[turn:] + sides[:turn]:
                     batch = batch_of(side, ids)
-                    dt, loss[side] = timed_step(heads[side], opts[side], batch, obj, autocast, side == "padded")
+                    dt, loss[side] = timed_step(heads[side], opts[side], batch, obj_of(side), autocast,
+                                                side == "padded")
                     seconds[side] += dt
                 diff = max([diff] + [abs(v - loss["padded"]) / max(abs(loss["padded"]), 1e-9) for v in loss.values()])
                 tokens += float((batch.loss_mask[:, 2:] > 0).sum())

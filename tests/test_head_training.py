@@ -224,6 +224,36 @@ def test_losses_run_packed_on_a_cpu_and_padded_when_asked(tiny_smol6, monkeypatc
         torch.testing.assert_close(wide[key], by_device[key], atol=1e-5, rtol=1e-4)
 
 
+@pytest.mark.parametrize("block", ["eagle", "eagle3"])
+def test_compiled_training_gives_the_eager_losses_without_new_graphs(tiny_smol6, block):
+    """train.compile: the head's layers and each step's loss through torch.compile give the eager losses and
+    gradients (to rounding), packed and padded, and a batch of other row lengths compiles nothing new."""
+    from torch._dynamo.utils import counters
+
+    from eagle_train.train import compile_layers
+
+    samples = [_sample(tiny_smol6, c) for c in conversations(8)]
+    vocab = torch.arange(0, tiny_smol6.vocab_size, 2) if block == "eagle3" else None
+    eager, compiled = (random_head(tiny_smol6, seed=0, block=block, draft_vocab=vocab).train() for _ in range(2))
+    compile_layers(compiled)
+    obj = Objective(ttt_steps=2, w_reg=0.0 if block == "eagle3" else 1.0)
+    graphs = []
+    for rows, unpadded in ((samples[:4], True), (samples[4:], True), (samples[2:6], False)):
+        batch = collate(rows, torch.float32, "cpu", fused=block == "eagle3")
+        got = [losses(head, batch, objective=dataclasses.replace(obj, unpadded=unpadded, compiled=head is compiled))
+               for head in (eager, compiled)]
+        for result in got:
+            result["loss"].backward()
+        torch.testing.assert_close(got[1]["loss"], got[0]["loss"], atol=1e-5, rtol=1e-4)
+        for (name, a), b in zip(eager.named_parameters(), compiled.parameters()):
+            if a.grad is not None:
+                torch.testing.assert_close(b.grad, a.grad, atol=1e-5, rtol=1e-4, msg=name)
+                a.grad, b.grad = None, None
+        graphs.append(counters["stats"]["unique_graphs"])
+    assert len({len(r.input_ids) for r in samples[:4]} | {len(r.input_ids) for r in samples[4:]}) > 1
+    assert graphs[0] > 0 and graphs[1] == graphs[0]  # packed rows of other lengths: no new graph
+
+
 def _sample(target, conv):
     from eagle_infer.chat import loss_mask, render
     from eagle_train.features import Sample
