@@ -3,7 +3,8 @@
 # rows on a lent GPU"). Runs in the repository root of the device machine with the GGUF's first two parts in
 # /tmp/gguf and .carry/{smol3,whl,sharegpt} carried (scripts/gpu_setup.sh). usage: gpu_ablate_rows.sh [SECONDS] [ROW...]
 # The two ShareGPT parts featurized, then the rows (default: eagle3-block-k3-1000k) side by side as soon as both
-# parts are there, and scripts/bench_train_step.py once (the head batch-wide against row by row on this GPU).
+# parts are there, and scripts/bench_train_step.py once (the head over the padded batch against packed rows and
+# against train.compile, which the rows train with, on this GPU).
 # Everything stops SECONDS (default 530) after the start; $OUT then gets rows.tgz.* (every row directory without
 # its DeepSpeed checkpoints, and the logs), so the rows finished by then come back and the others show how far
 # they got; /tmp/ablate keeps their checkpoints while the machine is warm.
@@ -38,7 +39,7 @@ sharegpt=data.source=/tmp/conversations.jsonl  # the ShareGPT parts read the car
 featurize smollm2-135m $sharegpt &
 featurize smollm2-135m-part2 $sharegpt &
 (after smollm2-135m && timeout "$(left)" python3 scripts/bench_train_step.py --blocks eagle,eagle3 --rounds 1 \
-  --conversations 32 > $out/logs/bench-train-step.log 2>&1; say "$(grep -a -E '^(machine|eagle)' $out/logs/bench-train-step.log)") &
+  --conversations 32 --compile > $out/logs/bench-train-step.log 2>&1; say "$(grep -a -E '^(machine|eagle)' $out/logs/bench-train-step.log)") &
 rows=("${@:2}")
 [ ${#rows[@]} -gt 0 ] || rows=(eagle3-block-k3-1000k)
 for r in "${rows[@]}"; do (after smollm2-135m smollm2-135m-part2 && row "$r") & done
