@@ -2,8 +2,8 @@
 ("padded", what training runs on a GPU) against the rows' real tokens packed end to end ("unpadded", what it runs
 on a CPU; eagle_train.objective.Objective.unpadded); for EAGLE-3's block (draftable_only) also with the target's
 argmax computed once per conversation ("stored", what training does) instead of per batch; with --compile also
-the last of those with train.compile ("compiled": the head's layers and each step's loss through torch.compile,
-warmed up before timing).
+what training runs on this device (packed on a CPU, padded on a GPU) with train.compile ("compiled": the head's
+layers and each step's loss through torch.compile, warmed up before timing).
 
 Every side computes the full training loss (eagle_train.objective.losses) and takes an optimizer step on the same
 micro batches of 4 held-out conversations in training's order, under training's bfloat16 autocast where the CPU has
@@ -120,11 +120,14 @@ def main() -> None:
         def obj_of(side):
             return dataclasses.replace(obj, compiled=side == "compiled")
 
+        def padded(side):  # the compiled side runs as training does on this device: packed on a CPU, else padded
+            return side == "padded" or (side == "compiled" and device.type != "cpu")
+
         for side in sides:  # warm-up: two batches (compiling, the second is of other row lengths), every side alike
             for ids in batches[:2]:
-                timed_step(heads[side], opts[side], batch_of(side, ids), obj_of(side), autocast, side == "padded")
+                timed_step(heads[side], opts[side], batch_of(side, ids), obj_of(side), autocast, padded(side))
         ops = {side: ops_per_step(heads[side], opts[side], batch_of(side, batches[0]), obj_of(side), autocast,
-                                  side == "padded") for side in sides}
+                                  padded(side)) for side in sides}
         for round_ in range(args.rounds):
             for j, ids in enumerate(batches):
                 turn = (round_ * len(batches) + j) % len(sides)
@@ -132,7 +135,7 @@ def main() -> None:
                 for side in sides[turn:] + sides[:turn]:
                     batch = batch_of(side, ids)
                     dt, loss[side] = timed_step(heads[side], opts[side], batch, obj_of(side), autocast,
-                                                side == "padded")
+                                                padded(side))
                     seconds[side] += dt
                 diff = max([diff] + [abs(v - loss["padded"]) / max(abs(loss["padded"]), 1e-9) for v in loss.values()])
                 tokens += float((batch.loss_mask[:, 2:] > 0).sum())
