@@ -48,8 +48,8 @@ class FeaturizeConfig:
     regenerate_turns: int = 2  # user turns kept when regenerating
     regenerate_batch_size: int = 32  # requests the engine decodes together
     # where a stage writes text (regenerated answers, self-written prompts): decode through the compiled target
-    # (infer.compile: inductor, CUDA graphs on a GPU); not a recorded setting. On a CPU it skips packing the weights
-    # and costs minutes of warm-up per process.
+    # (infer.compile: inductor, CUDA graphs on a GPU); not a recorded setting. On a CPU it skips packing the weights,
+    # costs minutes of warm-up per process and was slower than the eager target (CHANGELOG).
     compile: bool = False
     rank: int = 0
     world: int = 1
