@@ -132,10 +132,28 @@ def _step_loss(head, pred, goal, target_p, counted, divisor: float, w_reg: float
     return w_reg * reg + w_cls * cls, reg, cls
 
 
+def _compile_settings() -> None:
+    """Process-wide dynamo settings for train.compile: a compile that fails (no C++ compiler) runs eagerly after
+    dynamo's warning, and one graph per training-time-test step, for training and held-out scoring, fits under the
+    recompile limit (dynamo's default, 8, would quietly run the rest eagerly)."""
+    torch._dynamo.config.suppress_errors = True
+    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
+
+
 @functools.cache
 def compiled_step_loss():
     """_step_loss compiled once per process (dynamic shapes, so batches of any size share its graphs)."""
+    _compile_settings()
     return torch.compile(_step_loss, dynamic=True)
+
+
+def compile_layers(head) -> None:
+    """train.compile: each decoder layer of the head runs through torch.compile (dynamic shapes; the training-time
+    test's attention stays eager between its graphs, eagle_infer.chain_attention), in place, so parameter names and
+    checkpoints are unchanged."""
+    _compile_settings()
+    for layer in head.layers:
+        layer.compile(dynamic=True)
 
 
 def ttt_outputs(head, feats, tokens, positions, steps: int,

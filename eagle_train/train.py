@@ -26,7 +26,7 @@ from eagle_infer.head_card import target_revision, write_card
 from eagle_infer.errors import EagleError
 
 from .features import Manifest, read_samples
-from .objective import Objective, chain_acceptance, collate, frequent_tokens, losses, with_target_top
+from .objective import Objective, chain_acceptance, collate, compile_layers, frequent_tokens, losses, with_target_top
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +45,7 @@ class TrainConfig:
     equal_shares: bool = False  # max_loss_tokens split equally: the first max_loss_tokens / n of each of n directories
     autocast: str = "auto"  # bfloat16 autocast of float32 training: auto (where bfloat16 matmuls are native) | on | off
     # the head's decoder layers and each step's loss through torch.compile (inductor, dynamic shapes): the same
-    # losses to rounding, ~1.2-1.3x on a CPU for tens of seconds of warm-up; eager where compiling fails
+    # losses to rounding, ~1.3x on a CPU for 20-35 s of warm-up (docs/training.md); eager where compiling fails
     compile: bool = False
     max_steps: Optional[int] = None  # optimizer steps; None = epochs
     batch_size: int = 4  # conversations per micro batch
@@ -132,17 +132,6 @@ def objective(cfg: TrainConfig, max_length: int) -> Objective:
         raise EagleError(f"train.ttt_steps {cfg.ttt_steps} is invalid: expected 0 <= ttt_steps < max_length {max_length}")
     return Objective(cfg.w_cls, cfg.w_reg, cfg.ttt_steps, cfg.ttt_decay, cfg.loss_per, cfg.draftable_only,
                      compiled=cfg.compile)
-
-
-def compile_layers(head) -> None:
-    """train.compile: each decoder layer of the head runs through torch.compile (dynamic shapes; the training-time
-    test's attention stays eager between its graphs, eagle_infer.chain_attention), in place, so parameter names and
-    checkpoints are unchanged. A compile that fails (no C++ compiler) runs eagerly, with dynamo's warning."""
-    torch._dynamo.config.suppress_errors = True
-    # one graph per training-time-test step, for training and for held-out scoring, past dynamo's default limit (8)
-    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
-    for layer in head.layers:
-        layer.compile(dynamic=True)
 
 
 def first_loss_tokens(samples: list, limit: Optional[int]) -> list:

@@ -3,7 +3,7 @@
 on a CPU; eagle_train.objective.Objective.unpadded); for EAGLE-3's block (draftable_only) also with the target's
 argmax computed once per conversation ("stored", what training does) instead of per batch; with --compile also
 what training runs on this device (packed on a CPU, padded on a GPU) with train.compile ("compiled": the head's
-layers and each step's loss through torch.compile, warmed up before timing).
+layers and each step's loss through torch.compile, warmed up before timing; its warm-up seconds are printed).
 
 Every side computes the full training loss (eagle_train.objective.losses) and takes an optimizer step on the same
 micro batches of 4 held-out conversations in training's order, under training's bfloat16 autocast where the CPU has
@@ -30,8 +30,8 @@ import eagle_train.objective as objective_mod
 from eagle_infer.platform import cache_root, cpu, resolve_dtype
 from eagle_infer.target import load_target
 from eagle_train.features import read_samples
-from eagle_train.train import (HeadConf, TrainConfig, build_head_config, compile_layers, micro_batches, new_head,
-                               objective)
+from eagle_train.objective import compile_layers
+from eagle_train.train import HeadConf, TrainConfig, build_head_config, micro_batches, new_head, objective
 
 # The ablation's rows: the shipped EAGLE-1 block (two layers, last-layer features) and EAGLE-3's block with K = 7.
 SETTINGS = {
@@ -123,9 +123,10 @@ def main() -> None:
         def padded(side):  # the compiled side runs as training does on this device: packed on a CPU, else padded
             return side == "padded" or (side == "compiled" and device.type != "cpu")
 
-        for side in sides:  # warm-up: two batches (compiling, the second is of other row lengths), every side alike
-            for ids in batches[:2]:
-                timed_step(heads[side], opts[side], batch_of(side, ids), obj_of(side), autocast, padded(side))
+        warm = {}  # seconds of each side's warm-up: two batches (compiling, the second of other row lengths)
+        for side in sides:
+            warm[side] = sum(timed_step(heads[side], opts[side], batch_of(side, ids), obj_of(side), autocast,
+                                        padded(side))[0] for ids in batches[:2])
         ops = {side: ops_per_step(heads[side], opts[side], batch_of(side, batches[0]), obj_of(side), autocast,
                                   padded(side)) for side in sides}
         for round_ in range(args.rounds):
@@ -147,6 +148,8 @@ def main() -> None:
                                                     for side in sides)
               + "; aten ops per step " + ", ".join(f"{side} {ops[side]}" for side in sides)
               + (f"; stored argmax once: {argmax_s:.1f} s" if stored else "")
+              + (f"; compiled warm-up {warm['compiled']:.1f} s (uncompiled sides {max(v for k, v in warm.items() if k != 'compiled'):.1f} s at most)"
+                 if "compiled" in warm else "")
               + f"; largest relative loss difference {diff:.1e}")
 
 

@@ -26,7 +26,7 @@ from eagle_infer.tree import additive_mask
 from eagle_train.featurize import FeaturizeConfig, featurize
 from eagle_train.features import Manifest, read_samples
 from eagle_train.export import export
-from eagle_train.objective import (Objective, collate, head_inputs, losses, packed_outputs, ttt_outputs,
+from eagle_train.objective import (Objective, collate, compile_layers, head_inputs, losses, packed_outputs, ttt_outputs,
                                    with_target_top)
 from eagle_train.regenerate import RegenerateSettings, answer_shards, is_regenerated, regenerated_shard
 from eagle_train.train import HeadConf, TrainConfig, build_head_config, objective, train, use_autocast
@@ -230,8 +230,6 @@ def test_compiled_training_gives_the_eager_losses_without_new_graphs(tiny_smol6,
     gradients (to rounding), packed and padded, and a batch of other row lengths compiles nothing new (the unrolled
     steps' attention stays eager: traced, the cache's growing key length made new graphs every batch)."""
     from torch._dynamo.utils import counters
-
-    from eagle_train.train import compile_layers
 
     samples = [_sample(tiny_smol6, c) for c in conversations(8)]
     vocab = torch.arange(0, tiny_smol6.vocab_size, 2) if block == "eagle3" else None
