@@ -14,7 +14,7 @@ largest relative difference of the losses (rounding only: every attention is cau
 default where CUDA is) it decides what training's default should be there: training runs packed on a CPU and
 batch-wide elsewhere.
 
-usage: python scripts/bench_train_step.py [--features DIR] [--blocks eagle,eagle3] [--rounds 2] [--threads 2]
+usage: python scripts/bench_train_step.py [--features DIR] [--blocks eagle,ttt3,eagle3] [--rounds 2] [--threads 2]
        [--conversations N] [--device cpu|cuda] [--compile]
 """
 from __future__ import annotations
@@ -33,9 +33,11 @@ from eagle_train.features import read_samples
 from eagle_train.objective import compile_layers
 from eagle_train.train import HeadConf, TrainConfig, build_head_config, micro_batches, new_head, objective
 
-# The ablation's rows: the shipped EAGLE-1 block (two layers, last-layer features) and EAGLE-3's block with K = 7.
+# The ablation's rows: the shipped EAGLE-1 block (two layers, last-layer features), the same with the training-time
+# test K = 3 (ttt3-layers2-2400k) and EAGLE-3's block with K = 7.
 SETTINGS = {
     "eagle": (TrainConfig(draft_vocab_size=8192), HeadConf(layers=2)),
+    "ttt3": (TrainConfig(draft_vocab_size=8192, ttt_steps=3, w_reg=0.0), HeadConf(layers=2)),
     "eagle3": (TrainConfig(draft_vocab_size=8192, ttt_steps=6, w_reg=0.0, w_cls=1.0, noise=0.0, loss_per="position",
                            draftable_only=True), HeadConf(layers=1, features="fused", block="eagle3")),
 }
@@ -71,7 +73,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--features", default=str(cache_root() / "features" / "smollm2-135m" / "heldout"),
                     help="a feature directory made with featurize.features=fused (default: the recipe's held-out split)")
-    ap.add_argument("--blocks", default="eagle,eagle3")
+    ap.add_argument("--blocks", default="eagle,ttt3,eagle3")
     ap.add_argument("--rounds", type=int, default=2, help="passes over the directory's micro batches")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--conversations", type=int, default=None, help="the directory's first N only (default: all)")

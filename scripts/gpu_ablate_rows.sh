@@ -38,8 +38,8 @@ row() {  # row name: train it (ablate_head finds its data featurized)
 sharegpt=data.source=/tmp/conversations.jsonl  # the ShareGPT parts read the carried export, not the package
 featurize smollm2-135m $sharegpt &
 featurize smollm2-135m-part2 $sharegpt &
-(after smollm2-135m && timeout "$(left)" python3 scripts/bench_train_step.py --blocks eagle,eagle3 --rounds 1 \
-  --conversations 32 --compile > $out/logs/bench-train-step.log 2>&1; say "$(grep -a -E '^(machine|eagle)' $out/logs/bench-train-step.log)") &
+(after smollm2-135m && timeout "$(left)" python3 scripts/bench_train_step.py --blocks eagle,ttt3,eagle3 --rounds 1 \
+  --conversations 32 --compile > $out/logs/bench-train-step.log 2>&1; say "$(grep -a -E '^(machine|eagle|ttt3)' $out/logs/bench-train-step.log)") &
 rows=("${@:2}")
 [ ${#rows[@]} -gt 0 ] || rows=(eagle3-block-k3-1000k)
 for r in "${rows[@]}"; do (after smollm2-135m smollm2-135m-part2 && row "$r") & done
