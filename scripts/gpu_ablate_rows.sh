@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Featurize and train ablation rows of `make ablate-head` on a lent GPU; measures nothing (docs/gpu.md, "Ablation
-# rows on a lent GPU"). Runs in the repository root of the device machine with the GGUF's first two parts in
-# /tmp/gguf and .carry/{smol3,whl,sharegpt} carried (scripts/gpu_setup.sh). usage: gpu_ablate_rows.sh [SECONDS] [ROW...]
+# rows on a lent GPU"). Runs in the repository root of the device machine with .carry's smol1-3, whl and
+# sharegpt staged in /tmp/carry (scripts/gpu_setup.sh). usage: gpu_ablate_rows.sh [SECONDS] [ROW...]
 # The two ShareGPT parts featurized, then the rows (default: eagle3-block-k3-1000k) side by side as soon as both
 # parts are there, and scripts/bench_train_step.py once (the head over the padded batch against packed rows and
 # against train.compile, which the rows train with, on this GPU).
@@ -10,7 +10,7 @@
 # they got; /tmp/ablate keeps their checkpoints while the machine is warm.
 set -u
 source scripts/gpu_setup.sh "${1:-530}"
-gunzip -c .carry/sharegpt/conversations.jsonl.gz > /tmp/conversations.jsonl || exit 1
+gunzip -c $carry/sharegpt/conversations.jsonl.gz > /tmp/conversations.jsonl || exit 1
 say "set up"
 
 out=/tmp/ablate
