@@ -38,12 +38,12 @@ def test_bad_rows_are_one_line_errors(monkeypatch, tmp_path):
 
 
 def test_shipped_recipe_is_its_ablation_row():
-    """recipes/smollm2-135m-shipped.yaml states the settings of the row it ships (self100-layers2-2400k) a second
+    """recipes/smollm2-135m-shipped.yaml states the settings of the row it ships (self100-layers2-3840k) a second
     time, so a recipe for `make train`; composed, the two must train the same head on the same data."""
     from omegaconf import OmegaConf
 
     spec = ab.load_spec("smollm2-135m")
-    row = next(r for r in spec["rows"] if r["name"] == "self100-layers2-2400k")
+    row = next(r for r in spec["rows"] if r["name"] == "self100-layers2-3840k")
     args, _ = ab.row_overrides(spec, "smollm2-135m", row)
     composed = OmegaConf.to_container(OmegaConf.merge(ab.recipe("smollm2-135m"), OmegaConf.from_dotlist(args)))
     shipped = ab.recipe("smollm2-135m-shipped")
