@@ -49,7 +49,7 @@ from eagle_infer.platform import cache_root, cpu
 from eagle_train.cli import TrainRunConf  # noqa: F401 (registers the schema `recipes=` composes over)
 from eagle_train.conversations import SHAREGPT_PACKAGE
 from eagle_train.launch import accelerator_env, free_port
-from eagle_train.train import ALPHA_STEPS  # the held-out α positions every row reports
+from eagle_train.train import ALPHA_STEPS, HeadConf, TrainConfig  # ALPHA_STEPS: the held-out α positions every row reports
 from eval.ablation_file import FIGURES, ablation_path, merge_ablation, plot_path, read_ablation
 from eval.training_curves import curves_path, curves_plot_path, merge_curves, plot_curves, read_curves, row_curves
 from eval.headline import checkout_commit
@@ -87,13 +87,26 @@ def load_spec(recipe: str) -> dict:
     return spec
 
 
-def recipe(name: str) -> dict:
-    """The training config `eagle_train.cli recipes=<name>` runs: composed by Hydra (the schema's defaults, the
-    recipes in its defaults list, then its own keys), interpolations resolved."""
-    check_recipe_arg([f"recipes={name}"])
+def recipe(name: str, overrides: list[str] | tuple[str, ...] = ()) -> dict:
+    """The training config `eagle_train.cli recipes=<name> [overrides]` runs: composed by Hydra (the schema's
+    defaults, the recipes in its defaults list, then its own keys, then the overrides), interpolations resolved."""
+    check_recipe_arg([f"recipes={name}", *overrides])
     with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
-        cfg = compose("train", [f"recipes={name}", f"hydra.searchpath=[file://{REPO}]"])
+        cfg = compose("train", [f"recipes={name}", *overrides, f"hydra.searchpath=[file://{REPO}]"])
     return OmegaConf.to_container(cfg, resolve=True)
+
+
+def row_settings(name: str, row_name: str) -> tuple[TrainConfig, HeadConf]:
+    """The training and head settings the row `row_name` of conf/ablate/<name>.yaml trains with: recipes/<name>.yaml
+    composed with the row's overrides, as `make ablate-head` passes them."""
+    spec = load_spec(name)
+    row = next((r for r in spec["rows"] if r["name"] == row_name), None)
+    if row is None:
+        raise EagleError(f"no row {row_name!r} in conf/ablate/{name}.yaml: expected one of "
+                         f"{', '.join(r['name'] for r in spec['rows'])}")
+    composed = recipe(name, row_overrides(spec, name, row)[0])
+    return (OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(TrainConfig), composed["train"])),
+            OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(HeadConf), composed["head"])))
 
 
 def features_dir(name: str) -> Path:

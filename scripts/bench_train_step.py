@@ -31,16 +31,13 @@ from eagle_infer.platform import cache_root, cpu, resolve_dtype
 from eagle_infer.target import load_target
 from eagle_train.features import read_samples
 from eagle_train.objective import compile_layers
-from eagle_train.train import HeadConf, TrainConfig, build_head_config, micro_batches, new_head, objective
+from eagle_train.train import build_head_config, micro_batches, new_head, objective
+from eval.ablate_head import row_settings
 
-# The ablation's rows: the shipped EAGLE-1 block (two layers, last-layer features), the same with the training-time
-# test K = 3 (ttt3-layers2-2400k) and EAGLE-3's block with K = 7.
-SETTINGS = {
-    "eagle": (TrainConfig(draft_vocab_size=8192), HeadConf(layers=2)),
-    "ttt3": (TrainConfig(draft_vocab_size=8192, ttt_steps=3, w_reg=0.0), HeadConf(layers=2)),
-    "eagle3": (TrainConfig(draft_vocab_size=8192, ttt_steps=6, w_reg=0.0, w_cls=1.0, noise=0.0, loss_per="position",
-                           draftable_only=True), HeadConf(layers=1, features="fused", block="eagle3")),
-}
+# Each --blocks name times the settings of one row of the ablation (conf/ablate/smollm2-135m.yaml, composed as
+# `make ablate-head` trains it): the two-layer EAGLE-1 block, the same with the training-time test K = 3, and
+# EAGLE-3's block with K = 7.
+BLOCK_ROWS = {"eagle": "layers2-all-cosine-2400k", "ttt3": "ttt3-layers2-2400k", "eagle3": "eagle3-block-k7-2400k"}
 
 
 def timed_step(head, opt, batch, obj, autocast: bool, padded: bool) -> tuple[float, float]:
@@ -85,8 +82,8 @@ def main() -> None:
         raise SystemExit("--device cuda: this machine has no CUDA device; expected --device cpu")
     torch.set_num_threads(args.threads)
     for name in args.blocks.split(","):
-        if name not in SETTINGS:
-            raise SystemExit(f"unknown block {name!r}: expected one of {', '.join(SETTINGS)}")
+        if name not in BLOCK_ROWS:
+            raise SystemExit(f"unknown block {name!r}: expected one of {', '.join(BLOCK_ROWS)}")
     if not Path(args.features, "manifest.json").exists():
         raise SystemExit(f"{args.features!r} is no feature directory (no manifest.json): featurize first, or pass "
                          "--features")
@@ -99,7 +96,7 @@ def main() -> None:
     print(f"machine: {machine}; float32 weights, bfloat16 autocast: {autocast}; "
           f"{len(samples)} conversations of {args.features}")
     for name in args.blocks.split(","):
-        cfg, shape = SETTINGS[name]
+        cfg, shape = row_settings("smollm2-135m", BLOCK_ROWS[name])
         config = build_head_config(target, cfg, shape)
         obj = objective(cfg, 1024)
         sides = ["padded", "unpadded"] + (["stored"] if cfg.draftable_only else []) + (["compiled"] if args.compile else [])

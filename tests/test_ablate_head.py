@@ -296,3 +296,14 @@ def test_train_only_trains_measures_nothing_and_records_nothing(monkeypatch, tmp
              "--results-root", str(tmp_path)])
     assert trained == [("eagle3-block-k7-300k", True, "c.jsonl")]
     assert "| eagle3-block-k7-300k | 5 |" in (tmp_path / "ablate-head" / "table.md").read_text()
+
+
+def test_row_settings_compose_a_rows_training_and_head_settings():
+    """What scripts/bench_train_step.py times is each row as make ablate-head trains it, not a restatement."""
+    train, head = ab.row_settings("smollm2-135m", "eagle3-block-k7-2400k")
+    assert (head.block, head.features, head.layers) == ("eagle3", "fused", 1)
+    assert (train.ttt_steps, train.w_reg, train.draftable_only, train.max_loss_tokens) == (6, 0.0, True, 2400000)
+    train, head = ab.row_settings("smollm2-135m", "ttt3-layers2-2400k")
+    assert (head.block, head.layers, train.ttt_steps, train.epochs) == ("eagle", 2, 3, 5)
+    with pytest.raises(EagleError, match="no row 'nope' in conf/ablate/smollm2-135m.yaml: expected one of regen-100k"):
+        ab.row_settings("smollm2-135m", "nope")
