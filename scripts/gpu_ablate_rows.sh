@@ -3,8 +3,8 @@
 # rows on a lent GPU"). Runs in the repository root of the device machine with .carry's smol1-3, whl and
 # sharegpt staged in /tmp/carry (scripts/gpu_setup.sh). usage: gpu_ablate_rows.sh [SECONDS] [ROW...]
 # The two ShareGPT parts featurized, then the rows (default: eagle3-block-k3-1000k) side by side as soon as both
-# parts are there, and scripts/bench_train_step.py once (the head over the padded batch against packed rows and
-# against train.compile, which the rows train with, on this GPU).
+# parts are there; with BENCH=1 also scripts/bench_train_step.py once (the head over the padded batch against packed
+# rows and against train.compile, which the rows train with, on this GPU).
 # Everything stops SECONDS (default 530) after the start; $OUT then gets rows.tgz.* (every row directory without
 # its DeepSpeed checkpoints, and the logs), so the rows finished by then come back and the others show how far
 # they got; /tmp/ablate keeps their checkpoints while the machine is warm.
@@ -38,8 +38,11 @@ row() {  # row name: train it (ablate_head finds its data featurized)
 sharegpt=data.source=/tmp/conversations.jsonl  # the ShareGPT parts read the carried export, not the package
 featurize smollm2-135m $sharegpt &
 featurize smollm2-135m-part2 $sharegpt &
-(after smollm2-135m && timeout "$(left)" python3 scripts/bench_train_step.py --blocks eagle,ttt3,eagle3 --rounds 1 \
-  --conversations 32 --compile > $out/logs/bench-train-step.log 2>&1; say "$(grep -a -E '^(machine|eagle|ttt3)' $out/logs/bench-train-step.log)") &
+# BENCH=1: also time scripts/bench_train_step.py once, beside the rows (it slows them; the rows' logs give their own
+# steps/s)
+[ "${BENCH:-0}" = 1 ] && (after smollm2-135m && timeout "$(left)" python3 scripts/bench_train_step.py \
+  --blocks eagle,ttt3,eagle3 --rounds 1 --conversations 32 --compile > $out/logs/bench-train-step.log 2>&1
+  say "$(grep -a -E '^(machine|eagle|ttt3)' $out/logs/bench-train-step.log)") &
 rows=("${@:2}")
 [ ${#rows[@]} -gt 0 ] || rows=(eagle3-block-k3-1000k)
 for r in "${rows[@]}"; do (after smollm2-135m smollm2-135m-part2 && row "$r") & done
