@@ -4,9 +4,9 @@ For each feature directory (a recipe's `data.features_dir`):
 - self-prompts: `self-prompts/shard-*.json` (seconds; samples written, prompts kept);
 - regenerate: `train|heldout/regenerated/shard-*.json` (regenerate_s; answer tokens);
 - forward: `train|heldout/shard-*.json` (forward_s; tokens).
-A stage reports its shards, how many recorded their time (shards written before times were recorded, or answers
-read back from another run, have none), the seconds and units of those that did, their rate, and the machines and
-threads they ran on. No model is loaded.
+A stage reports, for each machine and thread count its shards ran on, its shards, how many recorded their time there
+(shards written before times were recorded, or answers read back from another run, have none), the seconds and units
+of those, and their rate: a figure never mixes two machines. No model is loaded.
 """
 from __future__ import annotations
 
@@ -23,44 +23,50 @@ SPLITS = ("train", "heldout")
 
 @dataclass(frozen=True)
 class StageTime:
-    """One stage of one feature directory, summed over its shards that recorded a time."""
+    """One stage of one feature directory on one machine, summed over its shards that recorded a time there."""
 
     directory: str
     stage: str
-    shards: int
-    timed: int
+    shards: int  # of the stage, on every machine
+    timed: int  # shards timed on this machine
     seconds: float
     units: int  # of the timed shards
     unit: str
-    machines: tuple[str, ...]  # "<label>, <n> threads", sorted
+    machines: tuple[str, ...]  # ("<label>, <n> threads",), or () when untimed
 
     @property
     def rate(self) -> float | None:
         return self.units / self.seconds if self.seconds else None
 
 
-def _stage(directory: Path, stage: str, files: list[Path], seconds_key: str, units_key: str, unit: str) -> StageTime:
+def _stage(directory: Path, stage: str, files: list[Path], seconds_key: str, units_key: str, unit: str) -> list[StageTime]:
+    """The stage's time per machine its timed shards ran on (a figure never sums two machines' seconds), or one
+    untimed entry when no shard recorded a time; none when the stage has no shard."""
     records = [json.loads(p.read_text()) for p in files]
     timed = [r for r in records if r.get(seconds_key) is not None]  # 0.0 is a time (a tiny shard)
-    machines = sorted({f"{r['machine']}, {r['threads']} threads" for r in timed if "machine" in r})
-    return StageTime(str(directory), stage, len(records), len(timed), sum(r[seconds_key] for r in timed),
-                     sum(r[units_key] for r in timed), unit, tuple(machines))
+    by_machine: dict[tuple[str, ...], list[dict]] = {}
+    for r in timed:
+        by_machine.setdefault((f"{r['machine']}, {r['threads']} threads",) if "machine" in r else (), []).append(r)
+    if records and not by_machine:
+        by_machine[()] = []
+    return [StageTime(str(directory), stage, len(records), len(rs), sum(r[seconds_key] for r in rs),
+                      sum(r[units_key] for r in rs), unit, machine) for machine, rs in sorted(by_machine.items())]
 
 
 def stage_times(directory: str | Path) -> list[StageTime]:
-    """The stages found in a feature directory, in pipeline order (a stage with no shard is left out)."""
+    """The stages found in a feature directory, in pipeline order, one entry per machine a stage ran on (a stage
+    with no shard is left out)."""
     root = Path(directory)
     if not root.is_dir():
         raise EagleError(f"feature directory {str(root)!r} does not exist; expected a recipe's data.features_dir")
-    stages = [
-        _stage(root, "self-prompts", sorted((root / "self-prompts").glob("shard-*.json")), "seconds", "sampled",
-               "samples"),
-        _stage(root, "regenerate", [p for s in SPLITS for p in sorted((root / s / "regenerated").glob("shard-*.json"))],
-               "regenerate_s", "answer_tokens", "answer tokens"),
-        _stage(root, "forward", [p for s in SPLITS for p in sorted((root / s).glob("shard-*.json"))], "forward_s",
-               "tokens", "tokens"),
+    return [
+        *_stage(root, "self-prompts", sorted((root / "self-prompts").glob("shard-*.json")), "seconds", "sampled",
+                "samples"),
+        *_stage(root, "regenerate", [p for s in SPLITS for p in sorted((root / s / "regenerated").glob("shard-*.json"))],
+                "regenerate_s", "answer_tokens", "answer tokens"),
+        *_stage(root, "forward", [p for s in SPLITS for p in sorted((root / s).glob("shard-*.json"))], "forward_s",
+                "tokens", "tokens"),
     ]
-    return [s for s in stages if s.shards]
 
 
 def table(times: list[StageTime]) -> str:

@@ -27,6 +27,22 @@ def test_stage_times_counts_zero_second_shards_and_skips_untimed(tmp_path):
     assert "2 of 3" in table(list(times.values()))
 
 
+def test_stage_times_gives_each_machine_its_own_figure(tmp_path):
+    """Shards written on two machines: two entries, each with its own seconds and units, never one sum."""
+    for i, (machine, seconds) in enumerate([("CPU X", 100.0), ("GPU Y", 10.0), ("CPU X", 300.0)]):
+        _write(tmp_path / "self-prompts" / f"shard-{i:05d}.json",
+               {"sampled": 256, "seconds": seconds, "machine": machine, "threads": 2})
+    _write(tmp_path / "self-prompts" / "shard-00003.json", {"sampled": 256})  # untimed
+    times = stage_times(tmp_path)
+    assert [(t.machines, t.shards, t.timed, t.seconds, t.units) for t in times] == [
+        (("CPU X, 2 threads",), 4, 2, 400.0, 512), (("GPU Y, 2 threads",), 4, 1, 10.0, 256)]
+
+
+def test_stage_times_reports_an_untimed_stage_once(tmp_path):
+    _write(tmp_path / "train" / "shard-00000.json", {"tokens": 50})
+    assert [(t.stage, t.shards, t.timed, t.machines) for t in stage_times(tmp_path)] == [("forward", 1, 0, ())]
+
+
 def test_stage_times_names_a_missing_directory(tmp_path):
     with pytest.raises(EagleError, match="does not exist"):
         stage_times(tmp_path / "nope")
