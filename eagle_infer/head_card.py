@@ -55,7 +55,7 @@ def _row(name: str, value) -> str:
 
 def stage_text(stage: dict) -> str:
     """A data stage's time as a card states it (stage: eagle_train.stage_times.StageTime as a dict)."""
-    where = f" on {'; '.join(stage['machines'])}" if stage["machines"] else ""
+    where = f" on {stage['machine']}" if stage["machine"] else ""
     return (f"{stage['seconds'] / 60:.1f} min for {stage['units']:,} {stage['unit']} ({stage['timed']} of "
             f"{stage['shards']} shards timed){where}")
 

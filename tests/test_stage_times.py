@@ -22,7 +22,7 @@ def test_stage_times_counts_zero_second_shards_and_skips_untimed(tmp_path):
     assert set(times) == {"regenerate", "forward"}  # no self-prompts shard: stage left out
     forward = times["forward"]
     assert (forward.shards, forward.timed, forward.units, forward.seconds) == (3, 2, 400, 2.0)
-    assert forward.rate == 200 and forward.machines == ("CPU X, 2 threads",)
+    assert forward.rate == 200 and forward.machine == "CPU X, 2 threads"
     assert times["regenerate"].rate == 10
     assert "2 of 3" in table(list(times.values()))
 
@@ -34,13 +34,13 @@ def test_stage_times_gives_each_machine_its_own_figure(tmp_path):
                {"sampled": 256, "seconds": seconds, "machine": machine, "threads": 2})
     _write(tmp_path / "self-prompts" / "shard-00003.json", {"sampled": 256})  # untimed
     times = stage_times(tmp_path)
-    assert [(t.machines, t.shards, t.timed, t.seconds, t.units) for t in times] == [
-        (("CPU X, 2 threads",), 4, 2, 400.0, 512), (("GPU Y, 2 threads",), 4, 1, 10.0, 256)]
+    assert [(t.machine, t.shards, t.timed, t.seconds, t.units) for t in times] == [
+        ("CPU X, 2 threads", 4, 2, 400.0, 512), ("GPU Y, 2 threads", 4, 1, 10.0, 256)]
 
 
 def test_stage_times_reports_an_untimed_stage_once(tmp_path):
     _write(tmp_path / "train" / "shard-00000.json", {"tokens": 50})
-    assert [(t.stage, t.shards, t.timed, t.machines) for t in stage_times(tmp_path)] == [("forward", 1, 0, ())]
+    assert [(t.stage, t.shards, t.timed, t.machine) for t in stage_times(tmp_path)] == [("forward", 1, 0, "")]
 
 
 def test_stage_times_names_a_missing_directory(tmp_path):
