@@ -1,5 +1,6 @@
 """Our figure for each published finding, read from the result files `make reproduce` writes (eval records,
-throughput points, ablation tables), set against the paper's (eval.published) with a verdict (eval.verdict).
+throughput points, ablation tables; `sections`) or from the checkout's committed ablation file alone
+(`committed_sections`), set against the paper's (eval.published) with a verdict (eval.verdict).
 
 A `Section` is one paper table or figure: its findings (claim, paper, ours, verdict, reason), a detail table, the
 plots it draws and the result files its figures come from. Nothing here runs a model.
@@ -98,10 +99,6 @@ class Results:
         path = self.run_dir("throughput") / throughput.FILE
         return throughput.rows(read_records(path)) if path.exists() else []
 
-    def committed_ablation(self, spec: str) -> dict[str, dict]:
-        """The rows of the checkout's committed ablation file for `spec` (eval.ablation_file), each marked done."""
-        return {name: {**line, "status": "done"} for name, line in read_ablation(ablation_path(self.root, spec)).items()}
-
     def ablation(self, directory: str) -> dict[str, dict]:
         """Rows of <cache>/<directory>/table.csv (eval.ablate_head) by name, numbers parsed, empty cells None."""
         path = self.cache / directory / "table.csv"
@@ -116,10 +113,17 @@ class Results:
 
 
 def sections(res: Results, plot_dir: Path) -> list[Section]:
-    """Every section of docs/reproduction.md, in the papers' order; plots are written into `plot_dir`."""
+    """The sections of docs/reproduction.md that read a pass's result files, in the papers' order; plots are written
+    into `plot_dir`."""
     plot_dir.mkdir(parents=True, exist_ok=True)
     return [table2(res, plot_dir), table1(res), table5(res), figure8(res), table6(res), table7(res, plot_dir),
-            eagle2(res, plot_dir), eagle3(res, plot_dir)]
+            eagle2(res, plot_dir)]
+
+
+def committed_sections(root: Path) -> list[Section]:
+    """The sections that read the checkout `root`'s committed result files only (`make results-docs` keeps them
+    current): EAGLE-3's, from make ablate-head's rows."""
+    return [eagle3(root)]
 
 
 def table2(res: Results, plot_dir: Path) -> Section:
@@ -281,7 +285,7 @@ def table6(res: Results) -> Section:
     effect = round(paper["regenerated"][1] / paper["fixed"][1] - 1, 4)
     findings, rows, sources = [], [], []
     here = res.ablation(f"ablate-{ABLATION_SPEC}"), _shown(res.cache / f"ablate-{ABLATION_SPEC}" / "table.csv")
-    committed = res.committed_ablation(ABLATE_HEAD_SPEC), _shown(ablation_path(res.root, ABLATE_HEAD_SPEC))
+    committed = committed_ablation(res.root, ABLATE_HEAD_SPEC), _shown(ablation_path(res.root, ABLATE_HEAD_SPEC))
     for (table, source), directory, regen, fixed, command in (
             (here, f"ablate-{ABLATION_SPEC}", regen_name, fixed_name, TRAINED_HERE),
             (committed, "make ablate-head", "regen-100k", "fixed-100k", "make ablate-head ROWS=regen-100k,fixed-100k")):
@@ -424,9 +428,9 @@ def eagle2(res: Results, plot_dir: Path) -> Section:
         [res.source(e) for e in ("tasks", "mt-bench-t0", "expand-confidence", "no-rerank", "confidence-no-rerank")])
 
 
-def eagle3(res: Results, plot_dir: Path) -> Section:
-    table = res.committed_ablation(ABLATE_HEAD_SPEC)
-    source = _shown(ablation_path(res.root, ABLATE_HEAD_SPEC))
+def eagle3(root: Path) -> Section:
+    table = committed_ablation(root, ABLATE_HEAD_SPEC)
+    source = ablation_path(Path(), ABLATE_HEAD_SPEC).as_posix()
     paper = pub.EAGLE3_TABLE2
     command = "make ablate-head ROWS={}"
 
@@ -458,6 +462,9 @@ def eagle3(res: Results, plot_dir: Path) -> Section:
         gain("the training-time test raises τ on the two-layer EAGLE-1 block (ttt3-layers2-2400k vs "
              "layers2-all-cosine-2400k)",
              ("eagle2", "ttt"), ("layers2-all-cosine-2400k", "ttt3-layers2-2400k")),
+        gain("the training-time test raises τ on self-written data (self100-ttt3-layers2-3840k vs "
+             "self100-layers2-3840k: two-layer EAGLE-1 block, 3.84M tokens)",
+             ("eagle2", "ttt"), ("self100-layers2-3840k", "self100-ttt3-layers2-3840k")),
         keeps_rising("with EAGLE-3's block τ keeps rising with data (300k → 1M), more than with EAGLE-1's",
                      ("eagle3-block-k7-300k", "all-cosine-300k"), ("eagle3-block-k7-1000k", "all-cosine-1000k")),
         keeps_rising("with EAGLE-3's block τ keeps rising with data (300k → 2.4M), more than with EAGLE-1's",
@@ -470,13 +477,10 @@ def eagle3(res: Results, plot_dir: Path) -> Section:
                      ("ttt3-100k", "regen-100k"), ("ttt3", "baseline")),
     ]
     names = [n for n in table if n.startswith(("regen", "baseline", "all-cosine", "layers2-all-cosine", "ttt",
-                                               "fused", "eagle3"))]
+                                               "fused", "eagle3", "self100-layers2-3840k", "self100-ttt3"))]
     rows = [[name, *_ablation_cells(table.get(name))] for name in names]
-    plots = []
-    curve = plot_path(res.root, ABLATE_HEAD_SPEC)
-    if curve.exists():
-        plots.append(plot_dir / "tau_vs_tokens.png")
-        plots[0].write_bytes(curve.read_bytes())
+    curve = plot_path(root, ABLATE_HEAD_SPEC)
+    plots = [curve] if curve.exists() else []
     return Section(
         "EAGLE-3: training-time test, fused features, τ against data (make ablate-head)",
         "Read from make ablate-head's committed result file (rows of conf/ablate/smollm2-135m.yaml; this command trains "
@@ -494,6 +498,11 @@ def _ablation_cells(row: dict | None) -> list[str]:
     return [str(row["loss_tokens"] or "—"), str(row["epochs"] or "—"), _f(row["top1"], 3), _f(row["alpha_0"], 3),
             _f(row["alpha_1"], 3), _f(row["tau"]), _x(row.get("speedup")), _f(row["train_min"], 1),
             str(row["status"])]
+
+
+def committed_ablation(root: Path, spec: str) -> dict[str, dict]:
+    """The rows of the checkout `root`'s committed ablation file for `spec` (eval.ablation_file), each marked done."""
+    return {name: {**line, "status": "done"} for name, line in read_ablation(ablation_path(root, spec)).items()}
 
 
 def _done(row: dict | None) -> dict | None:

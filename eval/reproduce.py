@@ -111,7 +111,7 @@ def reproduce(limit: int, data_dir: str | None, results: Path, doc: Path, doc_on
                       ledger, {name: shown(cmd) for name, (cmd, _) in steps.items()},
                       head_label("smollm2-135m", "shipped"))
         res = findings.Results(results, ids, limit, cache)
-        return write(doc, findings.sections(res, doc.parent / doc.stem), stamp)
+        return write(doc, findings.sections(res, doc.parent / doc.stem), stamp, res.root)
 
     for i, (name, (cmd, missing)) in enumerate(steps.items(), 1):
         todo = 0 if doc_only else missing()

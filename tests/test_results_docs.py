@@ -18,7 +18,10 @@ from eval.cli import EvalRunConf
 from eval.headline import begin, headline_result, method_results
 from eval.result_file import (DATA_DIR, HeadlineResult, MethodResult, RunSettings, platform_slug, read_all,
                               read_result, result_path, write_result)
-from eval.results_docs import BEGIN, END, FORMATS, PAGES_DIR, README, TRAINING, cell, rendered, stale, write_docs
+from eval.ablation_file import ablation_path, merge_ablation
+from eval.reproduction_doc import COMMITTED_BEGIN, COMMITTED_END
+from eval.results_docs import (BEGIN, END, FORMATS, PAGES_DIR, README, REPRODUCTION, TRAINING, cell, rendered, stale,
+                               write_docs)
 
 ROOT = Path(__file__).resolve().parent.parent
 FIGURE = re.compile(r"(?<![\w.-])\d+(?:\.\d+)?")
@@ -104,6 +107,30 @@ def test_one_table_per_platform_in_platform_order(tmp_path):
     # the bfloat16 table says why "identical" can be below 100 %; the float32 one needs no such line
     assert block.count("near-tied argmaxes can flip") == 1 and block.index("near-tied") < block.index("### Zeta GPU")
     assert sorted(p.name for p in (root / PAGES_DIR).glob("*.md")) == ["alpha-cpu-amx.md", "zeta-gpu.md"]
+
+
+def test_reproduction_pages_eagle3_section_follows_the_committed_ablation_file(tmp_path):
+    """make reproduce writes docs/reproduction.md once per pass; its EAGLE-3 section reads make ablate-head's
+    committed rows only, so a row merged since is stale there until make results-docs rewrites the block."""
+    root = checkout_copy(tmp_path, [sample_result()])
+    page = root / REPRODUCTION
+    page.write_text(f"# A pass's page\n\n{COMMITTED_BEGIN}\n{COMMITTED_END}\n\n## Commands\n")
+    claim = "EAGLE-3's block (fused features, 7-step training-time test) beats the EAGLE-1 block at equal data and "
+    merge_ablation(ablation_path(root, "smollm2-135m"), [{"row": "all-cosine-300k", "tau": 1.6}], [])
+    assert page in stale(root)  # beside docs/training.md's ablation table
+    write_docs(root)
+    assert stale(root) == []
+    text = page.read_text()
+    assert text.startswith("# A pass's page") and text.endswith("## Commands\n")  # the pass's sections are kept
+    assert f"| EAGLE-3 | {claim}epochs (300k tokens, 5 epochs) | τ 4.05 → 6.13 (+51%) | — | **pending** |" in text
+    merge_ablation(ablation_path(root, "smollm2-135m"), [{"row": "eagle3-block-k7-300k", "tau": 1.5}], [])
+    assert page in stale(root)
+    write_docs(root)
+    assert f"| {claim}epochs (300k tokens, 5 epochs) | τ 4.05 → 6.13 (+51%) | τ 1.60 → 1.50 (-6%) | **does not hold" \
+        in page.read_text()
+    page.write_text("# A page without its block\n")
+    with pytest.raises(EagleError, match="no single generated block"):
+        rendered(root)
 
 
 def test_readme_without_its_block_is_refused(tmp_path):
