@@ -285,7 +285,7 @@ def table6(res: Results) -> Section:
     effect = round(paper["regenerated"][1] / paper["fixed"][1] - 1, 4)
     findings, rows, sources = [], [], []
     here = res.ablation(f"ablate-{ABLATION_SPEC}"), _shown(res.cache / f"ablate-{ABLATION_SPEC}" / "table.csv")
-    committed = committed_ablation(res.root, ABLATE_HEAD_SPEC), _shown(ablation_path(res.root, ABLATE_HEAD_SPEC))
+    committed = committed_ablation(res.root, ABLATE_HEAD_SPEC), committed_source(ABLATE_HEAD_SPEC)
     for (table, source), directory, regen, fixed, command in (
             (here, f"ablate-{ABLATION_SPEC}", regen_name, fixed_name, TRAINED_HERE),
             (committed, "make ablate-head", "regen-100k", "fixed-100k", "make ablate-head ROWS=regen-100k,fixed-100k")):
@@ -430,7 +430,7 @@ def eagle2(res: Results, plot_dir: Path) -> Section:
 
 def eagle3(root: Path) -> Section:
     table = committed_ablation(root, ABLATE_HEAD_SPEC)
-    source = ablation_path(Path(), ABLATE_HEAD_SPEC).as_posix()
+    source = committed_source(ABLATE_HEAD_SPEC)
     paper = pub.EAGLE3_TABLE2
     command = "make ablate-head ROWS={}"
 
@@ -503,6 +503,11 @@ def _ablation_cells(row: dict | None) -> list[str]:
 def committed_ablation(root: Path, spec: str) -> dict[str, dict]:
     """The rows of the checkout `root`'s committed ablation file for `spec` (eval.ablation_file), each marked done."""
     return {name: {**line, "status": "done"} for name, line in read_ablation(ablation_path(root, spec)).items()}
+
+
+def committed_source(spec: str) -> str:
+    """The committed ablation file for `spec` as the pages name it: relative to the checkout, whatever the cwd."""
+    return ablation_path(Path(), spec).as_posix()
 
 
 def _done(row: dict | None) -> dict | None:
