@@ -6,6 +6,7 @@ import json
 import pytest
 
 import eval.ablate_head as ab
+from eagle_infer.cli_support import REPO
 from eagle_infer.errors import EagleError
 
 
@@ -38,10 +39,11 @@ def test_bad_rows_are_one_line_errors(monkeypatch, tmp_path):
 
 
 def test_shipped_recipe_is_its_ablation_row():
-    """recipes/smollm2-135m-shipped.yaml states the settings of the row it ships (self100-layers2-3840k) a second
-    time, so a recipe for `make train`; composed, the two must train the same head on the same data."""
+    """recipes/smollm2-135m-shipped.yaml states the settings of the row it ships (the shipped head's card names it) a
+    second time, so a recipe for `make train`; composed, the two must train the same head on the same data."""
+    card = json.loads((REPO / "eagle_infer" / "heads" / "smollm2-135m" / "card.json").read_text())
     spec = ab.load_spec("smollm2-135m")
-    [row] = ab.named_rows(spec, ["self100-layers2-3840k"])
+    [row] = ab.named_rows(spec, [card["ablation_row"]])
     composed = ab.recipe("smollm2-135m", ab.row_overrides(spec, "smollm2-135m", row)[0])
     shipped = ab.recipe("smollm2-135m-shipped")
     for group in ("model", "data", "featurize", "train", "head"):
