@@ -19,10 +19,13 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from safetensors.torch import load_file, save_file
 
 from eagle_infer.errors import EagleError
 from eagle_infer.tree import additive_mask, causal_mask
@@ -96,13 +99,23 @@ def collate(samples: list[Sample], dtype: torch.dtype, device, fused: bool = Fal
 
 @torch.no_grad()
 def with_target_top(samples: list[Sample], target, autocast: bool, progress: bool = True,
-                    chunk: int = 4096) -> list[Sample]:
+                    chunk: int = 4096, cache: Path | None = None) -> list[Sample]:
     """The samples with target_top set: the target's LM-head argmax over the full vocabulary after every position,
     computed once (in chunks of `chunk` positions, under bfloat16 autocast when training uses it) instead of in
-    every epoch's batches, where draftable_only needs it (a full-vocabulary product per batch)."""
+    every epoch's batches, where draftable_only needs it (a full-vocabulary product per batch).
+
+    With `cache` (a safetensors path in the run directory) a resumed run reads what its first run computed instead
+    of computing it again; the file holds a fingerprint of the features, the LM head's weights and `autocast`, and
+    one that does not match them is computed again and replaced."""
     from tqdm import tqdm
 
     device = target.lm_head.weight.device
+    key = _top_fingerprint(samples, target.lm_head.weight, autocast)
+    if cache is not None and cache.exists():
+        stored = load_file(str(cache))
+        if bytes(stored["fingerprint"].tolist()) == key:
+            tops = stored["target_top"].long().split([s.input_ids.numel() for s in samples])
+            return [dataclasses.replace(s, target_top=t) for s, t in zip(samples, tops)]
     out = []
     for s in tqdm(samples, desc="target argmax", unit="conv", mininterval=10, disable=not progress):
         tops = []
@@ -111,7 +124,24 @@ def with_target_top(samples: list[Sample], target, autocast: bool, progress: boo
                 logits = target.lm_head(s.hidden[start : start + chunk].to(device, target.lm_head.weight.dtype))
             tops.append(logits.argmax(-1).cpu())
         out.append(dataclasses.replace(s, target_top=torch.cat(tops)))
+    if cache is not None:
+        partial = cache.with_name(cache.name + ".partial")
+        save_file({"target_top": torch.cat([s.target_top for s in out]).int(),
+                   "fingerprint": torch.tensor(list(key), dtype=torch.uint8)}, str(partial))
+        partial.replace(cache)
     return out
+
+
+def _top_fingerprint(samples: list[Sample], weight: torch.Tensor, autocast: bool) -> bytes:
+    """sha256 over every sample's token ids (with its length) and first and last hidden state, the LM head's weight
+    bytes and the autocast flag."""
+    digest = hashlib.sha256(b"autocast" if autocast else b"float")
+    digest.update(weight.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+    for s in samples:
+        digest.update(s.input_ids.numel().to_bytes(8, "little"))
+        digest.update(s.input_ids.cpu().long().numpy().tobytes())
+        digest.update(s.hidden[[0, -1]].cpu().contiguous().view(torch.uint8).numpy().tobytes())
+    return digest.digest()
 
 
 def head_inputs(batch: Batch, shift: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -373,9 +373,10 @@ def train(cfg: TrainConfig, target, head_shape: HeadConf = HeadConf(), provenanc
     autocast = use_autocast(cfg.autocast, dtype, engine.device)
     if autocast and rank == 0:
         log.info("bfloat16 autocast: float32 weights, bfloat16 matmuls")
-    if obj.draftable_only:  # every epoch needs the target's full-vocabulary argmax: compute it once (timed as training)
+    if obj.draftable_only:  # every epoch needs the target's full-vocabulary argmax: once per run directory (timed)
         started = time.perf_counter()
-        samples = with_target_top(samples, target, autocast, progress=rank == 0)
+        samples = with_target_top(samples, target, autocast, progress=rank == 0,
+                                  cache=out / f"target-top-rank{rank}.safetensors")
         before += time.perf_counter() - started
     bar = tqdm(total=total_steps, initial=step, desc="train", disable=rank != 0, unit="step")
     tokens, start, metrics = 0.0, time.perf_counter(), {}

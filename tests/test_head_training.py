@@ -203,6 +203,44 @@ def test_precomputed_target_argmax_gives_the_same_losses(tiny_smol6):
         torch.testing.assert_close(stored[key], fresh[key])
 
 
+def test_target_argmax_is_kept_in_the_run_directory_for_a_resume(tiny_smol6, tmp_path):
+    """with_target_top(cache=...) writes the argmax once; a second call on the same features and LM head reads it
+    (the head is never run), and features or an LM head that differ from the fingerprint compute it again."""
+    samples = [_sample(tiny_smol6, c) for c in conversations(3)]
+    cache = tmp_path / "target-top-rank0.safetensors"
+    first = with_target_top(samples, tiny_smol6, autocast=False, progress=False, cache=cache)
+    assert cache.exists()
+
+    def refuse(_):
+        raise AssertionError("the cached argmax was computed again")
+
+    weight = tiny_smol6.lm_head.weight
+    cached = with_target_top(samples, _LmHead(weight, refuse), autocast=False, progress=False, cache=cache)
+    for a, b in zip(first, cached):
+        assert torch.equal(a.target_top, b.target_top)
+
+    flipped = -weight.detach().clone()  # another LM head: every argmax moves to the old argmin
+    calls = []
+    again = with_target_top(samples, _LmHead(flipped, lambda h: calls.append(1) or h @ flipped.T), autocast=False,
+                            progress=False, cache=cache)
+    assert calls and not torch.equal(again[0].target_top, first[0].target_top)
+    shorter = [dataclasses.replace(s, input_ids=s.input_ids[:-1], hidden=s.hidden[:-1]) for s in samples]
+    calls.clear()
+    with_target_top(shorter, _LmHead(flipped, lambda h: calls.append(1) or h @ flipped.T), autocast=False,
+                    progress=False, cache=cache)
+    assert calls
+
+
+class _LmHead:
+    """A stand-in target with only the LM head with_target_top reads: `weight`, and the product as given."""
+
+    def __init__(self, weight, product):
+        self.weight, self.product, self.lm_head = weight, product, self
+
+    def __call__(self, h):
+        return self.product(h)
+
+
 def test_losses_run_packed_on_a_cpu_and_padded_when_asked(tiny_smol6, monkeypatch):
     """Objective.unpadded=None runs the head over the rows' real tokens packed on a CPU (packed_outputs); False runs
     it over the padded batch, as on a GPU: the same losses to rounding."""
