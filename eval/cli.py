@@ -95,7 +95,7 @@ def evaluate(conf: EvalRunConf, out: Path) -> str:
     from .methods import make_methods, needs_head
     from .metrics import cycle_split, summarize
     from .records import RecordWriter, read_records
-    from .report import category_table, log_wandb, plot_all, write_cycles, write_table
+    from .report import category_table, log_wandb, plot_all, write_calibration, write_cycles, write_table
     from .spec_bench import write_answer_files
 
     check_names(conf.bench.names, data_dir(conf.bench))
@@ -131,6 +131,7 @@ def evaluate(conf: EvalRunConf, out: Path) -> str:
     markdown = write_table(rows, out, str(target.dtype).removeprefix("torch."), category_table(records))
     write_answer_files(records, out, target.name)
     write_cycles(cycle_split(records), out)
+    write_calibration(records, out)
     plots = plot_all(records, rows, out)
     log_wandb(rows, plots, out.name, OmegaConf.to_container(OmegaConf.structured(conf)), conf.wandb.mode, conf.wandb.project)
     return markdown

@@ -2,7 +2,7 @@
 
 For runs of the same model and settings split by benchmark (e.g. run side by side on two machines or cores):
 their records are concatenated into OUT/records.jsonl (a (benchmark, method, question) present twice is an
-error), then OUT gets table.md, table.csv, cycles.md and the plots, exactly as a single run would.
+error), then OUT gets table.md, table.csv, cycles.md, calibration.md and the plots, exactly as a single run would.
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from eagle_infer.errors import EagleError
 
 from .metrics import cycle_split, summarize
 from .records import read_records, record_key
-from .report import plot_all, write_cycles, write_table
+from .report import plot_all, write_calibration, write_cycles, write_table
 
 
 def merge(out: Path, runs: list[Path]) -> str:
@@ -34,6 +34,7 @@ def merge(out: Path, runs: list[Path]) -> str:
     rows = summarize(records)
     markdown = write_table(rows, out)
     write_cycles(cycle_split(records), out)
+    write_calibration(records, out)
     plot_all(records, rows, out)
     return markdown
 

@@ -45,12 +45,14 @@ ROW_COLUMNS = tuple(field.name for field in fields(Row))
 
 @dataclass
 class Bucket:
-    """Calibration bucket: tested draft nodes with confidence in [low, high); `rate` = accepted share (None if n=0)."""
+    """Calibration bucket: tested draft nodes with confidence in [low, high); `rate` = accepted share and
+    `confidence` = their mean confidence (both None if n=0). Calibrated: rate = confidence."""
 
     low: float
     high: float
     n: int
     rate: float | None
+    confidence: float | None = None
 
 
 def tau(cycles: list[dict]) -> float | None:
@@ -110,13 +112,16 @@ def calibration(records: list[dict], bins: int = 10) -> list[Bucket]:
     """`bins` equal-width confidence buckets over [0, 1] of every tested draft node (tested_conf / tested_hit)."""
     if bins < 1:
         raise EagleError(f"calibration bins {bins!r} is not a positive number of buckets")
-    counts, hits = [0] * bins, [0] * bins
+    counts, hits, confs = [0] * bins, [0] * bins, [0.0] * bins
     for conf, hit in _tested_nodes(records):
         index = min(int(conf * bins), bins - 1)
         counts[index] += 1
         hits[index] += hit
+        confs[index] += conf
     return [
-        Bucket(i / bins, (i + 1) / bins, counts[i], hits[i] / counts[i] if counts[i] else None) for i in range(bins)
+        Bucket(i / bins, (i + 1) / bins, counts[i], *((hits[i] / counts[i], confs[i] / counts[i]) if counts[i] else
+                                                      (None, None)))
+        for i in range(bins)
     ]
 
 

@@ -1,4 +1,4 @@
-"""Results output: table.csv / table.md, cycles.md, PNG plots (matplotlib Agg, no pyplot state) and an optional wandb log."""
+"""Results output: table.csv / table.md, cycles.md, calibration.md, PNG plots (matplotlib Agg, no pyplot state) and an optional wandb log."""
 from __future__ import annotations
 
 import csv
@@ -79,6 +79,23 @@ def write_cycles(rows: list[CycleRow], out_dir: str | os.PathLike) -> str:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "cycles.md").write_text(markdown, encoding="utf-8")
+    return markdown
+
+
+def write_calibration(records: list[dict], out_dir: str | os.PathLike, bins: int = 10) -> str:
+    """Write `calibration.md`: per drafting method, its tested draft nodes in `bins` confidence buckets, their mean
+    confidence beside the share accepted (what the tree chosen per cycle takes path values for); return it."""
+    rows = []
+    for method in dict.fromkeys(r["method"] for r in records):
+        for b in calibration([r for r in records if r["method"] == method], bins):
+            if b.n:
+                rows.append([method, f"{b.low:.1f}–{b.high:.1f}", str(b.n), f"{b.confidence:.3f}", f"{b.rate:.3f}",
+                             f"{b.rate - b.confidence:+.3f}"])
+    markdown = table(("method", "confidence", "draft nodes", "mean confidence", "accepted share", "accepted − confidence"),
+                     rows)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "calibration.md").write_text(markdown, encoding="utf-8")
     return markdown
 
 

@@ -125,6 +125,8 @@ def test_hist_calibration_split():
     assert accept_length_hist(records) == {"eagle2": [1, 0, 1]}
     buckets = calibration(records, bins=2)
     assert [(b.low, b.high, b.n, b.rate) for b in buckets] == [(0.0, 0.5, 1, 0.0), (0.5, 1.0, 4, 0.5)]
+    assert [b.confidence for b in buckets] == [pytest.approx(0.05), pytest.approx((0.95 + 0.5 + 1.0 + 0.55) / 4)]
+    assert calibration(records, bins=20)[3].confidence is None  # [0.15, 0.2): no node
     split = {(row.benchmark, row.method): row for row in cycle_split(records)}
     eagle2, vanilla, hf = split["gsm8k", "eagle2"], split["gsm8k", "vanilla"], split["gsm8k", "hf_generate"]
     assert (eagle2.cycles, eagle2.draft_ms, eagle2.verify_ms) == (2, pytest.approx(200.0), pytest.approx(400.0))

@@ -5,7 +5,7 @@ import pytest
 
 from eagle_infer.errors import EagleError
 from eval.metrics import ROW_COLUMNS, summarize
-from eval.report import log_wandb, plot_all, write_table
+from eval.report import log_wandb, plot_all, write_calibration, write_table
 
 
 def record(method, qid, wall_s, cycles):
@@ -38,6 +38,15 @@ def test_write_table(tmp_path):
     assert (tmp_path / "table.md").read_text() == markdown
     assert "| mt_bench | eagle2 | 2.00x | 3.00x | 2.00 | 8.0 | 100% |" in markdown
     assert "| mt_bench | vanilla | 1.00x | 1.50x | — |" in markdown
+
+
+def test_calibration_table_sets_mean_confidence_beside_the_accepted_share(tmp_path):
+    markdown = write_calibration(RECORDS, tmp_path)
+    assert (tmp_path / "calibration.md").read_text() == markdown
+    lines = markdown.splitlines()
+    assert "| eagle2 | 0.3–0.4 | 3 | 0.300 | 0.000 | -0.300 |" in lines
+    assert "| eagle2 | 0.9–1.0 | 3 | 0.900 | 1.000 | +0.100 |" in lines
+    assert len(lines) == 4  # header, rule, two buckets: empty buckets and methods without drafts have no row
 
 
 def test_plots_and_wandb(tmp_path, monkeypatch):
