@@ -25,6 +25,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from eagle_infer.errors import EagleError
@@ -106,14 +107,17 @@ def with_target_top(samples: list[Sample], target, autocast: bool, progress: boo
 
     With `cache` (a safetensors path in the run directory) a resumed run reads what its first run computed instead
     of computing it again; the file holds a fingerprint of the features, the LM head's weights and `autocast`, and
-    one that does not match them is computed again and replaced."""
+    one that does not match them (or cannot be read) is computed again and replaced."""
     from tqdm import tqdm
 
     device = target.lm_head.weight.device
     key = _top_fingerprint(samples, target.lm_head.weight, autocast)
     if cache is not None and cache.exists():
-        stored = load_file(str(cache))
-        if bytes(stored["fingerprint"].tolist()) == key:
+        try:
+            stored = load_file(str(cache))
+        except (SafetensorError, OSError):
+            stored = {}  # unreadable: computed again and replaced, like a stale one
+        if "fingerprint" in stored and bytes(stored["fingerprint"].tolist()) == key:
             tops = stored["target_top"].long().split([s.input_ids.numel() for s in samples])
             return [dataclasses.replace(s, target_top=t) for s, t in zip(samples, tops)]
     out = []

@@ -1,4 +1,5 @@
-"""Results output: table.csv / table.md, cycles.md, calibration.md, PNG plots (matplotlib Agg, no pyplot state) and an optional wandb log."""
+"""Results output: table.csv / table.md, cycles.md, calibration.md, PNG plots (matplotlib Agg, no pyplot state) and
+an optional wandb log."""
 from __future__ import annotations
 
 import csv
@@ -91,8 +92,8 @@ def write_calibration(records: list[dict], out_dir: str | os.PathLike, bins: int
             if b.n:
                 rows.append([method, f"{b.low:.1f}–{b.high:.1f}", str(b.n), f"{b.confidence:.3f}", f"{b.rate:.3f}",
                              f"{b.rate - b.confidence:+.3f}"])
-    markdown = table(("method", "confidence", "draft nodes", "mean confidence", "accepted share", "accepted − confidence"),
-                     rows)
+    columns = ("method", "confidence", "draft nodes", "mean confidence", "accepted share", "accepted − confidence")
+    markdown = table(columns, rows)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "calibration.md").write_text(markdown, encoding="utf-8")

@@ -229,6 +229,11 @@ def test_target_argmax_is_kept_in_the_run_directory_for_a_resume(tiny_smol6, tmp
     with_target_top(shorter, _LmHead(flipped, lambda h: calls.append(1) or h @ flipped.T), autocast=False,
                     progress=False, cache=cache)
     assert calls
+    cache.write_bytes(b"not a safetensors file")  # unreadable: computed again, not an error
+    calls.clear()
+    with_target_top(samples, _LmHead(flipped, lambda h: calls.append(1) or h @ flipped.T), autocast=False,
+                    progress=False, cache=cache)
+    assert calls and cache.stat().st_size > 100
 
 
 class _LmHead:
