@@ -165,7 +165,8 @@ def row_overrides(spec: dict, name: str, row: dict) -> tuple[list[str], list[Pat
     The row's own overrides come after the spec's shared ones; DATA_WORDS name feature directories: `fixed`
     ShareGPT's own answers, `self` the recipe's features and the self-written prompts' in equal shares of loss
     tokens, `self-only` the self-written prompts alone, `more` the data's second part (with `self-only`, the
-    self-written prompts' further parts, in equal shares with the first). A row's `self_features` names another
+    self-written prompts' further parts, in equal shares with the first; with `self`, both sources' further parts,
+    every directory an equal share). A row's `self_features` names another
     recipe for the self-written prompts than the spec's, its `self_more_features` other further parts."""
     words = [a for a in row["overrides"] if a in DATA_WORDS]
     args = [f"train.max_loss_tokens={row['loss_tokens']}", *spec.get("train", []),
@@ -179,6 +180,8 @@ def row_overrides(spec: dict, name: str, row: dict) -> tuple[list[str], list[Pat
         feats.extend(features_dir(part) / "train" for part in more)
     if "self" in words:
         feats.append(_self_features(spec, row))
+        if "more" in words:
+            feats.extend(features_dir(part) / "train" for part in _self_more(spec, row))
     if feats[0] != features_dir(name) / "train":
         args.append(f"train.features={feats[0]}")
     if len(feats) > 1:

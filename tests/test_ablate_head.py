@@ -129,13 +129,15 @@ def test_featurize_makes_the_recipes_heldout_split_for_a_row_that_reads_none_of_
 
 def test_self_rows_take_equal_shares_of_two_directories(out, monkeypatch):
     """`self`: the recipe's features and the self-written prompts' in equal shares of the row's loss tokens;
-    `self-only` the self-written prompts alone, with `more` their two parts alike; a row's own `self_features` names
+    `self-only` the self-written prompts alone, with `more` their two parts alike (with `self`, both sources' two
+    parts, four equal shares); a row's own `self_features` names
     the self-written recipe and its `self_more_features` further parts. Pending until the smaller directory holds
     its share."""
     monkeypatch.setattr(ab, "_loss_tokens", lambda directory: 700 if "self" in str(directory) else 500)
     runs = []
     monkeypatch.setattr(ab, "_run", lambda cmd, log_path: runs.append(cmd))
-    spec = {"train": [], "self_features": "smollm2-135m-self", "self_more_features": "smollm2-135m-self-openers-part2"}
+    spec = {"train": [], "self_features": "smollm2-135m-self", "self_more_features": "smollm2-135m-self-openers-part2",
+            "more_features": "smollm2-135m-part2"}
     half = {"name": "half", "loss_tokens": 1200, "overrides": ["self"]}
     assert ab.train_row(out, spec, "smollm2-135m", half).startswith("pending") and not runs  # 2 x 500 < 1200
     assert ab.train_row(out, spec, "smollm2-135m", {**half, "loss_tokens": 1000}) == "done"
@@ -158,6 +160,13 @@ def test_self_rows_take_equal_shares_of_two_directories(out, monkeypatch):
     extra = [a for a in runs[3] if a.startswith("train.extra_features=")][0]
     assert [p.split("/")[-2] for p in extra[len("train.extra_features=["):-1].split(",")] == parts
     assert "train.equal_shares=true" in runs[3]
+    mixed = {"name": "mixed", "loss_tokens": 2000, "overrides": ["self", "more"]}  # both sources' two parts
+    assert ab.train_row(out, spec, "smollm2-135m", {**mixed, "loss_tokens": 2001}).startswith("pending")  # 4 x 500
+    assert ab.train_row(out, spec, "smollm2-135m", mixed) == "done"
+    extra = [a for a in runs[4] if a.startswith("train.extra_features=")][0]
+    assert [p.split("/")[-2] for p in extra[len("train.extra_features=["):-1].split(",")] == [
+        "smollm2-135m-part2", "smollm2-135m-self", "smollm2-135m-self-openers-part2"]
+    assert "train.equal_shares=true" in runs[4]
 
 
 def test_trained_row_is_not_retrained_and_table_reads_its_summary(out, monkeypatch):
