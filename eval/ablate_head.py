@@ -181,6 +181,9 @@ def row_overrides(spec: dict, name: str, row: dict) -> tuple[list[str], list[Pat
     if "self" in words:
         feats.append(_self_features(spec, row))
         if "more" in words:
+            if not _self_more(spec, row):  # else the self-written share would silently shrink to a third
+                raise EagleError(f"row {row['name']!r}: `self` with `more` needs self_more_features (the "
+                                 "self-written prompts' further parts); neither the row nor the spec names any")
             feats.extend(features_dir(part) / "train" for part in _self_more(spec, row))
     if feats[0] != features_dir(name) / "train":
         args.append(f"train.features={feats[0]}")

@@ -157,16 +157,21 @@ def test_self_rows_take_equal_shares_of_two_directories(out, monkeypatch):
     parts = ["smollm2-135m-self-openers-part2", "smollm2-135m-self-openers-part3"]  # a row's own further parts
     three = {"name": "three", "loss_tokens": 2100, "self_more_features": parts, "overrides": ["self-only", "more"]}
     assert ab.train_row(out, spec, "smollm2-135m", three) == "done"
-    extra = [a for a in runs[3] if a.startswith("train.extra_features=")][0]
-    assert [p.split("/")[-2] for p in extra[len("train.extra_features=["):-1].split(",")] == parts
+    assert _extra_recipes(runs[3]) == parts
     assert "train.equal_shares=true" in runs[3]
     mixed = {"name": "mixed", "loss_tokens": 2000, "overrides": ["self", "more"]}  # both sources' two parts
     assert ab.train_row(out, spec, "smollm2-135m", {**mixed, "loss_tokens": 2001}).startswith("pending")  # 4 x 500
     assert ab.train_row(out, spec, "smollm2-135m", mixed) == "done"
-    extra = [a for a in runs[4] if a.startswith("train.extra_features=")][0]
-    assert [p.split("/")[-2] for p in extra[len("train.extra_features=["):-1].split(",")] == [
-        "smollm2-135m-part2", "smollm2-135m-self", "smollm2-135m-self-openers-part2"]
+    assert _extra_recipes(runs[4]) == ["smollm2-135m-part2", "smollm2-135m-self", "smollm2-135m-self-openers-part2"]
     assert "train.equal_shares=true" in runs[4]
+    with pytest.raises(EagleError, match="row 'mixed': `self` with `more` needs self_more_features"):
+        ab.row_overrides({**spec, "self_more_features": []}, "smollm2-135m", mixed)
+
+
+def _extra_recipes(cmd: list[str]) -> list[str]:
+    """The recipe names of a training command's train.extra_features directories (<features>/<recipe>/train)."""
+    [extra] = [a for a in cmd if a.startswith("train.extra_features=")]
+    return [p.split("/")[-2] for p in extra[len("train.extra_features=["):-1].split(",")]
 
 
 def test_trained_row_is_not_retrained_and_table_reads_its_summary(out, monkeypatch):
