@@ -35,8 +35,8 @@ class ModelConf:
     name: str = "smollm2-135m"
     dtype: str = "auto"  # bfloat16 on GPUs and CPUs with native bfloat16 matmuls, else float32 (platform.resolve_dtype)
     device: str = "auto"
-    # auto | on | off: linear weights packed once for oneDNN, bfloat16 on CPUs with native bfloat16 matmuls
-    # (eagle_infer.packed; auto packs exactly there)
+    # auto | on | off: linear weights packed once for oneDNN; auto packs the CPU's native dtype (bfloat16 with native
+    # bfloat16 matmuls, float32 without: eagle_infer.packed)
     pack: str = "auto"
 
 

@@ -1,13 +1,16 @@
 """Linear weights reordered once into oneDNN's blocked layout (what inductor's freezing does for a compiled model),
-for bfloat16 inference on CPUs with native bfloat16 matmuls.
+for inference on a CPU in its native dtype.
 
 A decode step multiplies a few rows by every weight of the model, so it is bound by how fast the matmul kernel
-streams weights; eager `F.linear` hands oneDNN a plain weight on every call, the packed form skips that preparation.
-scripts/bench_engine.py prints packed and unpacked forwards side by side, and whether their logits are equal bit for
-bit over the same cache (on the Xeon with AMX where it was measured they are, for 1 to 64 tokens). oneDNN does not
-promise this on every CPU; where they differ it is by bfloat16 rounding, as between forwards of different widths,
-and every method of a run shares the one packed target, so comparisons stay like for like. float32 is never packed
-(it did not pay here), so float32 outputs are unchanged bit for bit.
+streams weights; eager `F.linear` hands oneDNN (bfloat16) or MKL (float32) a plain weight on every call, the packed
+form skips that preparation. Where it pays: bfloat16 on CPUs with native bfloat16 matmuls, and float32 on CPUs
+without them (AVX2 only), whose native dtype it is: there MKL multiplies 2 to 8 rows by a weight in about twice the
+time of one row, while oneDNN's packed float32 product costs about one row's time, and the 49152-row LM head halves
+(scripts/bench_engine.py prints packed and unpacked forwards side by side, and whether their logits are equal bit for
+bit over the same cache). Packed products differ from the plain ones by rounding (float32: ~1e-4 of a logit), and
+every method of a run shares the one packed target, so comparisons stay like for like. Where it was measured (the AMD
+EPYC with AVX2) oneDNN's packed float32 products are row-invariant: each row's result is the same bits whether it is
+multiplied alone or among 64, so a verified tree's logits match one-token steps' in every linear layer.
 Memory: the packed copy doubles the weights' footprint (and the target's lean steps add packed q/k/v and gate/up
 products, eagle_infer/lean_layer.py), so model.pack=auto skips packing (with a warning) where the copies would take
 more than half of the memory available.
@@ -18,9 +21,10 @@ import torch
 import torch.nn.functional as F
 
 from .errors import EagleError
-from .platform import cpu_has_bf16_matmul
+from .platform import resolve_dtype
 
 PACK_CHOICES = ("auto", "on", "off")
+PACKABLE = (torch.bfloat16, torch.float32)
 ROWS_HINT = 32  # rows the reorder is tuned for: a verified tree's size (one-token steps run as fast with it)
 
 
@@ -29,17 +33,18 @@ def pack_available() -> bool:
 
 
 def resolve_pack(name: str, dtype: torch.dtype, device: torch.device) -> bool:
-    """'auto': pack bfloat16 weights on a CPU with native bfloat16 matmuls; 'on' wherever oneDNN can (bfloat16 on
-    a CPU); 'off' never."""
+    """'auto': pack where `dtype` is the CPU's native one (platform.resolve_dtype's 'auto': bfloat16 on a CPU with
+    native bfloat16 matmuls, float32 on one without); 'on' wherever oneDNN can (bfloat16 or float32 on a CPU); 'off'
+    never."""
     if name not in PACK_CHOICES:
         raise EagleError(f"unknown model.pack {name!r}: expected one of {', '.join(PACK_CHOICES)}")
     if name == "off":
         return False
-    possible = device.type == "cpu" and dtype == torch.bfloat16 and pack_available()
+    possible = device.type == "cpu" and dtype in PACKABLE and pack_available()
     if name == "on" and not possible:
-        raise EagleError(f"model.pack=on needs bfloat16 on a CPU with oneDNN, not {str(dtype).removeprefix('torch.')} "
-                         f"on {device.type}: use model.pack=auto or off")
-    return possible and (name == "on" or cpu_has_bf16_matmul())
+        raise EagleError(f"model.pack=on needs bfloat16 or float32 on a CPU with oneDNN, not "
+                         f"{str(dtype).removeprefix('torch.')} on {device.type}: use model.pack=auto or off")
+    return possible and (name == "on" or dtype == resolve_dtype("auto", device))
 
 
 class PackedLinear(torch.nn.Module):

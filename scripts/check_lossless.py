@@ -1,12 +1,14 @@
 """Lossless on this device, in float32 (make check-lossless): greedy EAGLE-2 (the tree chosen per cycle) equals
 vanilla greedy on MT-bench first turns, eagerly and through the compiled target (infer.compile: CUDA graphs on a
-GPU), a batch equals its batch of one, and compiled vanilla equals eager vanilla. It needs torch and transformers
+GPU), a batch equals its batch of one, and compiled vanilla equals eager vanilla; the eager path with the target's
+linear weights packed as model.pack says (--pack, default auto: packed in float32 on a CPU without native bfloat16
+matmuls, eagle_infer/packed.py), as `make eval` and `make headline` run it there. It needs torch and transformers
 only (no hydra, datasets or deepspeed), so it runs on a bare GPU machine. Prints one line per path and exits 1 if
 any output differs (2, with one line, on bad input). A synthetic target (--model synthetic:vicuna-7b: random
 weights of that shape, eagle_infer/synthetic.py) is checked with a random head.
 
 usage: python scripts/check_lossless.py [--model smollm2-135m] [--head shipped] [--prompts 3] [--max-new 64]
-       [--no-compile] [--data-dir DIR]
+       [--no-compile] [--pack auto|on|off] [--data-dir DIR]
 """
 from __future__ import annotations
 
@@ -28,7 +30,7 @@ from eval.benchmarks import load_benchmark  # noqa: E402
 
 def check(args, compile: bool) -> tuple[list[list[int]], bool, str]:
     """(vanilla outputs, every check passed, the path's line)."""
-    target = load_target(args.model, "float32", compile=compile, allow_synthetic=True)
+    target = load_target(args.model, "float32", pack=args.pack, compile=compile, allow_synthetic=True)
     questions = load_benchmark("mt_bench", args.data_dir if Path(args.data_dir).is_dir() else None,
                                limit=args.prompts)
     prompts = [prompt_ids(target.tokenizer, [Message("user", q.turns[0])], target.template) for q in questions]
@@ -41,7 +43,8 @@ def check(args, compile: bool) -> tuple[list[list[int]], bool, str]:
     b = [r.tokens for r in eagle2.generate_batch(prompts, args.max_new, stop_ids=stops,
                                                   batch_size=len(prompts)).results]
     same, batched, n = sum(x == y for x, y in zip(v, e)), sum(x == y for x, y in zip(e, b)), len(prompts)
-    line = (f"{'compiled' if compile else 'eager'} ({target.device.type}): EAGLE-2 = vanilla on {same}/{n}; "
+    path = "compiled" if compile else "eager, packed" if target.packed else "eager"
+    line = (f"{path} ({target.device.type}): EAGLE-2 = vanilla on {same}/{n}; "
             f"a batch of {n} = its batch of one on {batched}/{n}; {time.perf_counter() - start:.0f} s")
     if compile:
         c = target.compiled_forward
@@ -58,6 +61,7 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=3, help="MT-bench first turns")
     ap.add_argument("--max-new", type=int, default=64)
     ap.add_argument("--no-compile", action="store_true", help="check the eager path only")
+    ap.add_argument("--pack", default="auto", help="model.pack of the eager path: auto | on | off")
     ap.add_argument("--data-dir", default=str(REPO.parent / "shared" / "data" / "benchmarks"))
     args = ap.parse_args()
     try:
