@@ -4,13 +4,11 @@ for inference on a CPU in its native dtype.
 A decode step multiplies a few rows by every weight of the model, so it is bound by how fast the matmul kernel
 streams weights; eager `F.linear` hands oneDNN (bfloat16) or MKL (float32) a plain weight on every call, the packed
 form skips that preparation. Where it pays: bfloat16 on CPUs with native bfloat16 matmuls, and float32 on CPUs
-without them (AVX2 only), whose native dtype it is: there MKL multiplies 2 to 8 rows by a weight in about twice the
-time of one row, while oneDNN's packed float32 product costs about one row's time, and the 49152-row LM head halves
-(scripts/bench_engine.py prints packed and unpacked forwards side by side, and whether their logits are equal bit for
-bit over the same cache). Packed products differ from the plain ones by rounding (float32: ~1e-4 of a logit), and
-every method of a run shares the one packed target, so comparisons stay like for like. Where it was measured (the AMD
-EPYC with AVX2) oneDNN's packed float32 products are row-invariant: each row's result is the same bits whether it is
-multiplied alone or among 64, so a verified tree's logits match one-token steps' in every linear layer.
+without them (AVX2 only), whose native dtype it is: there MKL's float32 product of 2 to 8 rows costs about twice one
+row's, oneDNN's packed one about one row's (scripts/bench_engine.py prints packed and unpacked forwards side by side,
+and whether their logits are equal bit for bit over the same cache). Where they differ it is by rounding, as between
+forwards of different widths, and every method of a run shares the one packed target, so comparisons stay like for
+like.
 Memory: the packed copy doubles the weights' footprint (and the target's lean steps add packed q/k/v and gate/up
 products, eagle_infer/lean_layer.py), so model.pack=auto skips packing (with a warning) where the copies would take
 more than half of the memory available.
