@@ -62,20 +62,20 @@ eval: $(STAMP)
 
 # This machine's headline result (28 min on a 2-core CPU busy with other jobs): the defaults on 10 MT-bench first turns, 128 new tokens,
 # for vanilla, transformers' generate, EAGLE-2 and EAGLE-2 with prompt lookup, measured afresh into results/headline;
-# its figures become docs/results/data/<platform>/headline.json (eval/result_file.py), then the docs are regenerated.
+# its figures become docs/results/data/<platform>/headline.json (lab/result_file.py), then the docs are regenerated.
 .PHONY: headline results-docs
 HEADLINE_EVAL = run=headline model.name=smollm2-135m bench.names=[mt_bench] bench.limit=10 bench.max_turns=1 \
 	infer.max_new_tokens=128 'methods=[vanilla,hf_generate,eagle2,eagle2+lookup]' wandb.mode=disabled
 headline: $(STAMP)
 	rm -rf results/headline
-	$(PY) -m eval.headline begin results/headline
+	$(PY) -m lab.headline begin results/headline
 	$(PY) -m eval.cli $(HEADLINE_EVAL)
-	$(PY) -m eval.headline end results/headline --command "make headline"
-	$(PY) -m eval.results_docs
+	$(PY) -m lab.headline end results/headline --command "make headline"
+	$(PY) -m lab.results_docs
 
 # docs/results/<platform>.md and the README's headline block from the committed result files only (no model, seconds).
 results-docs: $(STAMP)
-	$(PY) -m eval.results_docs
+	$(PY) -m lab.results_docs
 
 # Hydra multirun over the EAGLE-2 tree settings on a benchmark subset; vanilla is measured once as the baseline. With
 # SWEEP_AUTO=1 (default) one more job runs infer.depth=auto infer.total_tokens=auto, compared with the best fixed one.
@@ -124,20 +124,20 @@ sweep-batch: $(STAMP)
 ROWS ?=
 FEATURIZE ?=
 ablate-head: $(STAMP)
-	$(PY) -m eval.ablate_head --recipe $(MODEL) $(if $(ROWS),--rows $(ROWS)) $(if $(FEATURIZE),--featurize) --coverage
+	$(PY) -m lab.ablate_head --recipe $(MODEL) $(if $(ROWS),--rows $(ROWS)) $(if $(FEATURIZE),--featurize) --coverage
 
-# An ablation row's head becomes eagle_infer/heads/$(MODEL), its card written from the row's files (eval/ship_head.py),
+# An ablation row's head becomes eagle_infer/heads/$(MODEL), its card written from the row's files (lab/ship_head.py),
 # then the README's shipped-head block is regenerated. ROW=<row of conf/ablate/$(MODEL).yaml>.
 .PHONY: ship-head
 ship-head: $(STAMP)
-	$(PY) -m eval.ship_head --row $(ROW) --spec $(MODEL)
-	$(PY) -m eval.results_docs
+	$(PY) -m lab.ship_head --row $(ROW) --spec $(MODEL)
+	$(PY) -m lab.results_docs
 
 # The EAGLE papers' findings against ours (SmolLM2, shipped head) with a verdict each: docs/reproduction.md and its
-# plots (eval/reproduce.py). Resumable; LIMIT=n questions per benchmark (default 10); DATA_DIR: bench.data_dir.
+# plots (lab/reproduce.py). Resumable; LIMIT=n questions per benchmark (default 10); DATA_DIR: bench.data_dir.
 .PHONY: reproduce
 reproduce: $(STAMP)
-	$(PY) -m eval.reproduce $(if $(LIMIT),--limit $(LIMIT)) $(if $(wildcard $(DATA_DIR)),--data-dir $(DATA_DIR)) $(ARGS)
+	$(PY) -m lab.reproduce $(if $(LIMIT),--limit $(LIMIT)) $(if $(wildcard $(DATA_DIR)),--data-dir $(DATA_DIR)) $(ARGS)
 
 # A trained head in a server's layout: make export HEAD=<head directory or hub id> FORMAT=vllm|sglang|eagle OUT=<dir>
 HEAD ?= eagle_infer/heads/$(MODEL)

@@ -230,7 +230,7 @@ def prompt_categories(cfg: TrainRunConf, results_root: Path = REPO) -> str:
     from datetime import datetime, timezone
 
     from eval.cli import BenchConf, data_dir
-    from eval.headline import checkout_commit
+    from lab.headline import checkout_commit
 
     from .conversations import SHAREGPT_PACKAGE, load_conversations
     from .prompt_categories import category_report

@@ -20,7 +20,7 @@ every timing) and how many graphs were compiled after warm-up (0 expected).
 A synthetic target (--model synthetic:vicuna-7b: that architecture with random weights, eagle_infer/synthetic.py)
 adds (e) the cost of a cycle of EAGLE's draft tree (25 nodes, depth 5; drafted by a random head, verified) beside the
 vanilla step, and the speedup projected from it at the τ the EAGLE paper reports for that target,
-τ × vanilla step / (draft + verify per cycle), beside the paper's measured speedup (eval/projection.py): a
+τ × vanilla step / (draft + verify per cycle), beside the paper's measured speedup (lab/projection.py): a
 projection, since a random-weight target's own τ means nothing.
 --baseline DIR loads the eagle_infer package of another checkout (e.g. `git worktree add /tmp/base main`) under
 another name and measures its engine in the same run, interleaved prompt by prompt: a before/after table (its target
@@ -59,7 +59,7 @@ from eagle_infer.synthetic import PREFIX, is_synthetic  # noqa: E402
 from eagle_infer.target import load_target  # noqa: E402
 from eval.benchmarks import load_benchmark  # noqa: E402
 from eval.markdown import table  # noqa: E402
-from eval.projection import EAGLE_TREE, PAPER_FIGURES, PaperFigures, projected_speedup  # noqa: E402
+from lab.projection import EAGLE_TREE, PAPER_FIGURES, PaperFigures, projected_speedup  # noqa: E402
 
 FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile", "avx512_fp16")
 SIZES = (1, 2, 4, 8, 16, 24, 32, 48, 64)
@@ -247,14 +247,14 @@ def engines(build, conf_class, target, head: str, args):
 
 
 def tree_engines(targets: dict, head: str) -> dict:
-    """Per engine column (name -> target), an engine drafting EAGLE's tree (eval.projection.EAGLE_TREE) with `head`."""
+    """Per engine column (name -> target), an engine drafting EAGLE's tree (lab.projection.EAGLE_TREE) with `head`."""
     conf = InferConf(method="eagle1", head=head, static_paths=[list(p) for p in EAGLE_TREE])
     return {name: build_engine(conf, target) for name, target in targets.items()}
 
 
 def projection(runs: "Runs", prefix: str, figures: PaperFigures | None) -> dict:
     """One engine column's cycle of EAGLE's tree against its vanilla step (per-cycle medians, ms) and, with the
-    paper's figures for the model, the speedup projected at its τ (eval.projection)."""
+    paper's figures for the model, the speedup projected at its τ (lab.projection)."""
     step, tree = runs.step_ms(f"{prefix} vanilla", "verify"), f"{prefix} eagle tree"
     draft, verify = runs.step_ms(tree, "draft"), runs.step_ms(tree, "verify")
     return {"vanilla_step_ms": step, "draft_ms_per_cycle": draft, "draft_ms_per_level": runs.step_ms(tree, "per_level"),
@@ -475,7 +475,7 @@ def print_projection(r: dict) -> None:
           "per-cycle medians:\n")
     print(table(["", *cols], [[label, *(fmt(p["engine"][c]) for c in cols)] for label, fmt in rows]))
     if not paper:
-        print(f"No published τ for {r['model'].removeprefix(PREFIX)} (eval/projection.py): no projection.")
+        print(f"No published τ for {r['model'].removeprefix(PREFIX)} (lab/projection.py): no projection.")
         return
     measured = (f"the paper measured {paper['speedup']:.2f}x ({paper['speedup_source']}) on its own GPU"
                 if paper["speedup"] else "the paper reports no measured speedup for this target")

@@ -32,7 +32,7 @@ from eagle_infer.target import load_target
 from eagle_train.features import read_samples
 from eagle_train.objective import compile_layers
 from eagle_train.train import build_head_config, micro_batches, new_head, objective
-from eval.ablate_head import row_settings
+from lab.ablate_head import row_settings
 
 # Each --blocks name times the settings of one row of the ablation (conf/ablate/smollm2-135m.yaml, composed as
 # `make ablate-head` trains it): the two-layer EAGLE-1 block, the same with the training-time test K = 3, and

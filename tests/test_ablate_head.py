@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-import eval.ablate_head as ab
+import lab.ablate_head as ab
 from eagle_infer.build import HEADS_DIR
 from eagle_infer.errors import EagleError
 

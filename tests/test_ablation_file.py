@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-import eval.ablate_head as ab
+import lab.ablate_head as ab
 from eagle_infer.errors import EagleError
 from eagle_train.train import ALPHA_STEPS
-from eval.ablation_file import ALPHAS, COLUMNS, ablation_path, merge_ablation, read_ablation
-from eval.results_docs import ABLATION_BEGIN, ABLATION_END, README, TRAINING, stale, write_docs
+from lab.ablation_file import ALPHAS, COLUMNS, ablation_path, merge_ablation, read_ablation
+from lab.results_docs import ABLATION_BEGIN, ABLATION_END, README, TRAINING, stale, write_docs
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -212,7 +212,7 @@ def test_train_unknown_block(cli):
 def test_block_eagle3_trains_the_ablation_rows_eagle3_block(cli, tmp_path, row, steps):
     """block=eagle3 (conf/block/eagle3.yaml, `make train BLOCK=eagle3`) over a recipe gives EAGLE-3's draft model with
     its reference trainer's settings; the ablation's eagle3-block-* rows select it, their own overrides after it."""
-    from eval import ablate_head as ab
+    from lab import ablate_head as ab
 
     spec = ab.load_spec("smollm2-135m")
     args, _ = ab.row_overrides(spec, "smollm2-135m", next(r for r in spec["rows"] if r["name"] == row))
@@ -228,7 +228,7 @@ def test_block_eagle3_trains_the_ablation_rows_eagle3_block(cli, tmp_path, row, 
 
 @pytest.mark.parametrize("recipe", RECIPES)
 def test_recipe_composes(cli, recipe, tmp_path):
-    from eval.ablate_head import recipe as composed
+    from lab.ablate_head import recipe as composed
 
     spec = composed(recipe)  # with the recipes it builds on (its defaults list)
     proc = cli("eagle_train.cli", f"recipes={recipe}", "stage=plan", f"hydra.run.dir={tmp_path}")

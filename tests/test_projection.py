@@ -1,4 +1,4 @@
-"""The projected speedup of a synthetic target (eval/projection.py) and bench-engine's projection table."""
+"""The projected speedup of a synthetic target (lab/projection.py) and bench-engine's projection table."""
 from __future__ import annotations
 
 import importlib.util
@@ -8,7 +8,7 @@ import pytest
 
 from eagle_infer.registry import MODELS
 from eagle_infer.tree import check_paths
-from eval.projection import EAGLE_TREE, PAPER_FIGURES, projected_speedup
+from lab.projection import EAGLE_TREE, PAPER_FIGURES, projected_speedup
 from tests.test_engine_errors import one_line_error
 
 REPO = Path(__file__).resolve().parent.parent

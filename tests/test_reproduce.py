@@ -7,13 +7,14 @@ import json
 import pytest
 import torch
 
-import eval.reproduce as rp
+import lab.reproduce as rp
 from eagle_infer.errors import EagleError
-from eval import ablate_head, findings, throughput
-from eval.ablation_file import ablation_path, merge_ablation
+from eval import throughput
+from lab import ablate_head, findings
+from lab.ablation_file import ablation_path, merge_ablation
 from eval.records import RecordWriter
-from eval.reproduce_plan import ABLATION_SPEC, EXPERIMENTS, STATIC_DEPTH, STATIC_NODES
-from eval.verdict import FAILS, HOLDS, PENDING, WEAKER, AtMost, Larger, Near, verdict
+from lab.reproduce_plan import ABLATION_SPEC, EXPERIMENTS, STATIC_DEPTH, STATIC_NODES
+from lab.verdict import FAILS, HOLDS, PENDING, WEAKER, AtMost, Larger, Near, verdict
 from tests.test_eval_metrics import cycle, record
 
 SECTIONS = ("EAGLE Table 2 / Figure 2", "EAGLE Table 1", "EAGLE Table 5 / Figure 7", "EAGLE Figure 8", "EAGLE Table 6",
@@ -50,7 +51,7 @@ def setup(tmp_path, monkeypatch):
 
     def fake_step(cmd, log_path):
         calls.append(cmd)
-        if "eval.ablate_head" in cmd:
+        if "lab.ablate_head" in cmd:
             questions = int(cmd[cmd.index("--questions") + 1])
             return _train_ablation(tmp_path / "cache" / f"ablate-{ABLATION_SPEC}", questions)
         args = dict(a.split("=", 1) for a in cmd[3:])
@@ -87,7 +88,7 @@ def _answer(bench, method, qid):
 
 
 def _train_ablation(out, questions):
-    """What `eval.ablate_head --spec draft-inputs` leaves for the draft-input rows: a summary, τ and speed records,
+    """What `lab.ablate_head --spec draft-inputs` leaves for the draft-input rows: a summary, τ and speed records,
     the table; the token-only row stays pending."""
     spec = ablate_head.load_spec(ABLATION_SPEC)
     results = []
@@ -138,7 +139,7 @@ def test_resume_runs_only_what_is_missing(setup, tmp_path):
     rp.reproduce(3, str(data), rp.Path("results/reproduce"), rp.Path("docs/reproduction.md"))
     runs = {c[c.index("-m") + 1] for c in calls}
     # one more question each; the throughput points already decode 4 questions, so they are complete
-    assert len(calls) == len(EXPERIMENTS) and runs == {"eval.cli", "eval.ablate_head"}
+    assert len(calls) == len(EXPERIMENTS) and runs == {"eval.cli", "lab.ablate_head"}
     records = (tmp_path / "results/reproduce/tasks/records.jsonl").read_text().splitlines()
     assert len(records) == 3 * 3 * 3  # three benchmarks × three methods × three questions, none twice
 

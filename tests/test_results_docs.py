@@ -15,12 +15,12 @@ from omegaconf import OmegaConf
 
 from eagle_infer.errors import EagleError
 from eval.cli import EvalRunConf
-from eval.headline import begin, headline_result, method_results
-from eval.result_file import (DATA_DIR, HeadlineResult, MethodResult, RunSettings, platform_slug, read_all,
+from lab.headline import begin, headline_result, method_results
+from lab.result_file import (DATA_DIR, HeadlineResult, MethodResult, RunSettings, platform_slug, read_all,
                               read_result, result_path, write_result)
-from eval.ablation_file import ablation_path, merge_ablation
-from eval.reproduction_doc import COMMITTED_BEGIN, COMMITTED_END
-from eval.results_docs import (BEGIN, END, FORMATS, PAGES_DIR, README, REPRODUCTION, TRAINING, cell, rendered, stale,
+from lab.ablation_file import ablation_path, merge_ablation
+from lab.reproduction_doc import COMMITTED_BEGIN, COMMITTED_END
+from lab.results_docs import (BEGIN, END, FORMATS, PAGES_DIR, README, REPRODUCTION, TRAINING, cell, rendered, stale,
                                write_docs)
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -224,7 +224,7 @@ def test_headline_result_stamps_the_run_and_the_checkout_it_began_in(tmp_path):
 
 def test_headline_names_the_ablation_row_of_the_shipped_head(tmp_path, monkeypatch):
     """A table stays tied to the head it measured: "shipped" is recorded with the row its card names."""
-    import eval.headline as headline
+    import lab.headline as headline
 
     (tmp_path / "m").mkdir()
     (tmp_path / "m" / "card.json").write_text(json.dumps({"ablation_row": "row-a"}))
@@ -235,7 +235,7 @@ def test_headline_names_the_ablation_row_of_the_shipped_head(tmp_path, monkeypat
 
 
 def test_headline_result_needs_begin_and_a_run_directory(tmp_path):
-    with pytest.raises(EagleError, match="checkout.json does not exist; expected `python -m eval.headline begin"):
+    with pytest.raises(EagleError, match="checkout.json does not exist; expected `python -m lab.headline begin"):
         headline_result(tmp_path, "make headline")
     begin(tmp_path, ROOT)
     with pytest.raises(EagleError, match="config.yaml does not exist"):

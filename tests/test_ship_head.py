@@ -8,9 +8,9 @@ import pytest
 
 from eagle_infer.draft_head import random_head
 from eagle_infer.errors import EagleError
-from eval.ablation_file import ablation_path, merge_ablation
-from eval.results_docs import shipped_block
-from eval.ship_head import HEAD_FILES, ship, shipped_dir
+from lab.ablation_file import ablation_path, merge_ablation
+from lab.results_docs import shipped_block
+from lab.ship_head import HEAD_FILES, ship, shipped_dir
 from tests.oracles import scaled_target
 
 ROW = "regen-100k"  # a row of conf/ablate/smollm2-135m.yaml, trained on recipes/smollm2-135m.yaml's features
@@ -58,7 +58,7 @@ def test_ship_copies_the_head_and_writes_its_card_from_files(tmp_path, monkeypat
 
 def test_a_row_on_other_features_is_credited_to_their_source():
     """A row trains through the spec's recipe (ShareGPT) with another recipe's features: the card names theirs."""
-    from eval.ship_head import row_provenance
+    from lab.ship_head import row_provenance
 
     facts = row_provenance("smollm2-135m", "r", ["smollm2-135m-self-openers", "smollm2-135m-self-openers-part2"])
     assert facts == {"data_source": "self", "recipe": "smollm2-135m-shipped (the ablation row r)"}

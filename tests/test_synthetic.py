@@ -21,7 +21,7 @@ from eagle_infer.engine import Engine
 from eagle_infer.registry import MODELS, ModelSpec
 from eagle_infer.synthetic import WordTokenizer, synthetic_model
 from eagle_infer.target import converted_gguf_dir, load_target
-from eval.projection import EAGLE_TREE
+from lab.projection import EAGLE_TREE
 from tests.conftest import SMOL
 from tests.oracles import one_thread, oracle_drafter  # noqa: F401 (one_thread is autouse)
 from tests.test_engine_errors import one_line_error

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-import eval.ablate_head as ab
+import lab.ablate_head as ab
 from eagle_infer.errors import EagleError
-from eval.training_curves import WINDOWS, merge_curves, plot_curves, read_curves, row_curves
+from lab.training_curves import WINDOWS, merge_curves, plot_curves, read_curves, row_curves
 
 
 def write_logs(row_dir, steps: int, resumed_from: int | None = None, unrolled: int = 0):

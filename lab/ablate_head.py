@@ -1,4 +1,4 @@
-"""`make ablate-head` (python -m eval.ablate_head): which training choices make a draft head good, one at a time.
+"""`make ablate-head` (python -m lab.ablate_head): which training choices make a draft head good, one at a time.
 
 Rows come from conf/ablate/<recipe>.yaml. Each row trains a head (`eagle_train.cli stage=train` under the deepspeed
 launcher, the same command as `make train`, with the row's overrides and a cap on training loss tokens), then
@@ -17,8 +17,8 @@ hours resume across sessions and checkouts: one directory per row (its DeepSpeed
 τ records) and table.md|csv (held-out top-1 and simulated 0-α..6-α on the one held-out split, both τ,
 training time), tau_vs_tokens.png (τ against training loss tokens per family of rows), and coverage.md: the share
 of the target's held-out argmax tokens inside draft vocabularies of 4k..32k ids, which justifies the recipe's size.
-Finished rows are merged into the checkout's committed result files: the ablation table (eval.ablation_file) and the
-rows' training curves (eval.training_curves, held-out top-1 over training and per unrolled step, and the training
+Finished rows are merged into the checkout's committed result files: the ablation table (lab.ablation_file) and the
+rows' training curves (lab.training_curves, held-out top-1 over training and per unrolled step, and the training
 loss), whose plot shows the spec's `curves` rows.
 On a lent GPU machine, `--featurize --train-only --conversations FILE` (docs/gpu.md) featurizes and trains rows
 from the kept answers and a conversations file instead of the ShareGPT package, and measures nothing: the rows'
@@ -46,14 +46,19 @@ from omegaconf import OmegaConf
 from eagle_infer.cli_support import CONF_DIR, REPO, check_recipe_arg, setup_logging
 from eagle_infer.errors import EagleError
 from eagle_infer.platform import cache_root, cpu
+from eagle_infer.target import load_target
 from eagle_train.cli import TrainRunConf  # noqa: F401 (registers the schema `recipes=` composes over)
 from eagle_train.conversations import SHAREGPT_PACKAGE
+from eagle_train.features import Manifest, read_samples
 from eagle_train.launch import accelerator_env, free_port
+from eagle_train.objective import frequent_tokens
 from eagle_train.train import ALPHA_STEPS, HeadConf, TrainConfig  # ALPHA_STEPS: the held-out α positions every row reports
-from eval.ablation_file import FIGURES, ablation_path, merge_ablation, plot_path, read_ablation
-from eval.training_curves import curves_path, curves_plot_path, merge_curves, plot_curves, read_curves, row_curves
-from eval.headline import checkout_commit
 from eval.markdown import table
+from eval.metrics import ALL, summarize, tau
+from eval.records import read_records
+from lab.ablation_file import FIGURES, ablation_path, merge_ablation, plot_path, read_ablation
+from lab.headline import checkout_commit
+from lab.training_curves import curves_path, curves_plot_path, merge_curves, plot_curves, read_curves, row_curves
 
 log = logging.getLogger("ablate")
 COVERAGE_SIZES = (4096, 8192, 16384, 32768)
@@ -132,7 +137,6 @@ def _run(cmd: list[str], log_path: Path) -> None:
 
 
 def _loss_tokens(directory: Path) -> int:
-    from eagle_train.features import Manifest
 
     return Manifest.load(directory).loss_tokens if (directory / "manifest.json").exists() else 0
 
@@ -277,7 +281,6 @@ def heldout_questions(out: Path, name: str) -> Path:
 def tau_row(out: Path, spec: dict, name: str, row: dict, bench: str = "") -> float | None:
     """Measure τ of the row's head on the spec's benchmark, or with bench=HELDOUT on the recipe's held-out prompts
     (records resume; a complete set is not rerun)."""
-    from eval.records import read_records
 
     model = recipe(name)["model"]["name"]
     ev = spec["eval"]
@@ -300,8 +303,6 @@ def tau_row(out: Path, spec: dict, name: str, row: dict, bench: str = "") -> flo
 
 def recorded_tau(out: Path, row: dict, bench: str = "") -> float | None:
     """τ over every cycle of the row's τ records (on the spec's benchmark, or `bench`), None before any."""
-    from eval.metrics import tau
-    from eval.records import read_records
 
     records = out / tau_run(row, bench) / "records.jsonl"
     return tau([c for r in read_records(records) for c in r["cycles"]]) if records.exists() else None
@@ -314,7 +315,6 @@ def speed_run(row: dict) -> str:
 def speed_row(out: Path, spec: dict, name: str, row: dict) -> dict:
     """EAGLE-2 (defaults: auto budget, packed) against vanilla on the spec's benchmark, both in one eval run
     (records resume); returns recorded_speed."""
-    from eval.records import read_records
 
     ev = spec["eval"]
     records = out / speed_run(row) / "records.jsonl"
@@ -330,8 +330,6 @@ def speed_row(out: Path, spec: dict, name: str, row: dict) -> dict:
 
 def recorded_speed(out: Path, row: dict) -> dict:
     """{"speedup": EAGLE-2 tok/s / vanilla tok/s, "speed_cpu": the CPU it was measured on}, None before both ran."""
-    from eval.metrics import ALL, summarize
-    from eval.records import read_records
 
     run = out / speed_run(row)
     records = run / "records.jsonl"
@@ -356,7 +354,7 @@ def row_result(out: Path, row: dict, status: str, tau_value: float | None, tau_h
 
 def record_rows(root: Path, spec_name: str, spec: dict, out: Path, results: list[dict]) -> Path | None:
     """Merge the finished rows of `results` into the committed ablation file of the checkout `root`
-    (eval.ablation_file), each with the machine its head trained on and the checkout's commit; returns the file when
+    (lab.ablation_file), each with the machine its head trained on and the checkout's commit; returns the file when
     it changed. Outside a git checkout nothing is written."""
     try:
         commit, changed = checkout_commit(root, exclude=("docs",))  # the code's state, not the results being written
@@ -377,7 +375,7 @@ def record_rows(root: Path, spec_name: str, spec: dict, out: Path, results: list
 
 def record_curves(root: Path, spec_name: str, spec: dict, out: Path, results: list[dict]) -> Path | None:
     """Merge the training curves of the finished rows of `results` whose logs are in `out` into the checkout's
-    curve file (eval.training_curves) and redraw its plot of the spec's `curves` rows; returns the plot when the
+    curve file (lab.training_curves) and redraw its plot of the spec's `curves` rows; returns the plot when the
     file changed."""
     rows = {r["row"]: row_curves(out / r["row"]) for r in results if r["status"] == "done"}
     path = curves_path(root, spec_name)
@@ -458,9 +456,6 @@ def coverage(out: Path, name: str) -> str:
     training features' most frequent answer tokens, per vocabulary size."""
     import torch
 
-    from eagle_infer.target import load_target
-    from eagle_train.features import read_samples
-    from eagle_train.objective import frequent_tokens
 
     root = features_dir(name)
     model = recipe(name)["model"]["name"]

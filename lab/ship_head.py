@@ -1,4 +1,4 @@
-"""`make ship-head ROW=<row>` (python -m eval.ship_head): an ablation row's head becomes the shipped head.
+"""`make ship-head ROW=<row>` (python -m lab.ship_head): an ablation row's head becomes the shipped head.
 
 Copies `<cache root>/ablate-head/<row>/head` (its weights and config) into `eagle_infer/heads/<model>` of the checkout
 and writes the card (`eagle_infer.head_card`) from files only: the training facts of the row's own card (data, loss
@@ -15,11 +15,14 @@ import shutil
 from dataclasses import asdict
 from pathlib import Path
 
-from eagle_infer.cli_support import REPO, one_line_errors
+from eagle_infer.cli_support import REPO, known_recipes, one_line_errors
 from eagle_infer.errors import EagleError
+from eagle_infer.head_card import write_card
+from eagle_infer.head_checkpoint import load_config
 from eagle_infer.platform import cache_root
-
-from .ablation_file import ablation_path, read_ablation
+from eagle_train.stage_times import stage_times
+from lab.ablate_head import load_spec, recipe, row_overrides
+from lab.ablation_file import ablation_path, read_ablation
 
 HEAD_FILES = ("model.safetensors", "config.json")
 
@@ -49,9 +52,7 @@ def row_provenance(spec_recipe: str, row: str, feature_recipes: list[str]) -> di
     """The card's data and recipe facts for a row: the sources of the recipes whose features it read (a row trains
     through the spec's recipe with other features, so the training run's own card names the spec's recipe and its
     source), and the recipe that reproduces it, `<spec recipe>-shipped` where one exists."""
-    from eagle_infer.cli_support import known_recipes
 
-    from .ablate_head import recipe
 
     shipped = f"{spec_recipe}-shipped"
     sources = dict.fromkeys(recipe(n)["data"]["source"] for n in feature_recipes)
@@ -61,11 +62,7 @@ def row_provenance(spec_recipe: str, row: str, feature_recipes: list[str]) -> di
 
 def ship(row: str, spec_name: str, root: Path, out: Path) -> Path:
     """Copy row `row`'s head (trained under `out`) into the checkout `root` as the shipped head; returns its card."""
-    from eagle_infer.head_checkpoint import load_config
-    from eagle_infer.head_card import write_card
-    from eagle_train.stage_times import stage_times
 
-    from .ablate_head import load_spec, recipe, row_overrides
 
     lines = read_ablation(ablation_path(root, spec_name))
     if row not in lines:

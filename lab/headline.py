@@ -1,7 +1,7 @@
-"""An eval run's figures as this machine's headline result file (`eval.result_file`), in two steps around the eval:
+"""An eval run's figures as this machine's headline result file (`lab.result_file`), in two steps around the eval:
 
-    python -m eval.headline begin results/headline       # before it: the checkout's commit, in checkout.json
-    python -m eval.headline end results/headline --command "make headline"
+    python -m lab.headline begin results/headline       # before it: the checkout's commit, in checkout.json
+    python -m lab.headline end results/headline --command "make headline"
 
 `end` writes docs/results/data/<platform>/headline.json, stamped with the commit `begin` saw (the code the eval
 ran), the machine, threads and load read here (run it on the machine that ran the eval, right after it: `make
@@ -24,11 +24,10 @@ from eagle_infer.build import HEADS_DIR
 from eagle_infer.cli_support import one_line_errors
 from eagle_infer.errors import EagleError
 from eagle_infer.platform import machine_label, resolve_device, resolve_dtype
-
-from .cli import EvalRunConf
-from .metrics import ALL, summarize
-from .records import read_records
-from .result_file import FORMAT, HeadlineResult, MethodResult, RunSettings, result_path, write_result
+from eval.cli import EvalRunConf
+from eval.metrics import ALL, summarize
+from eval.records import read_records
+from lab.result_file import FORMAT, HeadlineResult, MethodResult, RunSettings, result_path, write_result
 
 
 def run_conf(run_dir: Path) -> EvalRunConf:
@@ -84,7 +83,7 @@ def begun_checkout(run_dir: Path) -> tuple[str, bool]:
     """The (commit, uncommitted_changes) that `begin` recorded for the run."""
     path = run_dir / CHECKOUT_FILE
     if not path.is_file():
-        raise EagleError(f"{path} does not exist; expected `python -m eval.headline begin {run_dir}` before the eval")
+        raise EagleError(f"{path} does not exist; expected `python -m lab.headline begin {run_dir}` before the eval")
     stamp = json.loads(path.read_text(encoding="utf-8"))
     return stamp["commit"], stamp["uncommitted_changes"]
 

@@ -1,8 +1,8 @@
-"""`make reproduce [LIMIT=n]` (python -m eval.reproduce --limit n): the EAGLE papers' findings against ours, written to
-docs/reproduction.md and its plots (eval.reproduction_doc), one verdict per finding (eval.findings, eval.verdict).
+"""`make reproduce [LIMIT=n]` (python -m lab.reproduce --limit n): the EAGLE papers' findings against ours, written to
+docs/reproduction.md and its plots (lab.reproduction_doc), one verdict per finding (lab.findings, lab.verdict).
 
-Steps (eval.reproduce_plan): the inference experiments on the shipped head, one eval.cli run each into
-<results>/<name>, then the draft-input heads (eval.ablate_head --spec draft-inputs). A complete step is skipped; an
+Steps (lab.reproduce_plan): the inference experiments on the shipped head, one eval.cli run each into
+<results>/<name>, then the draft-input heads (lab.ablate_head --spec draft-inputs). A complete step is skipped; an
 interrupted one resumes (eval's records, ablate-head's rows), so nothing finished is lost or repeated. The page is
 rewritten after every step, and each step's wall time goes to <results>/steps.jsonl, which the page sums.
 make ablate-head's rows (EAGLE-3, the 100k data rows) are read where trained, never trained here.
@@ -23,14 +23,14 @@ import torch
 from eagle_infer.cli_support import REPO, setup_logging
 from eagle_infer.errors import EagleError
 from eagle_infer.platform import cache_root, cpu
-from eval import findings
-from eval.ablate_head import load_spec, speed_run, tau_run
 from eval.benchmarks import load_benchmark
 from eval.cli import BenchConf, data_dir as eval_data_dir
-from eval.headline import head_label
 from eval.records import read_records
-from eval.reproduce_plan import ABLATION_SPEC, EXPERIMENTS, ablation_command
-from eval.reproduction_doc import Stamp, write
+from lab import findings
+from lab.ablate_head import load_spec, speed_run, tau_run
+from lab.headline import head_label
+from lab.reproduce_plan import ABLATION_SPEC, EXPERIMENTS, ablation_command
+from lab.reproduction_doc import Stamp, write
 
 log = logging.getLogger("reproduce")
 DEFAULT_LIMIT = 10

@@ -19,8 +19,7 @@ import io
 from pathlib import Path
 
 from eagle_infer.errors import EagleError
-
-from .result_file import DATA_DIR
+from lab.result_file import DATA_DIR
 
 ALPHAS = 7  # held-out α positions 0..6 (eagle_train.train.ALPHA_STEPS; a test keeps them equal)
 FIGURES = ["loss_tokens", "epochs", "top1", *(f"alpha_{k}" for k in range(ALPHAS)), "tau", "tau_heldout",

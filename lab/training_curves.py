@@ -19,8 +19,8 @@ import json
 import math
 from pathlib import Path
 
-from .ablation_file import ABLATION_DIR, ALPHAS
-from .result_file import DATA_DIR
+from lab.ablation_file import ABLATION_DIR, ALPHAS
+from lab.result_file import DATA_DIR
 
 WINDOWS = 100  # training-loss points kept per row
 

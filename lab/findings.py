@@ -1,6 +1,6 @@
 """Our figure for each published finding, read from the result files `make reproduce` writes (eval records,
 throughput points, ablation tables; `sections`) or from the checkout's committed ablation file alone
-(`committed_sections`), set against the paper's (eval.published) with a verdict (eval.verdict).
+(`committed_sections`), set against the paper's (lab.published) with a verdict (lab.verdict).
 
 A `Section` is one paper table or figure: its findings (claim, paper, ours, verdict, reason), a detail table, the
 plots it draws and the result files its figures come from. Nothing here runs a model.
@@ -14,23 +14,23 @@ from pathlib import Path
 
 from eagle_infer.cli_support import REPO
 from eagle_infer.draft_head import INPUT_MODES
-from eval import published as pub
 from eval import throughput
-from eval.ablate_head import load_spec
-from eval.ablation_file import ablation_path, plot_path, read_ablation
 from eval.metrics import ALL, CycleRow, Row, alpha, calibration, cycle_split, summarize
 from eval.records import read_records
 from eval.report import line_plot
-from eval.reproduce_plan import ABLATION_SPEC, BY_NAME, STATIC_DEPTH, STATIC_NODES
-from eval.verdict import AtMost, Larger, Near, Rule, verdict
+from lab import published as pub
+from lab.ablate_head import load_spec
+from lab.ablation_file import ablation_path, plot_path, read_ablation
+from lab.reproduce_plan import ABLATION_SPEC, BY_NAME, STATIC_DEPTH, STATIC_NODES
+from lab.verdict import AtMost, Larger, Near, Rule, verdict
 
 MIN_CHAINS = 10  # an acceptance rate at a position counts when at least this many cycles reached it
 MIN_BUCKET = 20  # a calibration rate counts over at least this many draft tokens
 CALIBRATION_TOLERANCE = 0.05  # our tolerance around EAGLE-2's ~4 % and ~98 %
 SAME_ALPHA_TOLERANCE = 0.03  # "about the same 0-α" (Figure 8): within this
 ABLATE_HEAD = "ablate-head"  # make ablate-head's directory under the cache root
-ABLATE_HEAD_SPEC = "smollm2-135m"  # its spec, whose committed result file (eval.ablation_file) the findings read
-TRAINED_HERE = f"make reproduce (python -m eval.ablate_head --spec {ABLATION_SPEC})"
+ABLATE_HEAD_SPEC = "smollm2-135m"  # its spec, whose committed result file (lab.ablation_file) the findings read
+TRAINED_HERE = f"make reproduce (python -m lab.ablate_head --spec {ABLATION_SPEC})"
 
 
 @dataclass
@@ -100,7 +100,7 @@ class Results:
         return throughput.rows(read_records(path)) if path.exists() else []
 
     def ablation(self, directory: str) -> dict[str, dict]:
-        """Rows of <cache>/<directory>/table.csv (eval.ablate_head) by name, numbers parsed, empty cells None."""
+        """Rows of <cache>/<directory>/table.csv (lab.ablate_head) by name, numbers parsed, empty cells None."""
         path = self.cache / directory / "table.csv"
         if not path.exists():
             return {}
@@ -269,7 +269,7 @@ def figure8(res: Results) -> Section:
     rows = [[mode, name, *_ablation_cells(table.get(name))] for mode, name in by_mode.items()]
     return Section(
         "EAGLE Figure 8: draft-model inputs",
-        f"Four heads trained alike by `python -m eval.ablate_head --spec {ABLATION_SPEC}` (conf/ablate/"
+        f"Four heads trained alike by `python -m lab.ablate_head --spec {ABLATION_SPEC}` (conf/ablate/"
         f"{ABLATION_SPEC}.yaml: the recipe's settings, one decoder layer, the first {_loss_tokens(spec)} loss tokens "
         "of the target's own answers, 2 epochs), differing in train.input_mode alone; held-out top-1 and α on the "
         "training's held-out split, τ on MT-bench first turns with EAGLE-2's fixed tree, speedup with the defaults. "
@@ -501,7 +501,7 @@ def _ablation_cells(row: dict | None) -> list[str]:
 
 
 def committed_ablation(root: Path, spec: str) -> dict[str, dict]:
-    """The rows of the checkout `root`'s committed ablation file for `spec` (eval.ablation_file), each marked done."""
+    """The rows of the checkout `root`'s committed ablation file for `spec` (lab.ablation_file), each marked done."""
     return {name: {**line, "status": "done"} for name, line in read_ablation(ablation_path(root, spec)).items()}
 
 

@@ -2,7 +2,7 @@
 (synthetic targets: random weights, eagle_infer.synthetic), and the published figures it is projected from.
 
 PAPER_FIGURES are the EAGLE paper's results on its GPUs (Li et al., 2024), not this toolkit's, each with the table
-it comes from, read from eval/published.py (the one transcription of ../shared/reference/paper-tables.md). Their τ
+it comes from, read from lab/published.py (the one transcription of ../shared/reference/paper-tables.md). Their τ
 was measured with EAGLE's draft tree, EAGLE_TREE, so a projection times a cycle of that tree.
 """
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from eagle_infer.errors import EagleError
-from eval.published import TABLE2, TABLE7
+from lab.published import TABLE2, TABLE7
 
 
 @dataclass(frozen=True)
