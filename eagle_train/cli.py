@@ -22,14 +22,23 @@ import hydra
 from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
 
+import eagle_infer.target  # load_target looked up when called: tests stand one in
 from eagle_infer.chat import Message, check_template
 from eagle_infer.cli_support import CONF_DIR, REPO, launch, one_line_errors, setup_logging
 from eagle_infer.config import ModelConf
 from eagle_infer.errors import EagleError
+from eagle_infer.head_checkpoint import head_directory, load_head
 
-from .featurize import FeaturizeConfig
-from .self_prompts import SelfPromptConf
-from .train import HeadConf, TrainConfig
+from .benchmarks import benchmark_dir
+from .conversations import SHAREGPT_PACKAGE, load_conversations, split, write_jsonl
+from .export import FORMATS, copy_card, export, push
+from .featurize import FeaturizeConfig, featurize, regenerate_only
+from .generated_data import restore_generated, save_generated
+from .prompt_categories import category_report
+from .provenance import checkout_commit
+from .regenerate import first_turn_questions
+from .self_prompts import SelfPromptConf, read_self_prompts, write_self_prompts
+from .train import HeadConf, TrainConfig, read_ds_config, train
 
 log = logging.getLogger("eagle_train")
 STAGES = ("featurize", "train", "plan", "regenerate", "export", "push", "export-conversations", "heldout-questions",
@@ -121,8 +130,6 @@ def _check_self_answers(cfg: TrainRunConf) -> None:
 def _self_written(cfg: TrainRunConf, target) -> list[str]:
     """The recipe's self-written prompts, written now when missing; data.skip passes over the first ones when they
     are the source."""
-    from .self_prompts import write_self_prompts
-
     skip = cfg.data.skip if cfg.data.source == SELF else 0
     wanted = skip + self_count(cfg.data)
     return write_self_prompts(target, cfg.data.self_prompts, cfg.data.self_prompts_dir, wanted)[skip:]
@@ -131,8 +138,6 @@ def _self_written(cfg: TrainRunConf, target) -> list[str]:
 def _conversations(cfg: TrainRunConf, target=None):
     """The recipe's conversations: data.source's after data.skip, then the self-written prompts (one user turn each;
     `target` writes those missing, and may be None when the data has none)."""
-    from .conversations import load_conversations
-
     skip, n_self = cfg.data.skip, self_count(cfg.data)
     if skip < 0:
         raise EagleError(f"data.skip {skip} is invalid: expected a number of conversations >= 0")
@@ -153,16 +158,12 @@ def _conversations(cfg: TrainRunConf, target=None):
 
 
 def _splits(cfg: TrainRunConf, target=None):
-    from .conversations import split
-
     conversations = _conversations(cfg, target)
     train_set, heldout = split(conversations, min(cfg.data.heldout, len(conversations) - 1), cfg.data.seed)
     return (("heldout", heldout), ("train", train_set)) if heldout else (("train", train_set),)
 
 
 def run_featurize(cfg: TrainRunConf, target) -> None:
-    from .featurize import featurize
-
     for name, convs in _splits(cfg, target):
         manifest = featurize(convs, target, f"{cfg.data.features_dir}/{name}", cfg.featurize)
         log.info("%s features: %d conversations, %d tokens (%d in the loss), skipped %s", name,
@@ -171,8 +172,6 @@ def run_featurize(cfg: TrainRunConf, target) -> None:
 
 def _check_export(conf: ExportConf) -> None:
     """stage=export's settings, checked before the target loads."""
-    from .export import FORMATS
-
     if conf.format not in FORMATS:
         raise EagleError(f"unknown export format {conf.format!r}: expected one of {', '.join(FORMATS)}")
     if not conf.head or not conf.out:
@@ -180,18 +179,12 @@ def _check_export(conf: ExportConf) -> None:
 
 
 def run_export(conf: ExportConf, target) -> None:
-    from eagle_infer.head_checkpoint import head_directory, load_head
-
-    from .export import copy_card, export
-
     files = export(load_head(conf.head, target), conf.format, conf.out)
     card = copy_card(head_directory(conf.head), conf.out, conf.format)
     log.info("wrote %s", ", ".join(str(p) for p in files + ([card] if card else [])))
 
 
 def run_regenerate(cfg: TrainRunConf, target) -> None:
-    from .featurize import regenerate_only
-
     for name, convs in _splits(cfg, target):
         done = regenerate_only(convs, target, f"{cfg.data.features_dir}/{name}", cfg.featurize)
         log.info("%s: %d shards answered", name, done)
@@ -203,8 +196,6 @@ def write_heldout_questions(cfg: TrainRunConf, target) -> Path:
     bench.data_dir=<features_dir>` decodes them, so a head's τ on its own training distribution stands beside its τ
     on a benchmark."""
     import json
-
-    from .regenerate import first_turn_questions
 
     splits = dict(_splits(cfg, target))
     if "heldout" not in splits:
@@ -229,18 +220,12 @@ def prompt_categories(cfg: TrainRunConf, results_root: Path = REPO) -> str:
     `results_root`, stamped with the command, commit and date."""
     from datetime import datetime, timezone
 
-    from eval.cli import BenchConf, data_dir
-    from lab.headline import checkout_commit
-
-    from .conversations import SHAREGPT_PACKAGE, load_conversations
-    from .prompt_categories import category_report
-    from .self_prompts import read_self_prompts
-
     own = read_self_prompts(cfg.data.self_prompts_dir)
     source = SHAREGPT_PACKAGE if cfg.data.source == SELF else cfg.data.source
     shared = [next(m.content for m in c if m.role == "user") for c in load_conversations(source, len(own))[0]]
     report = category_report({"self-written": own, f"{source} first turns": shared},
-                             data_dir(BenchConf(data_dir=cfg.data.self_prompts.eval_data_dir)))
+                             benchmark_dir(cfg.data.self_prompts.eval_data_dir,
+                                           "data.self_prompts.eval_data_dir"))
     (Path(cfg.data.self_prompts_dir) / "categories.md").write_text(report + "\n")
     if cfg.recipe != "none":
         commit, changed = checkout_commit(results_root, exclude=("docs",))
@@ -256,8 +241,6 @@ def prompt_categories(cfg: TrainRunConf, results_root: Path = REPO) -> str:
 
 def train_dtype(cfg: TrainConfig) -> str:
     """The dtype the target is loaded in for training: the DeepSpeed config's precision."""
-    from .train import read_ds_config
-
     ds = read_ds_config(cfg.deepspeed_config, cfg, 1)
     return "bfloat16" if ds.get("bf16", {}).get("enabled") else "float16" if ds.get("fp16", {}).get("enabled") else "float32"
 
@@ -271,8 +254,6 @@ def _self_plan(data: DataConf) -> str:
 
 
 def plan(cfg: TrainRunConf) -> str:
-    from .train import read_ds_config
-
     ds = read_ds_config(cfg.train.deepspeed_config, cfg.train, cfg.train.max_steps or 1)
     lines = [f"recipe: {cfg.recipe}", f"model: {cfg.model.name} ({cfg.model.dtype}, device {cfg.model.device})",
              f"data: {cfg.data.source}, {f'after {cfg.data.skip}, ' if cfg.data.skip else ''}"
@@ -297,8 +278,6 @@ def plan(cfg: TrainRunConf) -> str:
 def _kept_generated(conf: TrainRunConf) -> None:
     """stage=save-generated: copy what the target wrote for the recipe into data.generated_dir; a generating stage:
     restore from there what the recipe's directories lack."""
-    from .generated_data import restore_generated, save_generated
-
     if conf.data.generated_dir is None:
         raise EagleError("stage=save-generated needs data.generated_dir (null): expected a directory such as "
                          "recipes/generated")
@@ -314,12 +293,11 @@ def _kept_generated(conf: TrainRunConf) -> None:
 
 
 def _load_target(conf: TrainRunConf):
-    from eagle_infer.target import load_target
-
     training = conf.stage == "train"
     dtype = train_dtype(conf.train) if training else conf.model.dtype
-    target = load_target(conf.model.name, dtype, conf.model.device, "off" if training else conf.model.pack,
-                         compile=conf.featurize.compile and not training)
+    target = eagle_infer.target.load_target(conf.model.name, dtype, conf.model.device,
+                                            "off" if training else conf.model.pack,
+                                            compile=conf.featurize.compile and not training)
     if conf.data.template is not None:  # features record it (their manifest), so training checks it too
         target = replace(target, template=conf.data.template)
     return target
@@ -342,8 +320,6 @@ def main(cfg) -> None:
     if conf.stage == "export":
         _check_export(conf.export)
     if conf.stage == "push":
-        from .export import push
-
         if not conf.export.out or not conf.export.repo:
             raise EagleError("stage=push needs export.out=<exported head directory> and export.repo=<owner/name>")
         log.info("pushed %s to %s", conf.export.out, push(conf.export.out, conf.export.repo, conf.export.private))
@@ -357,8 +333,6 @@ def main(cfg) -> None:
             return
     target = None if conf.stage == "export-conversations" and not self_count(conf.data) else _load_target(conf)
     if conf.stage == "export-conversations":
-        from .conversations import write_jsonl
-
         path = f"{conf.data.features_dir}/conversations.jsonl"
         write_jsonl(_conversations(conf, target), path)
         log.info("wrote %s (use it as data.source= elsewhere)", path)
@@ -378,8 +352,6 @@ def main(cfg) -> None:
                              "data.source=self or data.self_fraction > 0")
         _self_written(conf, target)
     else:
-        from .train import train
-
         metrics = train(conf.train, target, conf.head, {"data_source": conf.data.source, "recipe": conf.recipe})
         log.info("done: %s", " ".join(f"{k}={v:.4g}" for k, v in metrics.items() if isinstance(v, float)))
 

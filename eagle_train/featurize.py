@@ -15,10 +15,11 @@ import torch
 from tqdm import tqdm
 
 from eagle_infer.chat import Message, loss_mask, render
+from eagle_infer.config import InferConf
+from eagle_infer.draft_head import eagle3_layers
+from eagle_infer.engine import Engine
 from eagle_infer.errors import EagleError
 from eagle_infer.platform import machine_facts
-
-from eagle_infer.draft_head import eagle3_layers
 
 from .features import Manifest, shard_name, stats_name, write_shard
 from .regenerate import RegenerateSettings, answer_shards, regenerated_shard
@@ -104,9 +105,6 @@ def target_features(target, sequences: list[list[int]], layers: list[int]) -> li
 
 def regeneration_engine(target, cfg: FeaturizeConfig):
     """The engine that answers prompts for regeneration: vanilla greedy decoding, cfg.regenerate_batch_size rows."""
-    from eagle_infer.config import InferConf
-    from eagle_infer.engine import Engine
-
     return Engine(target, None, InferConf(method="vanilla", max_batch_size=cfg.regenerate_batch_size))
 
 

@@ -34,8 +34,8 @@ import re
 from collections import Counter
 from pathlib import Path
 
-from eval.benchmarks import load_benchmark
-from eval.markdown import table
+from .benchmarks import load_benchmark
+from .markdown import table
 
 OTHER = "other"
 LABELLED_SETS = {"mt_bench": None, "gsm8k": "math", "humaneval": "coding"}  # None: each question's own category

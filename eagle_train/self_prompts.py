@@ -47,9 +47,8 @@ from eagle_infer.engine import Engine
 from eagle_infer.errors import EagleError
 from eagle_infer.platform import machine_facts
 from eagle_infer.verify import SamplingParams
-from eval.benchmarks import BENCHMARKS, load_benchmark
-from eval.cli import BenchConf, data_dir
 
+from .benchmarks import BENCHMARKS, benchmark_dir, load_benchmark
 from .near_duplicates import DuplicateIndex
 from .prompt_filters import QualityThresholds, quality_reason
 
@@ -121,7 +120,7 @@ def user_header(tokenizer, template: str, system: str | None = None) -> tuple[st
 
 def evaluation_questions(data_dir: str | None) -> dict[str, list[str]]:
     """Every turn of each of eval's six sets present as <data_dir>/<name>/question.jsonl, by set name (eval's
-    loader, eval/benchmarks.py); {} without a directory."""
+    loader, eagle_train/benchmarks.py); {} without a directory."""
     if data_dir is None:
         return {}
     return {name: [turn for q in load_benchmark(name, data_dir) for turn in q.turns]
@@ -249,7 +248,7 @@ def write_self_prompts(target, conf: SelfPromptConf, out_dir: str | Path, wanted
     conf.check()
     if wanted < 1:
         raise EagleError(f"{wanted} self-written prompts asked for: expected >= 1")
-    evaluation = evaluation_questions(data_dir(BenchConf(data_dir=conf.eval_data_dir)))
+    evaluation = evaluation_questions(benchmark_dir(conf.eval_data_dir, "data.self_prompts.eval_data_dir"))
     if not evaluation:
         log.warning("no evaluation set found (data.self_prompts.eval_data_dir): prompts are not checked against them")
     sampler = _sampler(target, conf, evaluation)

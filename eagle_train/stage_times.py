@@ -18,6 +18,8 @@ from pathlib import Path
 from eagle_infer.cli_support import one_line_errors
 from eagle_infer.errors import EagleError
 
+from .markdown import table as markdown
+
 SPLITS = ("train", "heldout")
 
 
@@ -70,8 +72,6 @@ def stage_times(directory: str | Path) -> list[StageTime]:
 
 
 def table(times: list[StageTime]) -> str:
-    from eval.markdown import table as markdown
-
     return markdown(["directory", "stage", "shards timed", "minutes", "rate", "machine"], [
         [Path(t.directory).name, t.stage, f"{t.timed} of {t.shards}", f"{t.seconds / 60:.1f}",
          "—" if t.rate is None else f"{t.rate:.3g} {t.unit}/s", t.machine or "—"] for t in times])

@@ -20,10 +20,11 @@ from typing import Optional
 import torch
 
 from eagle_infer.cli_support import REPO, missing_extra
-from eagle_infer.draft_head import DraftHead, DraftHeadConfig
+from eagle_infer.draft_head import DraftHead, DraftHeadConfig, eagle3_layers
 from eagle_infer.head_card import machine as card_machine
 from eagle_infer.head_card import target_revision, write_card
 from eagle_infer.errors import EagleError
+from eagle_infer.platform import resolve_dtype
 
 from .features import Manifest, read_samples
 from .objective import Objective, chain_acceptance, collate, compile_layers, frequent_tokens, losses, with_target_top
@@ -100,8 +101,6 @@ class HeadConf:
 
 def build_head_config(target, cfg: TrainConfig, head: HeadConf) -> DraftHeadConfig:
     """The DraftHeadConfig for training `head` on `target`; bad settings are one-line errors."""
-    from eagle_infer.draft_head import eagle3_layers
-
     if head.features not in ("last", "fused"):
         raise EagleError(f"unknown head.features {head.features!r}: expected last or fused")
     if head.layers < 1:
@@ -179,8 +178,6 @@ def prune_checkpoints(ckpt_dir: Path, keep: int) -> None:
 
 def use_autocast(mode: str, dtype: torch.dtype, device: torch.device) -> bool:
     """Whether float32 training runs its matmuls in bfloat16 (autocast; the weights and optimizer stay float32)."""
-    from eagle_infer.platform import resolve_dtype
-
     if mode not in ("auto", "on", "off"):
         raise EagleError(f"unknown train.autocast {mode!r}: expected auto, on or off")
     if dtype != torch.float32 or mode == "off":

@@ -19,11 +19,20 @@ from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import OmegaConf
 
-from eagle_infer.cli_support import CONF_DIR, REPO, launch, one_line_errors, setup_logging
+from eagle_infer.build import build_head
+from eagle_infer.chat import stop_ids
+from eagle_infer.cli_support import CONF_DIR, launch, one_line_errors, setup_logging
 from eagle_infer.config import InferConf, LookupConf, ModelConf
 from eagle_infer.errors import EagleError
-
-from .benchmarks import BENCHMARKS
+from eagle_infer.target import load_target
+from eagle_train.benchmarks import BENCHMARKS, benchmark_dir, check_names, load_benchmark
+from eval import throughput
+from eval.harness import HarnessSettings, run
+from eval.methods import PEER_METHODS, make_methods, needs_head
+from eval.metrics import cycle_split, summarize
+from eval.records import RecordWriter, read_records
+from eval.report import category_table, log_wandb, plot_all, write_calibration, write_cycles, write_table
+from eval.spec_bench import write_answer_files
 
 log = logging.getLogger("eval")
 DEFAULT_METHODS = ["vanilla", "eagle2", "chain", "hf_generate", "pld"]
@@ -73,36 +82,15 @@ class EvalRunConf:
 ConfigStore.instance().store(name="eval_schema", node=EvalRunConf)
 
 
-def data_dir(conf: BenchConf) -> str | None:
-    if conf.data_dir:
-        if not Path(conf.data_dir).is_dir():
-            raise EagleError(f"bench.data_dir {conf.data_dir!r} is not a directory")
-        return conf.data_dir
-    shared = REPO.parent / "shared" / "data" / "benchmarks"
-    return str(shared) if shared.is_dir() else None
-
-
 def evaluate(conf: EvalRunConf, out: Path) -> str:
     """Run (or resume) one evaluation into `out`; returns the Markdown table."""
     import torch
 
-    from eagle_infer.chat import stop_ids
-    from eagle_infer.build import build_head
-    from eagle_infer.target import load_target
-
-    from .benchmarks import check_names, load_benchmark
-    from .harness import HarnessSettings, run
-    from .methods import make_methods, needs_head
-    from .metrics import cycle_split, summarize
-    from .records import RecordWriter, read_records
-    from .report import category_table, log_wandb, plot_all, write_calibration, write_cycles, write_table
-    from .spec_bench import write_answer_files
-
-    check_names(conf.bench.names, data_dir(conf.bench))
+    check_names(conf.bench.names, benchmark_dir(conf.bench.data_dir))
     _check_batches(conf)
     if conf.threads:
         torch.set_num_threads(conf.threads)
-    benchmarks = {b: load_benchmark(b, data_dir(conf.bench), conf.bench.limit, conf.bench.seed) for b in conf.bench.names}
+    benchmarks = {b: load_benchmark(b, benchmark_dir(conf.bench.data_dir), conf.bench.limit, conf.bench.seed) for b in conf.bench.names}
     target = load_target(conf.model.name, conf.model.dtype, conf.model.device, conf.model.pack,
                          conf.infer.compile)
     unlabelled = any(":" not in m and needs_head(m) for m in conf.methods)  # EAGLE methods drafting with the run's head
@@ -114,8 +102,6 @@ def evaluate(conf: EvalRunConf, out: Path) -> str:
     _check_same_settings(conf, out)
     (out / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.structured(conf)))
     if conf.mode == "throughput":
-        from . import throughput
-
         writer = RecordWriter(out / throughput.FILE, throughput.FIELDS, throughput.point_key)
         throughput.run(benchmarks, methods, target, settings, conf.batch_sizes, writer, stop_ids(target))
         table = throughput.rows(writer.records)
@@ -139,8 +125,6 @@ def evaluate(conf: EvalRunConf, out: Path) -> str:
 
 def _check_batches(conf: EvalRunConf) -> None:
     """Mode, batch sizes and methods that fit them, checked before any model is loaded."""
-    from .methods import PEER_METHODS
-
     if conf.mode not in MODES:
         raise EagleError(f"unknown mode {conf.mode!r}: expected one of {', '.join(MODES)}")
     if conf.infer.lookup:

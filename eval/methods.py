@@ -15,7 +15,10 @@ import torch
 from eagle_infer.build import build_engine
 from eagle_infer.config import HEADLESS, METHODS as ENGINE_METHODS, InferConf, LookupConf
 from eagle_infer.errors import EagleError
+from eagle_infer.head_checkpoint import load_head
+from eagle_infer.head_runner import HeadRunner
 from eagle_infer.records import BatchResult, GenerationResult
+from eagle_infer.target import load_target
 from eagle_infer.verify import SamplingParams
 
 PEER_METHODS = ("hf_generate", "pld", "assisted")
@@ -91,9 +94,6 @@ def make_methods(names: list[str], target, infer: InferConf, head, assistant_mod
     """Adapters for `names`, in order. "eagle2:LABEL" (any engine method) drafts with the head heads[LABEL] instead
     of the run's head, so several heads share one table. Unknown names are one-line errors. The peers' prompt
     lookup (pld) takes infer.lookup_conf's settings."""
-    from eagle_infer.head_checkpoint import load_head
-    from eagle_infer.head_runner import HeadRunner
-
     heads = heads or {}
     unknown = [n for n in names if n.split(":")[0] not in ALL_METHODS]
     if unknown:
@@ -106,7 +106,6 @@ def make_methods(names: list[str], target, infer: InferConf, head, assistant_mod
     if "assisted" in names:
         if not assistant_model:
             raise EagleError("method 'assisted' needs eval.assistant_model=<smaller model of the same tokenizer>")
-        from eagle_infer.target import load_target
 
         # Like the target's transformers model, which a compiled target leaves unpacked (its graph holds the packing).
         modules_packed = target.packed and target.compiled_forward is None

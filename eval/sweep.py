@@ -16,7 +16,7 @@ from pathlib import Path
 from eagle_infer.errors import EagleError
 
 from . import throughput
-from .markdown import table
+from eagle_train.markdown import table
 from .metrics import summarize
 from .records import read_records
 

@@ -52,12 +52,12 @@ from eagle_train.conversations import SHAREGPT_PACKAGE
 from eagle_train.features import Manifest, read_samples
 from eagle_train.launch import accelerator_env, free_port
 from eagle_train.objective import frequent_tokens
+from eagle_train.provenance import checkout_commit
 from eagle_train.train import ALPHA_STEPS, HeadConf, TrainConfig  # ALPHA_STEPS: the held-out α positions every row reports
-from eval.markdown import table
+from eagle_train.markdown import table
 from eval.metrics import ALL, summarize, tau
 from eval.records import read_records
 from lab.ablation_file import FIGURES, ablation_path, merge_ablation, plot_path, read_ablation
-from lab.headline import checkout_commit
 from lab.training_curves import curves_path, curves_plot_path, merge_curves, plot_curves, read_curves, row_curves
 
 log = logging.getLogger("ablate")
@@ -137,7 +137,6 @@ def _run(cmd: list[str], log_path: Path) -> None:
 
 
 def _loss_tokens(directory: Path) -> int:
-
     return Manifest.load(directory).loss_tokens if (directory / "manifest.json").exists() else 0
 
 
@@ -281,7 +280,6 @@ def heldout_questions(out: Path, name: str) -> Path:
 def tau_row(out: Path, spec: dict, name: str, row: dict, bench: str = "") -> float | None:
     """Measure τ of the row's head on the spec's benchmark, or with bench=HELDOUT on the recipe's held-out prompts
     (records resume; a complete set is not rerun)."""
-
     model = recipe(name)["model"]["name"]
     ev = spec["eval"]
     records = out / tau_run(row, bench) / "records.jsonl"
@@ -303,7 +301,6 @@ def tau_row(out: Path, spec: dict, name: str, row: dict, bench: str = "") -> flo
 
 def recorded_tau(out: Path, row: dict, bench: str = "") -> float | None:
     """τ over every cycle of the row's τ records (on the spec's benchmark, or `bench`), None before any."""
-
     records = out / tau_run(row, bench) / "records.jsonl"
     return tau([c for r in read_records(records) for c in r["cycles"]]) if records.exists() else None
 
@@ -315,7 +312,6 @@ def speed_run(row: dict) -> str:
 def speed_row(out: Path, spec: dict, name: str, row: dict) -> dict:
     """EAGLE-2 (defaults: auto budget, packed) against vanilla on the spec's benchmark, both in one eval run
     (records resume); returns recorded_speed."""
-
     ev = spec["eval"]
     records = out / speed_run(row) / "records.jsonl"
     if not records.exists() or len(read_records(records)) < 2 * ev["questions"]:
@@ -330,7 +326,6 @@ def speed_row(out: Path, spec: dict, name: str, row: dict) -> dict:
 
 def recorded_speed(out: Path, row: dict) -> dict:
     """{"speedup": EAGLE-2 tok/s / vanilla tok/s, "speed_cpu": the CPU it was measured on}, None before both ran."""
-
     run = out / speed_run(row)
     records = run / "records.jsonl"
     rows = [r for r in summarize(read_records(records)) if r.benchmark == ALL and r.method == "eagle2"] if records.exists() else []

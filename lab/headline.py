@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -24,6 +23,7 @@ from eagle_infer.build import HEADS_DIR
 from eagle_infer.cli_support import one_line_errors
 from eagle_infer.errors import EagleError
 from eagle_infer.platform import machine_label, resolve_device, resolve_dtype
+from eagle_train.provenance import checkout_commit
 from eval.cli import EvalRunConf
 from eval.metrics import ALL, summarize
 from eval.records import read_records
@@ -57,17 +57,6 @@ def method_results(records: list[dict]) -> list[MethodResult]:
 
 
 CHECKOUT_FILE = "checkout.json"
-
-
-def checkout_commit(root: Path, exclude: tuple[str, ...] = ()) -> tuple[str, bool]:
-    """(short commit hash, whether tracked or untracked files differ from it) of the git checkout at `root`; changes
-    under the `exclude` paths (e.g. the result files being written) do not count."""
-    try:
-        commit = _git(root, "rev-parse", "--short", "HEAD")
-        changed = bool(_git(root, "status", "--porcelain", "--", ".", *(f":(exclude){p}" for p in exclude)))
-    except (OSError, subprocess.CalledProcessError):
-        raise EagleError(f"{str(root)!r} is not a git checkout; a result file needs the commit it measured") from None
-    return commit, changed
 
 
 def begin(run_dir: Path, root: Path) -> Path:
@@ -107,10 +96,6 @@ def headline_result(run_dir: Path, command: str) -> HeadlineResult:
         torch=torch.__version__.split("+")[0], commit=commit, uncommitted_changes=changed, command=command,
         date=datetime.now(timezone.utc).date().isoformat(), load_average=round(os.getloadavg()[0], 2),
         settings=settings, methods=method_results(records))
-
-
-def _git(root: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(root), *args], check=True, capture_output=True, text=True).stdout.strip()
 
 
 @one_line_errors

@@ -23,8 +23,8 @@ import torch
 from eagle_infer.cli_support import REPO, setup_logging
 from eagle_infer.errors import EagleError
 from eagle_infer.platform import cache_root, cpu
-from eval.benchmarks import load_benchmark
-from eval.cli import BenchConf, data_dir as eval_data_dir
+from eagle_train.benchmarks import benchmark_dir, load_benchmark
+from eagle_train.provenance import checkout_commit
 from eval.records import read_records
 from lab import findings
 from lab.ablate_head import load_spec, speed_run, tau_run
@@ -39,7 +39,7 @@ LEDGER = "steps.jsonl"
 
 def questions(data_dir: str | None, limit: int) -> dict[str, list[str]]:
     """Each benchmark's first question ids (as many as any step decodes), from where eval.cli reads them."""
-    directory = eval_data_dir(BenchConf(data_dir=data_dir))
+    directory = benchmark_dir(data_dir)
     most = max(e.questions(limit) for e in EXPERIMENTS)
     return {b: [str(q.question_id) for q in load_benchmark(b, directory, most)]
             for b in dict.fromkeys(b for e in EXPERIMENTS for b in e.benches)}
@@ -140,12 +140,10 @@ def _ledger(results: Path, entry: dict) -> None:
 def _commit() -> str:
     """The checkout's short commit, marked when the working tree has changes."""
     try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True,
-                              check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=REPO, capture_output=True, text=True).stdout
-    except (OSError, subprocess.CalledProcessError):
+        head, dirty = checkout_commit(REPO)
+    except EagleError:
         return "unknown"
-    return head + (" with uncommitted changes" if dirty.strip() else "")
+    return head + (" with uncommitted changes" if dirty else "")
 
 
 if __name__ == "__main__":

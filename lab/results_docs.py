@@ -19,7 +19,7 @@ from pathlib import Path
 from eagle_infer.cli_support import one_line_errors
 from eagle_infer.errors import EagleError
 from eagle_infer.head_card import stage_text
-from eval.markdown import table
+from eagle_train.markdown import table
 from eval.report import HALF_PRECISION_NOTE
 from lab.ablation_file import COLUMNS as ABLATION_COLUMNS
 from lab.ablation_file import ABLATION_DIR, read_ablation
@@ -147,7 +147,6 @@ def ablation_block(root: Path) -> str:
 def shipped_block(root: Path) -> str:
     """The README's shipped-heads block, markers included: per shipped head (its card.json), what it was trained on,
     its figures with the command that measured each, and how long each stage took on which machine."""
-
     parts = [SHIPPED_BEGIN]
     for path in sorted((root / HEADS_DIR).glob("*/card.json")):
         facts = json.loads(path.read_text(encoding="utf-8"))

@@ -52,8 +52,6 @@ def row_provenance(spec_recipe: str, row: str, feature_recipes: list[str]) -> di
     """The card's data and recipe facts for a row: the sources of the recipes whose features it read (a row trains
     through the spec's recipe with other features, so the training run's own card names the spec's recipe and its
     source), and the recipe that reproduces it, `<spec recipe>-shipped` where one exists."""
-
-
     shipped = f"{spec_recipe}-shipped"
     sources = dict.fromkeys(recipe(n)["data"]["source"] for n in feature_recipes)
     return {"data_source": " + ".join(sources),
@@ -62,8 +60,6 @@ def row_provenance(spec_recipe: str, row: str, feature_recipes: list[str]) -> di
 
 def ship(row: str, spec_name: str, root: Path, out: Path) -> Path:
     """Copy row `row`'s head (trained under `out`) into the checkout `root` as the shipped head; returns its card."""
-
-
     lines = read_ablation(ablation_path(root, spec_name))
     if row not in lines:
         raise EagleError(f"ablation row {row!r} is not in {ablation_path(root, spec_name)}: expected a row make "

@@ -57,8 +57,8 @@ from eagle_infer.platform import cpu, median_ms, sync  # noqa: E402
 from eagle_infer.errors import EagleError  # noqa: E402
 from eagle_infer.synthetic import PREFIX, is_synthetic  # noqa: E402
 from eagle_infer.target import load_target  # noqa: E402
-from eval.benchmarks import load_benchmark  # noqa: E402
-from eval.markdown import table  # noqa: E402
+from eagle_train.benchmarks import load_benchmark  # noqa: E402
+from eagle_train.markdown import table  # noqa: E402
 from lab.projection import EAGLE_TREE, PAPER_FIGURES, PaperFigures, projected_speedup  # noqa: E402
 
 FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile", "avx512_fp16")

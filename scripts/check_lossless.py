@@ -25,7 +25,7 @@ from eagle_infer.build import build_engine  # noqa: E402
 from eagle_infer.config import InferConf  # noqa: E402
 from eagle_infer.errors import EagleError  # noqa: E402
 from eagle_infer.target import load_target  # noqa: E402
-from eval.benchmarks import load_benchmark  # noqa: E402
+from eagle_train.benchmarks import load_benchmark  # noqa: E402
 
 
 def check(args, compile: bool) -> tuple[list[list[int]], bool, str]:

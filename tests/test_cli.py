@@ -16,7 +16,7 @@ import pytest
 
 from eagle_infer.chat import Message, prompt_ids
 from eagle_infer.records import BatchResult, CycleStats, GenerationResult
-from eval.benchmarks import BENCHMARKS, Question
+from eagle_train.benchmarks import BENCHMARKS, Question
 from eval.harness import HarnessSettings, run as harness_run
 from eval.records import RECORD_FIELDS, RecordWriter, read_records
 
@@ -49,7 +49,7 @@ import torch, transformers, hydra, omegaconf, tqdm, safetensors.torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 import transformers.models.llama.modeling_llama
 import eagle_infer.target, eagle_infer.engine, eagle_infer.draft_head, eagle_infer.chat
-import eagle_train.featurize, eagle_train.train, eval.benchmarks, eval.harness, eval.methods, eval.metrics, eval.report
+import eagle_train.featurize, eagle_train.train, eagle_train.benchmarks, eval.harness, eval.methods, eval.metrics, eval.report
 for line in sys.stdin:
     job = json.loads(line)
     sys.stdout.flush(); sys.stderr.flush()

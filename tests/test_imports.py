@@ -1,40 +1,58 @@
-"""eagle_infer's modules import each other without a circle, and none imports a module of the package inside a
-function (optional third-party dependencies may stay lazy)."""
+"""The project's packages import in one direction, eagle_infer <- eagle_train <- eval <- lab (a package imports its own
+modules and those of the packages before it), without a circle between modules, and no module imports one of the
+project's modules inside a function (optional third-party dependencies may stay lazy). Scripts and tests may import
+anything."""
 from __future__ import annotations
 
 import ast
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parent.parent / "eagle_infer"
+ROOT = Path(__file__).resolve().parent.parent
+LAYERS = ("eagle_infer", "eagle_train", "eval", "lab")  # each may import the ones before it, never one after
 
 
-def package_imports(path: Path) -> list[tuple[str, bool]]:
-    """(imported eagle_infer module, inside a function?) for every import statement in `path`, nested ones too."""
+def project_imports(path: Path, package: str, modules: set[str]) -> list[tuple[str, bool]]:
+    """(imported project module as "package.module", inside a function?) for every import statement in `path` of
+    package `package`, nested ones too; `modules` are all the project's modules, to tell `from pkg import module`
+    from `from pkg import name`."""
     tree, found = ast.parse(path.read_text()), []
+
+    def resolve(base: str, names: list[str]) -> list[str]:
+        if base in LAYERS:  # from eval import throughput: modules, or names of the package's __init__
+            return [f"{base}.{n}" if f"{base}.{n}" in modules else base for n in names]
+        return [".".join(base.split(".")[:2])]
 
     def visit(node, nested: bool) -> None:
         for child in ast.iter_child_nodes(node):
             inner = nested or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
             if isinstance(child, ast.ImportFrom):
                 base = child.module or ""
-                if child.level == 1:  # from .x import y / from . import x
-                    names = [base] if base else [a.name for a in child.names]
-                    found.extend((n.split(".")[0], inner) for n in names)
-                elif base.startswith("eagle_infer"):
-                    rest = base.removeprefix("eagle_infer").lstrip(".")
-                    names = [rest] if rest else [a.name for a in child.names]
-                    found.extend((n.split(".")[0], inner) for n in names)
+                if child.level:  # from .x import y / from . import x: relative to the module's package
+                    base = package + (f".{base}" if base else "")
+                if base.split(".")[0] in LAYERS:
+                    found.extend((m, inner) for m in resolve(base, [a.name for a in child.names]))
             elif isinstance(child, ast.Import):
-                found.extend((a.name.split(".")[1], inner) for a in child.names if a.name.startswith("eagle_infer."))
+                found.extend((".".join(a.name.split(".")[:2]), inner) for a in child.names
+                             if a.name.split(".")[0] in LAYERS)
             visit(child, inner)
 
     visit(tree, False)
     return found
 
 
-def graph() -> dict[str, set[str]]:
-    modules = {p.stem: p for p in PACKAGE.glob("*.py") if p.stem != "__init__"}
-    return {name: {m for m, _ in package_imports(path) if m in modules} for name, path in modules.items()}
+def project_modules(root: Path = ROOT) -> dict[str, Path]:
+    """Every module of the layered packages under `root`, as "package.module" (a package's __init__ as "package")."""
+    return {(p.parent.name if p.stem == "__init__" else f"{p.parent.name}.{p.stem}"): p
+            for package in LAYERS for p in sorted((root / package).glob("*.py"))}
+
+
+def import_table(root: Path = ROOT) -> dict[str, list[tuple[str, bool]]]:
+    modules = project_modules(root)
+    return {name: project_imports(path, name.split(".")[0], set(modules)) for name, path in modules.items()}
+
+
+def graph(table: dict[str, list[tuple[str, bool]]]) -> dict[str, set[str]]:
+    return {name: {m for m, _ in found if m in table and m != name} for name, found in table.items()}
 
 
 def find_cycle(edges: dict[str, set[str]]) -> list[str] | None:
@@ -60,19 +78,45 @@ def find_cycle(edges: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
-def test_no_import_circle_in_eagle_infer():
-    assert find_cycle(graph()) is None, " -> ".join(find_cycle(graph()))
+def upward_imports(table: dict[str, list[tuple[str, bool]]]) -> list[tuple[str, str]]:
+    """(importer, imported) pairs where a package imports a package after it in LAYERS."""
+    layer = lambda module: LAYERS.index(module.split(".")[0])  # noqa: E731
+    return [(name, m) for name, found in table.items() for m, _ in found if layer(m) > layer(name)]
 
 
-def test_no_function_local_import_of_the_package():
-    local = [(p.stem, m) for p in PACKAGE.glob("*.py") for m, nested in package_imports(p) if nested]
-    assert not local, local
+def local_imports(table: dict[str, list[tuple[str, bool]]]) -> list[tuple[str, str]]:
+    return [(name, m) for name, found in table.items() for m, nested in found if nested]
 
 
-def test_the_checks_see_a_circle_and_a_local_import(tmp_path):
-    """The walker is not blind: a planted circle and a function-local import are found."""
-    (tmp_path / "a.py").write_text("from .b import x\n")
-    (tmp_path / "b.py").write_text("def f():\n    from .a import y\n")
-    edges = {p.stem: {m for m, _ in package_imports(p)} for p in tmp_path.glob("*.py")}
-    assert find_cycle(edges) in (["a", "b", "a"], ["b", "a", "b"])
-    assert package_imports(tmp_path / "b.py") == [("a", True)]
+def test_every_package_is_checked():
+    packages = {name.split(".")[0] for name in project_modules()}
+    assert packages == set(LAYERS)
+    assert {p.parent.name for p in ROOT.glob("*/__init__.py")} <= set(LAYERS) | {"tests", "scripts"}
+
+
+def test_no_import_circle_between_modules():
+    cycle = find_cycle(graph(import_table()))
+    assert cycle is None, " -> ".join(cycle)
+
+
+def test_packages_import_only_downward():
+    assert not upward_imports(import_table())
+
+
+def test_no_function_local_import_of_the_project():
+    assert not local_imports(import_table())
+
+
+def test_the_checks_see_a_circle_an_upward_and_a_local_import(tmp_path):
+    """The walker is not blind: a planted circle, an upward import and a function-local import are found."""
+    for package in LAYERS:
+        (tmp_path / package).mkdir()
+    (tmp_path / "eval" / "a.py").write_text("from .b import x\n")
+    (tmp_path / "eval" / "b.py").write_text("def f():\n    from eval.a import y\n")
+    (tmp_path / "eagle_train" / "c.py").write_text("from eval import a\nfrom lab.d import z\n")
+    (tmp_path / "lab" / "d.py").write_text("from eval import b\n")
+    table = import_table(tmp_path)
+    assert find_cycle(graph(table)) in (["eval.a", "eval.b", "eval.a"], ["eval.b", "eval.a", "eval.b"])
+    assert local_imports(table) == [("eval.b", "eval.a")]
+    assert upward_imports(table) == [("eagle_train.c", "eval.a"), ("eagle_train.c", "lab.d")]
+    assert table["lab.d"] == [("eval.b", False)]

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
 
+from eagle_infer.cli_support import REPO
 from eagle_infer.errors import EagleError
 
 BENCHMARKS = ("mt_bench", "humaneval", "gsm8k", "alpaca", "cnn_dm", "nq")
@@ -32,6 +33,17 @@ class Question:
     category: str
     turns: list[str]
     reference: list[str] | None
+
+
+def benchmark_dir(data_dir: str | None, setting: str = "bench.data_dir") -> str | None:
+    """The question directory to read: `data_dir` (an error naming `setting` if it is not a directory), else the
+    checkout's sibling shared/data/benchmarks when present, else None (the PyPI packages, then the hub)."""
+    if data_dir:
+        if not Path(data_dir).is_dir():
+            raise EagleError(f"{setting} {data_dir!r} is not a directory")
+        return data_dir
+    shared = REPO.parent / "shared" / "data" / "benchmarks"
+    return str(shared) if shared.is_dir() else None
 
 
 def check_names(names: list[str], data_dir: str | None) -> None:
