@@ -35,7 +35,7 @@ from .export import FORMATS, copy_card, export, push
 from .featurize import FeaturizeConfig, featurize, regenerate_only
 from .generated_data import restore_generated, save_generated
 from .prompt_categories import category_report
-from .provenance import checkout_commit
+from .provenance import checkout_commit, shown_path
 from .regenerate import first_turn_questions
 from .self_prompts import SelfPromptConf, read_self_prompts, write_self_prompts
 from .train import HeadConf, TrainConfig, read_ds_config, train
@@ -235,7 +235,7 @@ def prompt_categories(cfg: TrainRunConf, results_root: Path = REPO) -> str:
         path.write_text(f"# MT-bench categories of {cfg.recipe}'s self-written prompts\n\n"
                         f"Written by `python -m eagle_train.cli recipes={cfg.recipe} stage=prompt-categories`, commit "
                         f"{commit}{' with uncommitted changes' if changed else ''}, {day}, from "
-                        f"{len(own)} prompts in `{cfg.data.self_prompts_dir}`.\n\n{report}\n")
+                        f"{len(own)} prompts in `{shown_path(cfg.data.self_prompts_dir)}`.\n\n{report}\n")
     return report
 
 

@@ -6,6 +6,7 @@ import subprocess
 from pathlib import Path
 
 from eagle_infer.errors import EagleError
+from eagle_infer.platform import cache_root
 
 
 def checkout_commit(root: Path, exclude: tuple[str, ...] = ()) -> tuple[str, bool]:
@@ -21,3 +22,12 @@ def checkout_commit(root: Path, exclude: tuple[str, ...] = ()) -> tuple[str, boo
 
 def _git(root: Path, *args: str) -> str:
     return subprocess.run(["git", "-C", str(root), *args], check=True, capture_output=True, text=True).stdout.strip()
+
+
+def shown_path(path: str | Path) -> str:
+    """`path` as a committed result file prints it, the same on every machine: under the cache root as
+    `<cache root>/...` (eagle_infer.platform.cache_root), else as given."""
+    try:
+        return "<cache root>/" + Path(path).resolve().relative_to(cache_root().resolve()).as_posix()
+    except ValueError:
+        return str(path)

@@ -478,15 +478,16 @@ def eagle3(root: Path) -> Section:
     ]
     names = [n for n in table if n.startswith(("regen", "baseline", "all-cosine", "layers2-all-cosine", "ttt",
                                                "fused", "eagle3", "self100-layers2-3840k", "self100-ttt3"))]
-    rows = [[name, *_ablation_cells(table.get(name))] for name in names]
+    rows = [[name, *_ablation_cells(table.get(name)), table[name].get("commit") or "—"] for name in names]
     curve = plot_path(root, ABLATE_HEAD_SPEC)
     plots = [curve] if curve.exists() else []
     return Section(
         "EAGLE-3: training-time test, fused features, τ against data (make ablate-head)",
         "Read from make ablate-head's committed result file (rows of conf/ablate/smollm2-135m.yaml; this command trains "
-        "none of them): EAGLE-3's own block at the shipped row's scale against the EAGLE-1 block at equal data and "
-        "epochs, then the earlier rows that put EAGLE-3's ingredients on the EAGLE-1 block. Training cost: the "
-        "train min column.", findings, ["row", *ABLATION_COLUMNS], rows, plots, [source])
+        "none of them): EAGLE-3's own block at 2.4M loss tokens against the EAGLE-1 block at equal data and "
+        "epochs, then the earlier rows that put EAGLE-3's ingredients on the EAGLE-1 block. Each row is its own head, "
+        "measured at the commit its line names. Training cost: the train min column.", findings,
+        ["row", *ABLATION_COLUMNS, "commit"], rows, plots, [source])
 
 
 ABLATION_COLUMNS = ["loss tokens", "epochs", "held-out top-1", "0-α", "1-α", "τ", "speedup", "train min", "status"]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import re
 import subprocess
 import sys
 import time
@@ -68,7 +69,9 @@ def run_step(cmd: list[str], log_path: Path) -> None:
 
 
 def shown(cmd: list[str]) -> str:
-    return " ".join(["python", *cmd[1:]])
+    """The command as the page prints it: `python -m ...`, the benchmark directory as $DATA_DIR (`make reproduce`'s
+    variable) rather than one machine's absolute path."""
+    return " ".join(["python", *(re.sub(r"^(bench\.data_dir|--data-dir)=\S+$", r"\1=$DATA_DIR", a) for a in cmd[1:])])
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -54,9 +54,8 @@ def write(path: Path, sections: list[Section], stamp: Stamp, root: Path) -> str:
         f"τ and speed runs decode {stamp.limit} MT-bench first turns. Small LIMITs make noisy figures: read the "
         "verdicts of a quick pass as directions.",
         f"- **Time**: {_time_line(stamp.steps)}",
-        f"- **Target**: SmolLM2-135M-Instruct (`model.dtype=auto`) with the head shipped when the page was written "
-        f"(`eagle_infer/heads/smollm2-135m`, {stamp.head}) for every inference row; the training rows train their "
-        "own heads and say their cost.",
+        f"- **Target**: SmolLM2-135M-Instruct (`model.dtype=auto`) with {head_text(stamp)} for every inference row; "
+        "the training rows train their own heads and say their cost.",
         "",
         "## Verdicts",
         "",
@@ -66,8 +65,9 @@ def write(path: Path, sections: list[Section], stamp: Stamp, root: Path) -> str:
         "The EAGLE-3 paper's findings read make ablate-head's committed result file, not this pass's: they are in "
         "their own section before the commands, with their verdicts, which `make results-docs` keeps current.",
     ]
+    measured = f"Measured by `{stamp.command}` at commit {stamp.commit} with {head_text(stamp)}."
     for section in sections:
-        lines += _section(section, base)
+        lines += _section(section, base, measured=measured)
     lines += ["", committed_block(path, root)]
     lines += ["", "## Commands", "", "Each step, as `make reproduce` ran it (skipped when complete):", ""]
     lines += [f"- {step}: `{command}`" for step, command in stamp.commands.items()]
@@ -92,10 +92,19 @@ def _summary(sections: list[Section]) -> str:
                                    f.reason or "—"] for s in sections for f in s.findings])
 
 
-def _section(section: Section, base: Path, summary: bool = False) -> list[str]:
-    """One section's lines: title, note, (with `summary`, its findings as the Verdicts table shows them,) findings
-    with their rules, the detail table, plots, sources."""
-    lines = ["", f"## {section.title}", "", section.note, "", *([_summary([section])] if summary else []),
+def head_text(stamp: Stamp) -> str:
+    """The inference rows' head as the page names it: its ablation row and the commit it was shipped at, so the page
+    stays tied to its head after another is shipped."""
+    row = stamp.head.removeprefix("shipped (").removesuffix(")") if stamp.head.startswith("shipped (") else None
+    where = "`eagle_infer/heads/smollm2-135m`"
+    return f"the head {row} ({where} at commit {stamp.commit})" if row else f"the {stamp.head} head ({where})"
+
+
+def _section(section: Section, base: Path, summary: bool = False, measured: str = "") -> list[str]:
+    """One section's lines: title, note, (with `summary`, its findings as the Verdicts table shows them,) the line
+    saying what `measured` it, findings with their rules, the detail table, plots, sources."""
+    lines = ["", f"## {section.title}", "", section.note, "", *([measured, ""] if measured else []),
+             *([_summary([section])] if summary else []),
              table(["finding", "verdict", "our number", "rule", "from"],
                    [[f.claim, f.verdict, "—" if f.effect is None else f"{f.effect:+.3f}", str(f.rule), f.source]
                     for f in section.findings])]

@@ -1,5 +1,5 @@
-"""Every relative link in the README and docs resolves: files exist, and #anchors name a heading of the target page
-(GitHub's anchor rule: lower case, punctuation dropped, spaces to hyphens)."""
+"""Every relative link in the README, CONTRIBUTING, CHANGELOG and docs resolves: files exist, and #anchors name a
+heading of the target page (GitHub's anchor rule: lower case, punctuation dropped, spaces to hyphens)."""
 from __future__ import annotations
 
 import re
@@ -37,7 +37,7 @@ def broken_links(page: Path) -> list[str]:
 
 
 def test_readme_and_docs_links_resolve():
-    pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    pages = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", ROOT / "CHANGELOG.md", *sorted((ROOT / "docs").rglob("*.md"))]
     broken = {str(p.relative_to(ROOT)): b for p in pages if (b := broken_links(p))}
     assert not broken, broken
 

@@ -73,14 +73,14 @@ def test_every_figure_in_the_readme_block_comes_from_a_result_file():
     assert FIGURE.findall(block)
     assert unsourced_figures(block, results) == []
     for result in results:
-        assert f"commit {result.commit}" in block and f"`{result.command}`" in block and result.machine in block
+        assert f"| {result.commit} |" in block and f"`{result.command}`" in block and result.machine in block
 
 
 def test_a_typed_in_figure_is_unsourced(tmp_path):
     result = sample_result()
     block = readme_block((checkout_copy(tmp_path, [result]) / README).read_text(encoding="utf-8"))
     assert unsourced_figures(block, [result]) == []
-    assert unsourced_figures(block.replace("47.2", "49.9"), [result]) == ["49.9"]
+    assert unsourced_figures(block.replace("33.5", "39.9"), [result]) == ["39.9"]
 
 
 def test_hand_edits_and_orphan_pages_are_stale_until_regenerated(tmp_path):
@@ -98,15 +98,38 @@ def test_hand_edits_and_orphan_pages_are_stale_until_regenerated(tmp_path):
     assert stale(root) == [] and not orphan.exists()
 
 
-def test_one_table_per_platform_in_platform_order(tmp_path):
+def test_one_row_per_platform_in_platform_order(tmp_path):
     zeta = dataclasses.replace(sample_result("Zeta GPU"), dtype="float32")
     root = checkout_copy(tmp_path, [zeta, sample_result("Alpha CPU AMX")])
     block = readme_block((root / README).read_text())
-    assert block.index("### Alpha CPU AMX") < block.index("### Zeta GPU")
-    assert block.count("| method | tok/s |") == 2
-    # the bfloat16 table says why "identical" can be below 100 %; the float32 one needs no such line
-    assert block.count("near-tied argmaxes can flip") == 1 and block.index("near-tied") < block.index("### Zeta GPU")
+    assert block.count("| hardware | model | dtype |") == 1
+    assert block.index("| [Alpha CPU AMX](docs/results/alpha-cpu-amx.md), 2 threads |") < block.index("| [Zeta GPU]")
+    assert "| 33.5 | 1.41x | — | 2.48 | abc1234 |" in block  # vanilla tok/s, EAGLE-2, no eagle2+lookup run, τ
+    # a bfloat16 row says why an answer can differ from vanilla's; float32 alone needs no such line
+    assert block.count("near-tied argmaxes can flip") == 1
+    (tmp_path / "f32").mkdir()
+    only_float32 = readme_block((checkout_copy(tmp_path / "f32", [zeta]) / README).read_text())
+    assert "near-tied" not in only_float32
     assert sorted(p.name for p in (root / PAGES_DIR).glob("*.md")) == ["alpha-cpu-amx.md", "zeta-gpu.md"]
+
+
+def test_readme_names_the_shipped_head_and_an_earlier_one_without_row_names(tmp_path):
+    """The README says "the shipped head" for a result measured with the head the card now names, "an earlier head"
+    with its commit otherwise; the platform page keeps the row, as of its commit."""
+    now = dataclasses.replace(sample_result("Alpha CPU"), settings=dataclasses.replace(
+        sample_result().settings, head="shipped (row-now)"))
+    old = dataclasses.replace(sample_result("Beta CPU"), commit="def5678", settings=dataclasses.replace(
+        sample_result().settings, head="shipped (row-old)"))
+    root = checkout_copy(tmp_path, [])
+    (root / "eagle_infer" / "heads" / "smollm2-135m").mkdir(parents=True)
+    (root / "eagle_infer" / "heads" / "smollm2-135m" / "card.json").write_text(json.dumps({"ablation_row": "row-now"}))
+    for result in (now, old):
+        write_result(result, result_path(root, result.machine))
+    write_docs(root)
+    block = readme_block((root / README).read_text())
+    assert "| smollm2-135m, the shipped head |" in block and "| smollm2-135m, an earlier head (def5678) |" in block
+    assert "row-" not in block
+    assert "| setting: head | row-old (the shipped head as of def5678) |" in (root / PAGES_DIR / "beta-cpu.md").read_text()
 
 
 def test_reproduction_pages_eagle3_section_follows_the_committed_ablation_file(tmp_path):
