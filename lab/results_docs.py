@@ -128,7 +128,7 @@ def readme_block(results: list[HeadlineResult], shipped: dict[str, str]) -> str:
     commands = ", ".join(dict.fromkeys(f"`{r.command}`" for r in results))
     settings = "; ".join(dict.fromkeys(_run_text(r) for r in results))
     half = sorted({r.dtype for r in results} & {"bfloat16", "float16"})
-    notes = [f"Each row is one {commands} run on a CPU, batch 1: {settings}. Speedups are tokens/s over vanilla "
+    notes = [f"Each row is one {commands} run, batch 1: {settings}. Speedups are tokens/s over vanilla "
              "decoding's in the same run."]
     if half:
         notes.append(f"In {' and '.join(half)}, near-tied argmaxes can flip between a many-token verification and "
