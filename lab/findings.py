@@ -452,32 +452,10 @@ def eagle3(root: Path) -> Section:
                        f"τ gain {with_test:+.2f} with the test, {without:+.2f} without", _diff(with_test, without),
                        source, _pending_reason(table, (*small, *large), command.format(",".join((*small, *large)))))
 
-    findings = [
-        gain("EAGLE-3's block (fused features, 7-step training-time test) beats the EAGLE-1 block at equal data and "
-             "epochs (300k tokens, 5 epochs)", ("eagle2", "ttt+fused"), ("all-cosine-300k", "eagle3-block-k7-300k")),
-        gain("EAGLE-3's block (fused features, 7-step training-time test) beats the EAGLE-1 block at equal data and "
-             "epochs (1M tokens, 5 epochs)", ("eagle2", "ttt+fused"), ("all-cosine-1000k", "eagle3-block-k7-1000k")),
-        gain("EAGLE-3's block (fused features, 7-step training-time test) beats the EAGLE-1 block at equal data and "
-             "epochs (2.4M tokens, 5 epochs)", ("eagle2", "ttt+fused"), ("all-cosine-2400k", "eagle3-block-k7-2400k")),
-        gain("the training-time test raises τ on the two-layer EAGLE-1 block (ttt3-layers2-2400k vs "
-             "layers2-all-cosine-2400k)",
-             ("eagle2", "ttt"), ("layers2-all-cosine-2400k", "ttt3-layers2-2400k")),
-        gain("the training-time test raises τ on self-written data (self100-ttt3-layers2-3840k vs "
-             "self100-layers2-3840k: two-layer EAGLE-1 block, 3.84M tokens)",
-             ("eagle2", "ttt"), ("self100-layers2-3840k", "self100-ttt3-layers2-3840k")),
-        keeps_rising("with EAGLE-3's block τ keeps rising with data (300k → 1M), more than with EAGLE-1's",
-                     ("eagle3-block-k7-300k", "all-cosine-300k"), ("eagle3-block-k7-1000k", "all-cosine-1000k")),
-        keeps_rising("with EAGLE-3's block τ keeps rising with data (300k → 2.4M), more than with EAGLE-1's",
-                     ("eagle3-block-k7-300k", "all-cosine-300k"), ("eagle3-block-k7-2400k", "all-cosine-2400k")),
-        gain("the training-time test raises τ (ttt3 vs baseline: EAGLE-1 block, 1M tokens, 2 epochs)",
-             ("eagle2", "ttt"), ("baseline", "ttt3")),
-        gain("fused low/mid/high features raise τ further (eagle3 vs ttt3: EAGLE-1 block, 1M tokens, 2 epochs)",
-             ("ttt", "ttt+fused"), ("ttt3", "eagle3")),
-        keeps_rising("with the training-time test τ keeps rising with data (100k → 1M), more than without",
-                     ("ttt3-100k", "regen-100k"), ("ttt3", "baseline")),
-    ]
-    names = [n for n in table if n.startswith(("regen", "baseline", "all-cosine", "layers2-all-cosine", "ttt",
-                                               "fused", "eagle3", "self100-layers2-3840k", "self100-ttt3"))]
+    spec = load_spec(ABLATE_HEAD_SPEC)  # its `findings` and `findings_table` say which rows, figures and rules
+    findings = [gain(f["claim"], tuple(f["paper"]), tuple(f["rows"])) if f["rule"] == "gain" else
+                keeps_rising(f["claim"], tuple(f["small"]), tuple(f["large"])) for f in spec.get("findings", [])]
+    names = [n for n in table if n.startswith(tuple(spec.get("findings_table", [])))]
     rows = [[name, *_ablation_cells(table.get(name)), table[name].get("commit") or "—"] for name in names]
     curve = plot_path(root, ABLATE_HEAD_SPEC)
     plots = [curve] if curve.exists() else []

@@ -38,6 +38,24 @@ def test_bad_rows_are_one_line_errors(monkeypatch, tmp_path):
         ab.load_spec("bad")
 
 
+@pytest.mark.parametrize("finding, message", [
+    ("{claim: c, rule: best, rows: [r, s]}", "finding 'c' has rule 'best': expected one of gain, keeps_rising"),
+    ("{claim: c, rule: gain, paper: [eagle2, ttt], rows: [r, gone]}",
+     r"finding 'c' has rows \['r', 'gone'\]: expected two of r, s"),
+    ("{claim: c, rule: gain, paper: [eagle2, eagle9], rows: [r, s]}", r"finding 'c' has paper \['eagle2', 'eagle9'\]"),
+    ("{claim: c, rule: keeps_rising, small: [r, s]}", r"finding 'c' has keys \['claim', 'rule', 'small'\]"),
+])
+def test_findings_name_a_rule_the_paper_and_rows_of_the_spec(monkeypatch, tmp_path, finding, message):
+    """The findings a spec declares (which rows, which of the paper's figures, which rule) are checked on load."""
+    (tmp_path / "conf" / "ablate").mkdir(parents=True)
+    (tmp_path / "conf" / "ablate" / "f.yaml").write_text(
+        "rows:\n  - {name: r, loss_tokens: 1, overrides: []}\n  - {name: s, loss_tokens: 1, overrides: []}\n"
+        f"findings:\n  - {finding}\n")
+    monkeypatch.setattr(ab, "REPO", tmp_path)
+    with pytest.raises(EagleError, match=message):
+        ab.load_spec("f")
+
+
 def test_shipped_recipe_is_its_ablation_row():
     """recipes/smollm2-135m-shipped.yaml states the settings of the row it ships (the shipped head's card names it) a
     second time, so a recipe for `make train`; composed, the two must train the same head on the same data."""
