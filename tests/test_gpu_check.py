@@ -65,8 +65,10 @@ def test_cpu_smoke_runs_every_step_and_writes_the_report(tmp_path):
         {"from": "gpt", "value": f"A few facts about {topic}: it is old, and many people like it."}]}) + "\n"
         for topic in topics))
     out = tmp_path / "results"
+    # the default 540 s budget is sized for a GPU; on a busy 2-core CPU the toy steps alone can take longer
     proc = subprocess.run([sys.executable, str(SCRIPT), "--cpu-smoke", "--out-dir", str(out), "--conversations",
-                           str(conversations)], cwd=REPO, env=env(), capture_output=True, text=True, timeout=600)
+                           str(conversations), "--budget-s", "1500"], cwd=REPO, env=env(), capture_output=True,
+                          text=True, timeout=1600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     report = json.loads((out / "gpu-check.json").read_text())
     assert report["mode"] == "cpu-smoke" and report["passed"] and list(report["steps"]) == STEPS

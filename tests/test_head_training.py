@@ -316,13 +316,20 @@ def deep_compiled(deep_target):
     return compile_target(deep_target)
 
 
-@pytest.mark.parametrize("path", ["eager", "compiled"])
+DEEP_CONFIGS = {"eagle2": InferConf(budget="fixed", method="eagle2"), "chain": InferConf(method="chain", depth=3),
+                "eagle1": InferConf(method="eagle1")}
+
+
+# Every head drafts each tree kind on the eager forward; on the compiled forward each head runs EAGLE-2's tree only:
+# what the compiled path adds for these heads is its fused-feature and deep-head outputs, the same for every tree
+# kind, while each tree kind's widths compile graphs of their own (tests/test_engine_lossless.py runs every tree
+# kind compiled with the standard head).
+@pytest.mark.parametrize("path, config", [("eager", c) for c in DEEP_CONFIGS] + [("compiled", "eagle2")])
 @pytest.mark.parametrize("name", ["two-layer", "fused", "fused-two-layer"])
-@pytest.mark.parametrize("config", [InferConf(budget="fixed", method="eagle2"), InferConf(method="chain", depth=3),
-                                    InferConf(method="eagle1")], ids=["eagle2", "chain", "eagle1"])
-def test_fused_and_deep_heads_are_lossless(deep_target, deep_compiled, name, config, path):
+def test_fused_and_deep_heads_are_lossless(deep_target, request, name, config, path):
     """Eager vanilla's output, drafting with each head on the eager or the compiled forward (infer.compile)."""
-    target, head = (deep_compiled if path == "compiled" else deep_target), heads(deep_target)[name]
+    target = request.getfixturevalue("deep_compiled") if path == "compiled" else deep_target
+    head, config = heads(deep_target)[name], DEEP_CONFIGS[config]
     prompts = [[3, 14, 15, 92, 65], [35, 89], list(range(10, 40))]
     want = [vanilla_tokens(deep_target, p, 20) for p in prompts]
     engine = Engine(target, head, config)
