@@ -21,18 +21,22 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import sys
 import time
 from pathlib import Path
 
 import torch
 
-import eagle_train.objective as objective_mod
-from eagle_infer.platform import cache_root, cpu, resolve_dtype
-from eagle_infer.target import load_target
-from eagle_train.features import read_samples
-from eagle_train.objective import compile_layers
-from eagle_train.train import build_head_config, micro_batches, new_head, objective
-from lab.ablate_head import row_settings
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))  # this checkout's packages, as `python scripts/...` runs it
+
+import eagle_train.objective as objective_mod  # noqa: E402
+from eagle_infer.platform import cache_root, cpu, resolve_dtype  # noqa: E402
+from eagle_infer.target import load_target  # noqa: E402
+from eagle_train.features import read_samples  # noqa: E402
+from eagle_train.objective import compile_layers  # noqa: E402
+from eagle_train.train import build_head_config, micro_batches, new_head, objective  # noqa: E402
+from lab.ablate_head import row_settings  # noqa: E402
 
 # Each --blocks name times the settings of one row of the ablation (conf/ablate/smollm2-135m.yaml, composed as
 # `make ablate-head` trains it): the two-layer EAGLE-1 block, the same with the training-time test K = 3, and
