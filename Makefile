@@ -60,7 +60,7 @@ EVAL_ARGS = model.name=$(MODEL) run=$(RUN) $(if $(BENCH),bench.names=[$(BENCH)])
 eval: $(STAMP)
 	$(PY) -m eval.cli $(EVAL_ARGS) $(ARGS)
 
-# This machine's headline result (28 min on a 2-core CPU busy with other jobs): the defaults on 10 MT-bench first turns, 128 new tokens,
+# The machine's headline result (28 min on a 2-core CPU busy with other jobs): the defaults on 10 MT-bench first turns, 128 new tokens,
 # for vanilla, transformers' generate, EAGLE-2 and EAGLE-2 with prompt lookup, measured afresh into results/headline;
 # its figures become docs/results/data/<platform>/headline.json (lab/result_file.py), then the docs are regenerated.
 .PHONY: headline results-docs
@@ -73,7 +73,8 @@ headline: $(STAMP)
 	$(PY) -m lab.headline end results/headline --command "make headline"
 	$(PY) -m lab.results_docs
 
-# docs/results/<platform>.md and the README's headline block from the committed result files only (no model, seconds).
+# docs/results/<platform>.md, the README's results block and the generated blocks of docs/ from the committed result
+# files only (no model, seconds).
 results-docs: $(STAMP)
 	$(PY) -m lab.results_docs
 
@@ -127,7 +128,7 @@ ablate-head: $(STAMP)
 	$(PY) -m lab.ablate_head --recipe $(MODEL) $(if $(ROWS),--rows $(ROWS)) $(if $(FEATURIZE),--featurize) --coverage
 
 # An ablation row's head becomes eagle_infer/heads/$(MODEL), its card written from the row's files (lab/ship_head.py),
-# then the README's shipped-head block is regenerated. ROW=<row of conf/ablate/$(MODEL).yaml>.
+# then docs/training.md's shipped-head block is regenerated. ROW=<row of conf/ablate/$(MODEL).yaml>.
 .PHONY: ship-head
 ship-head: $(STAMP)
 	$(PY) -m lab.ship_head --row $(ROW) --spec $(MODEL)

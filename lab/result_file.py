@@ -1,7 +1,7 @@
 """Headline result files: `docs/results/data/<platform>/headline.json`, one per platform measured, committed.
 
 `make headline` writes one on the machine it runs on (`lab.headline`); `make results-docs` renders every file into
-`docs/results/<platform>.md` and the README's headline block (`lab.results_docs`). A file is one JSON object:
+`docs/results/<platform>.md` and the README's results block (`lab.results_docs`). A file is one JSON object:
 
 - format: FORMAT (this layout's version);
 - machine: the GPU's name, or the CPU's model and widest matmul extension (`cpu().label`); device: cpu or cuda;

@@ -4,8 +4,9 @@ Copies `<cache root>/ablate-head/<row>/head` (its weights and config) into `eagl
 and writes the card (`eagle_infer.head_card`) from files only: the training facts of the row's own card (data, loss
 tokens, steps, training time and machine), the row's line of the committed ablation file (held-out top-1 and α, τ
 on MT-bench and on held-out prompts, EAGLE-2 × vanilla with the machine it ran on), and each data stage's time from
-the row's feature directories (`eagle_train.stage_times`). `make results-docs` then renders the README's shipped-head
-block from that card. A row missing from the ablation file, or without a trained head, is refused in one line.
+the row's feature directories (`eagle_train.stage_times`). `make results-docs` then renders docs/training.md's
+shipped-head block from that card. A row missing from the ablation file, or without a trained head, is refused in
+one line.
 """
 from __future__ import annotations
 
