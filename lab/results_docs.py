@@ -123,7 +123,8 @@ def readme_block(results: list[HeadlineResult], shipped: dict[str, str]) -> str:
                      cell(by_method["vanilla"], "tok_s") if "vanilla" in by_method else "—",
                      *(cell(by_method[m], "speedup") if m in by_method else "—" for m in README_METHODS),
                      cell(by_method["eagle2"], "tau") if "eagle2" in by_method else "—", r.commit])
-    header = ["hardware", "model", "dtype", "vanilla tok/s", *(f"{label} × vanilla" for label in README_METHODS.values()),
+    header = ["hardware", "model", "dtype", "vanilla tok/s",
+              *(f"{label} × vanilla" for label in README_METHODS.values()),
               "EAGLE-2 τ", "commit"]
     commands = ", ".join(dict.fromkeys(f"`{r.command}`" for r in results))
     settings = "; ".join(dict.fromkeys(_run_text(r) for r in results))

@@ -16,7 +16,8 @@ def test_citation_names_the_toolkit_and_the_eagle_papers():
     assert cff["license"] == "Apache-2.0" and "Apache License" in (ROOT / "LICENSE").read_text()[:200]
     papers = {i["value"] for ref in cff["references"] for i in ref["identifiers"]}
     assert papers == {"arXiv:2401.15077", "arXiv:2406.16858", "arXiv:2503.01840"}  # EAGLE, EAGLE-2, EAGLE-3
-    assert all(ref["title"].startswith(("EAGLE:", "EAGLE-2:", "EAGLE-3:")) and ref["authors"] for ref in cff["references"])
+    titles = ("EAGLE:", "EAGLE-2:", "EAGLE-3:")
+    assert all(ref["title"].startswith(titles) and ref["authors"] for ref in cff["references"])
 
 
 def test_one_version_in_pyproject_citation_and_changelog():
