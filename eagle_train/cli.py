@@ -28,7 +28,10 @@ from eagle_infer.config import ModelConf
 from eagle_infer.errors import EagleError
 
 from .featurize import FeaturizeConfig
+from .launch import launched_rank, rank_device, rank_zero_first
+from .plan import PlanConf
 from .self_prompts import SelfPromptConf
+from .states import resolve_mode
 from .train import HeadConf, TrainConfig
 
 log = logging.getLogger("eagle_train")
@@ -88,6 +91,7 @@ class TrainRunConf:
     train: TrainConfig = field(default_factory=TrainConfig)
     head: HeadConf = field(default_factory=HeadConf)
     export: ExportConf = field(default_factory=ExportConf)
+    plan: PlanConf = field(default_factory=PlanConf)
     stage: str = "plan"
     recipe: str = "none"
     notes: str = ""
@@ -161,10 +165,15 @@ def _splits(cfg: TrainRunConf, target=None):
 
 
 def run_featurize(cfg: TrainRunConf, target) -> None:
-    from .featurize import featurize
+    """Featurize the recipe's splits into data.features_dir: the target's states for train.features=offline, tokens
+    only for online and cached (training computes the states)."""
+    from .featurize import check_ranks, featurize
 
-    for name, convs in _splits(cfg, target):
-        manifest = featurize(convs, target, f"{cfg.data.features_dir}/{name}", cfg.featurize)
+    splits = _splits(cfg, target)
+    check_ranks(len(dict(splits)["train"]), cfg.featurize)
+    for name, convs in splits:
+        manifest = featurize(convs, target, f"{cfg.data.features_dir}/{name}", cfg.featurize,
+                             states=cfg.train.features == "offline")
         log.info("%s features: %d conversations, %d tokens (%d in the loss), skipped %s", name,
                  manifest.conversations, manifest.tokens, manifest.loss_tokens, manifest.skipped or "none")
 
@@ -190,9 +199,11 @@ def run_export(conf: ExportConf, target) -> None:
 
 
 def run_regenerate(cfg: TrainRunConf, target) -> None:
-    from .featurize import regenerate_only
+    from .featurize import check_ranks, regenerate_only
 
-    for name, convs in _splits(cfg, target):
+    splits = _splits(cfg, target)
+    check_ranks(len(dict(splits)["train"]), cfg.featurize)
+    for name, convs in splits:
         done = regenerate_only(convs, target, f"{cfg.data.features_dir}/{name}", cfg.featurize)
         log.info("%s: %d shards answered", name, done)
 
@@ -270,7 +281,19 @@ def _self_plan(data: DataConf) -> str:
             f"{f', {len(conf.openers)} openers' if conf.openers else ''}), " if n else "")
 
 
-def plan(cfg: TrainRunConf) -> str:
+def _plan_conversations(cfg: TrainRunConf):
+    """The recipe's conversations for the plan's estimate, self-written prompts stood in for by as many of the
+    ShareGPT package's (their regenerated answers make most of the tokens)."""
+    from .conversations import SHAREGPT_PACKAGE
+
+    if not self_count(cfg.data):
+        return _conversations(cfg, None)
+    source = SHAREGPT_PACKAGE if cfg.data.source == SELF else cfg.data.source
+    return _conversations(replace(cfg, data=replace(cfg.data, source=source, self_fraction=0.0)), None)
+
+
+def plan(cfg: TrainRunConf, costs: bool = True) -> str:
+    """The resolved settings and, with `costs`, what the run costs (eagle_train.plan)."""
     from .train import read_ds_config
 
     ds = read_ds_config(cfg.train.deepspeed_config, cfg.train, cfg.train.max_steps or 1)
@@ -285,12 +308,16 @@ def plan(cfg: TrainRunConf) -> str:
              f"lr {cfg.train.lr}, betas {list(cfg.train.betas)}, warmup {cfg.train.warmup_steps} then {cfg.train.lr_schedule}, clip {cfg.train.grad_clip}, "
              f"noise {cfg.train.noise}, w_cls {cfg.train.w_cls}, w_reg {cfg.train.w_reg}, ttt_steps {cfg.train.ttt_steps}, "
              f"loss per {cfg.train.loss_per}{' (draftable positions)' if cfg.train.draftable_only else ''}, "
-             f"input {cfg.train.input_mode}, features {cfg.train.features}"
+             f"input {cfg.train.input_mode}, states {cfg.train.features} from {cfg.train.features_dir}"
              f"{''.join(' + ' + d for d in cfg.train.extra_features)} -> {cfg.train.out_dir}",
              f"head: block {cfg.head.block}, layers {cfg.head.layers}, features {cfg.head.features}",
              f"deepspeed ({cfg.train.deepspeed_config}): {ds}"]
     if cfg.notes:
         lines.append(f"notes: {cfg.notes}")
+    if costs:
+        from .plan import cost_lines
+
+        lines += cost_lines(cfg, lambda: _plan_conversations(cfg), ds)
     return "\n".join(lines)
 
 
@@ -314,11 +341,18 @@ def _kept_generated(conf: TrainRunConf) -> None:
 
 
 def _load_target(conf: TrainRunConf):
+    from eagle_infer.platform import resolve_device
     from eagle_infer.target import load_target
 
     training = conf.stage == "train"
+    if training and conf.train.features != "offline":  # the target runs beside the head: refused where it cannot
+        from .plan import check_fits
+        from .train import read_ds_config
+
+        ds = read_ds_config(conf.train.deepspeed_config, conf.train, 1)
+        check_fits(conf, ds, launched_rank()[1], resolve_device(rank_device(conf.model.device)))
     dtype = train_dtype(conf.train) if training else conf.model.dtype
-    target = load_target(conf.model.name, dtype, conf.model.device, "off" if training else conf.model.pack,
+    target = load_target(conf.model.name, dtype, rank_device(conf.model.device), "off" if training else conf.model.pack,
                          compile=conf.featurize.compile and not training)
     if conf.data.template is not None:  # features record it (their manifest), so training checks it too
         target = replace(target, template=conf.data.template)
@@ -332,6 +366,7 @@ def main(cfg) -> None:
     conf: TrainRunConf = OmegaConf.to_object(cfg)
     if conf.stage not in STAGES:
         raise EagleError(f"unknown stage {conf.stage!r}: expected one of {', '.join(STAGES)}")
+    conf.train = resolve_mode(conf.train)
     conf.train.check()  # before featurizing: `make train` featurizes first
     _check_self_answers(conf)
     if conf.data.template is not None:
@@ -351,11 +386,17 @@ def main(cfg) -> None:
     if conf.stage == "prompt-categories":
         print(prompt_categories(conf))
         return
+    if conf.stage in ("featurize", "regenerate"):  # under the deepspeed launcher: this rank's shards
+        rank, world = launched_rank()
+        if world > 1 and conf.featurize.world == 1:
+            conf.featurize = replace(conf.featurize, rank=rank, world=world)
     if conf.stage == "save-generated" or (conf.stage in GENERATING and conf.data.generated_dir is not None):
-        _kept_generated(conf)
+        rank_zero_first(lambda: _kept_generated(conf))
         if conf.stage == "save-generated":
             return
     target = None if conf.stage == "export-conversations" and not self_count(conf.data) else _load_target(conf)
+    if conf.stage in GENERATING and self_count(conf.data):  # written once, by rank 0; the other ranks read them
+        rank_zero_first(lambda: _self_written(conf, target))
     if conf.stage == "export-conversations":
         from .conversations import write_jsonl
 
