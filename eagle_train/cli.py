@@ -288,8 +288,10 @@ def _plan_conversations(cfg: TrainRunConf):
 
     if not self_count(cfg.data):
         return _conversations(cfg, None)
-    source = SHAREGPT_PACKAGE if cfg.data.source == SELF else cfg.data.source
-    return _conversations(replace(cfg, data=replace(cfg.data, source=source, self_fraction=0.0)), None)
+    own = cfg.data.source == SELF  # data.skip passes over self-written prompts then, not the stand-ins
+    data = replace(cfg.data, source=SHAREGPT_PACKAGE if own else cfg.data.source, self_fraction=0.0,
+                   skip=0 if own else cfg.data.skip)
+    return _conversations(replace(cfg, data=data), None)
 
 
 def plan(cfg: TrainRunConf, costs: bool = True) -> str:

@@ -68,8 +68,9 @@ class PlanConf:
 
 
 def meta_target(name: str, dtype: torch.dtype):
-    """The target `name` (registered, synthetic:<registered> or a local directory) on the meta device: its shape
-    without weights; a one-line error for an architecture the head cannot take or a shape out of reach (hub ids)."""
+    """The target `name` (registered, synthetic:<registered>, a local directory or a reachable hub id) on the meta
+    device: its shape without weights; a one-line error for an architecture the head cannot take or a shape out of
+    reach."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
     from eagle_infer.registry import lookup
@@ -79,14 +80,16 @@ def meta_target(name: str, dtype: torch.dtype):
     spec = lookup(name.removeprefix("synthetic:") if is_synthetic(name) else name)
     if spec is not None:
         model = synthetic_model(spec.arch, dtype, torch.device("meta"))
-    elif (Path(name) / "config.json").exists():
-        config = AutoConfig.from_pretrained(name)
+    else:
+        try:  # a local directory, or a hub id where the hub (or its cache) answers
+            config = AutoConfig.from_pretrained(name)
+        except (OSError, ValueError):
+            raise EagleError(f"model {name!r} is neither registered nor a directory or hub id whose config.json can "
+                             "be read here: its shape is needed; expected a registered name, synthetic:<name> or a "
+                             "downloaded directory") from None
         check_architecture(name, config.model_type)
         with torch.device("meta"):
             model = AutoModelForCausalLM.from_config(config, dtype=dtype)
-    else:
-        raise EagleError(f"model {name!r} is neither registered nor a local directory with a config.json: the plan "
-                         "needs its shape; expected a registered name, synthetic:<name> or a downloaded directory")
     check_architecture(name, model.config.model_type)
     return Target(name, model, None, "chatml", dtype, torch.device("meta"), use_lean=False)
 
