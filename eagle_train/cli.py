@@ -1,6 +1,7 @@
 """`python -m eagle_train.cli recipes=NAME stage=featurize|train|plan|regenerate|export|export-conversations|
 heldout-questions|self-prompts|prompt-categories|save-generated` (make train runs featurize, then train under the
-deepspeed launcher). `stage=plan` (make train DRY_RUN=1) prints the resolved plan and does nothing else.
+deepspeed launcher, on NGPU ranks). `stage=plan` (make train DRY_RUN=1) prints the resolved settings and what the run
+costs (eagle_train.plan) and does nothing else.
 `stage=regenerate` only answers the prompts (e.g. on a GPU machine); `stage=export-conversations` writes the recipe's
 conversations to <features_dir>/conversations.jsonl, so another machine can use them as data.source; `stage=export
 export.head=DIR export.format=vllm|sglang|eagle export.out=DIR` writes a head in a server's layout
