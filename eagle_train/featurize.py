@@ -34,7 +34,8 @@ FEATURES = ("last", "fused")
 class FeaturizeConfig:
     """features: "last" stores the post-norm last hidden state (EAGLE-1/2 heads); "fused" also stores the outputs of
     EAGLE-3's low/middle/high layers (`aux`), so one feature directory trains both kinds of head. rank/world: this
-    process featurizes shards rank, rank + world, ... of the directory (the manifest merges every rank's shards)."""
+    process featurizes shards rank, rank + world, ... of the directory (the manifest merges every rank's shards); under
+    the deepspeed launcher (make train NGPU=N) stage=featurize sets them from RANK and WORLD_SIZE."""
 
     max_length: int = 1024
     overlong: str = "truncate"  # or "skip"
