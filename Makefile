@@ -32,12 +32,18 @@ test: $(STAMP)
 chat: $(STAMP)
 	$(PY) -m eagle_infer.cli $(ARGS)
 
+# Featurize, then train, each on NGPU ranks of this machine (DeepSpeed's launcher; gloo on a CPU), or on the nodes
+# of a DeepSpeed hostfile (HOSTFILE=<file>: "<host> slots=<GPUs>" a line). DRY_RUN=1 prints the plan for NGPU ranks
+# instead (with a hostfile: ARGS=plan.ranks=<all GPUs>).
+HOSTFILE ?=
+LAUNCH = $(CPU_ENV) .venv/bin/deepspeed $(if $(HOSTFILE),--hostfile $(HOSTFILE),--num_gpus $(NGPU)) --no_local_rank \
+	--module eagle_train.cli recipes=$(MODEL) $(if $(BLOCK),block=$(BLOCK))
 train: $(STAMP)
 ifeq ($(DRY_RUN),)
-	$(PY) -m eagle_train.cli recipes=$(MODEL) $(if $(BLOCK),block=$(BLOCK)) stage=featurize $(ARGS)
-	$(CPU_ENV) .venv/bin/deepspeed --num_gpus $(NGPU) --no_local_rank --module eagle_train.cli recipes=$(MODEL) $(if $(BLOCK),block=$(BLOCK)) stage=train $(ARGS)
+	$(LAUNCH) stage=featurize $(ARGS)
+	$(LAUNCH) stage=train $(ARGS)
 else
-	$(PY) -m eagle_train.cli recipes=$(MODEL) $(if $(BLOCK),block=$(BLOCK)) stage=plan $(ARGS)
+	$(PY) -m eagle_train.cli recipes=$(MODEL) $(if $(BLOCK),block=$(BLOCK)) stage=plan plan.ranks=$(NGPU) $(ARGS)
 endif
 
 # The whole pipeline in miniature: featurize a few hundred conversations, train a head for a few minutes, then

@@ -119,10 +119,25 @@ def _chatml(messages: list[Message], add_generation_prompt: bool) -> RenderedCha
     return b.result()
 
 
+def _qwen3(messages: list[Message], add_generation_prompt: bool) -> RenderedChat:
+    """Qwen3's template in its non-thinking mode (enable_thinking=False): ChatML with every assistant turn opened by
+    an empty reasoning block, ``<think>\n\n</think>\n\n``, as the model sees it before the answer it writes (not
+    in the loss). Prefix-stable, unlike Qwen3's own Jinja template, which keeps the block in the last turn only."""
+    b = _Builder()
+    for m in messages:
+        b.add(f"<|im_start|>{m.role}\n" + ("<think>\n\n</think>\n\n" if m.role == "assistant" else ""))
+        b.add(m.content + "<|im_end|>", assistant=m.role == "assistant")
+        b.add("\n")
+    if add_generation_prompt:
+        b.add("<|im_start|>assistant\n<think>\n\n</think>\n\n")
+    return b.result()
+
+
 NAMED_TEMPLATES: dict[str, Callable[[list[Message], bool], RenderedChat]] = {
     "vicuna_v1.1": _vicuna,
     "llama2_chat": _llama2,
     "chatml": _chatml,
+    "qwen3": _qwen3,
 }
 
 

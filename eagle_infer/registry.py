@@ -65,6 +65,12 @@ MODELS: dict[str, ModelSpec] = {
         ModelSpec("llama3-8b-instruct", "meta-llama/Meta-Llama-3-8B-Instruct", "tokenizer",
                   Architecture("llama", hidden_size=4096, layers=32, heads=32, kv_heads=8, intermediate_size=14336,
                                vocab_size=128256, rope_theta=500000.0, max_positions=8192)),
+        ModelSpec("llama3.1-8b-instruct", "meta-llama/Llama-3.1-8B-Instruct", "tokenizer",
+                  Architecture("llama", hidden_size=4096, layers=32, heads=32, kv_heads=8, intermediate_size=14336,
+                               vocab_size=128256, rope_theta=500000.0, max_positions=131072)),
+        ModelSpec("qwen3-8b", "Qwen/Qwen3-8B", "qwen3",
+                  Architecture("qwen3", hidden_size=4096, layers=36, heads=32, kv_heads=8, intermediate_size=12288,
+                               vocab_size=151936, rope_theta=1000000.0, max_positions=40960)),
     )
 }
 

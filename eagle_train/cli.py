@@ -1,6 +1,7 @@
 """`python -m eagle_train.cli recipes=NAME stage=featurize|train|plan|regenerate|export|export-conversations|
 heldout-questions|self-prompts|prompt-categories|save-generated` (make train runs featurize, then train under the
-deepspeed launcher). `stage=plan` (make train DRY_RUN=1) prints the resolved plan and does nothing else.
+deepspeed launcher, on NGPU ranks). `stage=plan` (make train DRY_RUN=1) prints the resolved settings and what the run
+costs (eagle_train.plan) and does nothing else.
 `stage=regenerate` only answers the prompts (e.g. on a GPU machine); `stage=export-conversations` writes the recipe's
 conversations to <features_dir>/conversations.jsonl, so another machine can use them as data.source; `stage=export
 export.head=DIR export.format=vllm|sglang|eagle export.out=DIR` writes a head in a server's layout
@@ -28,16 +29,20 @@ from eagle_infer.cli_support import CONF_DIR, REPO, launch, one_line_errors, set
 from eagle_infer.config import ModelConf
 from eagle_infer.errors import EagleError
 from eagle_infer.head_checkpoint import head_directory, load_head
+from eagle_infer.platform import resolve_device
 
 from .benchmarks import benchmark_dir
 from .conversations import SHAREGPT_PACKAGE, load_conversations, split, write_jsonl
 from .export import FORMATS, copy_card, export, push
-from .featurize import FeaturizeConfig, featurize, regenerate_only
+from .featurize import FeaturizeConfig, check_ranks, featurize, regenerate_only
 from .generated_data import restore_generated, save_generated
+from .launch import launched_rank, rank_device, rank_zero_first
+from .plan import PlanConf, check_fits, cost_lines
 from .prompt_categories import category_report
 from .provenance import checkout_commit, shown_path
 from .regenerate import first_turn_questions
 from .self_prompts import SelfPromptConf, read_self_prompts, write_self_prompts
+from .states import resolve_mode
 from .train import HeadConf, TrainConfig, read_ds_config, train
 
 log = logging.getLogger("eagle_train")
@@ -97,6 +102,7 @@ class TrainRunConf:
     train: TrainConfig = field(default_factory=TrainConfig)
     head: HeadConf = field(default_factory=HeadConf)
     export: ExportConf = field(default_factory=ExportConf)
+    plan: PlanConf = field(default_factory=PlanConf)
     stage: str = "plan"
     recipe: str = "none"
     notes: str = ""
@@ -164,8 +170,13 @@ def _splits(cfg: TrainRunConf, target=None):
 
 
 def run_featurize(cfg: TrainRunConf, target) -> None:
-    for name, convs in _splits(cfg, target):
-        manifest = featurize(convs, target, f"{cfg.data.features_dir}/{name}", cfg.featurize)
+    """Featurize the recipe's splits into data.features_dir: the target's states for train.features=offline, tokens
+    only for online and cached (training computes the states)."""
+    splits = _splits(cfg, target)
+    check_ranks(len(dict(splits)["train"]), cfg.featurize)
+    for name, convs in splits:
+        manifest = featurize(convs, target, f"{cfg.data.features_dir}/{name}", cfg.featurize,
+                             states=cfg.train.features == "offline")
         log.info("%s features: %d conversations, %d tokens (%d in the loss), skipped %s", name,
                  manifest.conversations, manifest.tokens, manifest.loss_tokens, manifest.skipped or "none")
 
@@ -185,7 +196,9 @@ def run_export(conf: ExportConf, target) -> None:
 
 
 def run_regenerate(cfg: TrainRunConf, target) -> None:
-    for name, convs in _splits(cfg, target):
+    splits = _splits(cfg, target)
+    check_ranks(len(dict(splits)["train"]), cfg.featurize)
+    for name, convs in splits:
         done = regenerate_only(convs, target, f"{cfg.data.features_dir}/{name}", cfg.featurize)
         log.info("%s: %d shards answered", name, done)
 
@@ -253,7 +266,19 @@ def _self_plan(data: DataConf) -> str:
             f"{f', {len(conf.openers)} openers' if conf.openers else ''}), " if n else "")
 
 
-def plan(cfg: TrainRunConf) -> str:
+def _plan_conversations(cfg: TrainRunConf):
+    """The recipe's conversations for the plan's estimate, self-written prompts stood in for by as many of the
+    ShareGPT package's (their regenerated answers make most of the tokens)."""
+    if not self_count(cfg.data):
+        return _conversations(cfg, None)
+    own = cfg.data.source == SELF  # data.skip passes over self-written prompts then, not the stand-ins
+    data = replace(cfg.data, source=SHAREGPT_PACKAGE if own else cfg.data.source, self_fraction=0.0,
+                   skip=0 if own else cfg.data.skip)
+    return _conversations(replace(cfg, data=data), None)
+
+
+def plan(cfg: TrainRunConf, costs: bool = True) -> str:
+    """The resolved settings and, with `costs`, what the run costs (eagle_train.plan)."""
     ds = read_ds_config(cfg.train.deepspeed_config, cfg.train, cfg.train.max_steps or 1)
     lines = [f"recipe: {cfg.recipe}", f"model: {cfg.model.name} ({cfg.model.dtype}, device {cfg.model.device})",
              f"data: {cfg.data.source}, {f'after {cfg.data.skip}, ' if cfg.data.skip else ''}"
@@ -266,12 +291,14 @@ def plan(cfg: TrainRunConf) -> str:
              f"lr {cfg.train.lr}, betas {list(cfg.train.betas)}, warmup {cfg.train.warmup_steps} then {cfg.train.lr_schedule}, clip {cfg.train.grad_clip}, "
              f"noise {cfg.train.noise}, w_cls {cfg.train.w_cls}, w_reg {cfg.train.w_reg}, ttt_steps {cfg.train.ttt_steps}, "
              f"loss per {cfg.train.loss_per}{' (draftable positions)' if cfg.train.draftable_only else ''}, "
-             f"input {cfg.train.input_mode}, features {cfg.train.features}"
+             f"input {cfg.train.input_mode}, states {cfg.train.features} from {cfg.train.features_dir}"
              f"{''.join(' + ' + d for d in cfg.train.extra_features)} -> {cfg.train.out_dir}",
              f"head: block {cfg.head.block}, layers {cfg.head.layers}, features {cfg.head.features}",
              f"deepspeed ({cfg.train.deepspeed_config}): {ds}"]
     if cfg.notes:
         lines.append(f"notes: {cfg.notes}")
+    if costs:
+        lines += cost_lines(cfg, lambda: _plan_conversations(cfg), ds)
     return "\n".join(lines)
 
 
@@ -294,8 +321,11 @@ def _kept_generated(conf: TrainRunConf) -> None:
 
 def _load_target(conf: TrainRunConf):
     training = conf.stage == "train"
+    if training and conf.train.features != "offline":  # the target runs beside the head: refused where it cannot
+        ds = read_ds_config(conf.train.deepspeed_config, conf.train, 1)
+        check_fits(conf, ds, launched_rank()[1], resolve_device(rank_device(conf.model.device)))
     dtype = train_dtype(conf.train) if training else conf.model.dtype
-    target = eagle_infer.target.load_target(conf.model.name, dtype, conf.model.device,
+    target = eagle_infer.target.load_target(conf.model.name, dtype, rank_device(conf.model.device),
                                             "off" if training else conf.model.pack,
                                             compile=conf.featurize.compile and not training)
     if conf.data.template is not None:  # features record it (their manifest), so training checks it too
@@ -310,6 +340,7 @@ def main(cfg) -> None:
     conf: TrainRunConf = OmegaConf.to_object(cfg)
     if conf.stage not in STAGES:
         raise EagleError(f"unknown stage {conf.stage!r}: expected one of {', '.join(STAGES)}")
+    conf.train = resolve_mode(conf.train)
     conf.train.check()  # before featurizing: `make train` featurizes first
     _check_self_answers(conf)
     if conf.data.template is not None:
@@ -327,11 +358,17 @@ def main(cfg) -> None:
     if conf.stage == "prompt-categories":
         print(prompt_categories(conf))
         return
+    if conf.stage in ("featurize", "regenerate"):  # under the deepspeed launcher: this rank's shards
+        rank, world = launched_rank()
+        if world > 1 and conf.featurize.world == 1:
+            conf.featurize = replace(conf.featurize, rank=rank, world=world)
     if conf.stage == "save-generated" or (conf.stage in GENERATING and conf.data.generated_dir is not None):
-        _kept_generated(conf)
+        rank_zero_first(lambda: _kept_generated(conf))
         if conf.stage == "save-generated":
             return
     target = None if conf.stage == "export-conversations" and not self_count(conf.data) else _load_target(conf)
+    if conf.stage in GENERATING and self_count(conf.data):  # written once, by rank 0; the other ranks read them
+        rank_zero_first(lambda: _self_written(conf, target))
     if conf.stage == "export-conversations":
         path = f"{conf.data.features_dir}/conversations.jsonl"
         write_jsonl(_conversations(conf, target), path)

@@ -2,7 +2,9 @@
 
 A feature directory holds `manifest.json` and shards `shard-NNNNN.safetensors`, each with
   input_ids int32 [T], loss_mask uint8 [T], hidden <dtype> [T, H], offsets int64 [n + 1]
-and, when featurized for fused (EAGLE-3) heads, aux <dtype> [T, k * H]: the outputs of the manifest's
+(a token directory, `states` false in its manifest, lacks `hidden`: training computes the target's states itself,
+train.features=online|cached; a cache of states a run computed adds `sample` int64 [n], each conversation's index
+in the run's samples) and, when featurized for fused (EAGLE-3) heads, aux <dtype> [T, k * H]: the outputs of the manifest's
 `feature_layers` side by side. n conversations are concatenated (conversation j is rows offsets[j]:offsets[j+1]).
 `hidden` is the target's last hidden state after the final norm (what its LM head sees: every head's regression and
 distillation target). A shard is written to a temporary name and renamed, so a shard that exists is complete; its
@@ -43,6 +45,7 @@ class Manifest:
     # the target's dtype in the forward passes (and regeneration): hidden states computed in bfloat16 and in float32
     # differ, and a head scores differently on them (docs/training.md); "" in directories made before it was recorded
     forward_dtype: str = ""
+    states: bool = True  # the target's states are stored (offline features); false: tokens only (online, cached)
     conversations: int = 0
     tokens: int = 0
     loss_tokens: int = 0
@@ -99,17 +102,19 @@ def stats_name(index: int) -> str:
     return f"shard-{index:05d}.json"
 
 
-def write_shard(path: Path, samples: list[tuple], dtype: torch.dtype) -> int:
-    """samples: (input_ids, loss_mask, hidden [T, H], aux [T, k * H] or None) per conversation. Returns the token
-    count."""
+def write_shard(path: Path, samples: list[tuple], dtype: torch.dtype, extra: dict | None = None) -> int:
+    """samples: (input_ids, loss_mask, hidden [T, H] or None (tokens only), aux [T, k * H] or None) per
+    conversation; extra: more tensors stored as they are. Returns the token count."""
     lengths = [len(s[0]) for s in samples]
     offsets = torch.tensor([0] + lengths).cumsum(0)
     tensors = {
         "input_ids": torch.tensor([t for s in samples for t in s[0]], dtype=torch.int32),
         "loss_mask": torch.tensor([m for s in samples for m in s[1]], dtype=torch.uint8),
-        "hidden": torch.cat([s[2].to(dtype) for s in samples]).contiguous(),
         "offsets": offsets,
+        **(extra or {}),
     }
+    if samples[0][2] is not None:
+        tensors["hidden"] = torch.cat([s[2].to(dtype) for s in samples]).contiguous()
     if samples[0][3] is not None:
         tensors["aux"] = torch.cat([s[3].to(dtype) for s in samples]).contiguous()
     tmp = path.with_suffix(".tmp")
@@ -120,13 +125,13 @@ def write_shard(path: Path, samples: list[tuple], dtype: torch.dtype) -> int:
 
 @dataclass
 class Sample:
-    """One conversation's features: input_ids [T] long, loss_mask [T] float, hidden [T, H] (post-norm last layer),
-    aux [T, k * H] (fused layer outputs) or None; target_top [T] long, the target's argmax after each position, or None
+    """One conversation's features: input_ids [T] long, loss_mask [T] float, hidden [T, H] (post-norm last layer;
+    None read from a token directory, until eagle_train.states computes it), aux [T, k * H] (fused layer outputs) or None; target_top [T] long, the target's argmax after each position, or None
     (not stored: eagle_train.objective.with_target_top adds it where training needs it every epoch)."""
 
     input_ids: torch.Tensor
     loss_mask: torch.Tensor
-    hidden: torch.Tensor
+    hidden: torch.Tensor | None
     aux: torch.Tensor | None = None
     target_top: torch.Tensor | None = None
 
@@ -146,10 +151,10 @@ def read_samples(directory: str | Path, aux: bool = True) -> list[Sample]:
             raise EagleError(f"feature shard {str(path)!r} cannot be read ({reason}): expected a complete shard; "
                              "delete it and featurize again (finished shards are kept)") from None
         off = t["offsets"].tolist()
-        fused = t.get("aux") if aux else None
+        hidden, fused = t.get("hidden"), t.get("aux") if aux else None
         for a, b in zip(off[:-1], off[1:]):
-            out.append(Sample(t["input_ids"][a:b].long(), t["loss_mask"][a:b].float(), t["hidden"][a:b],
-                              None if fused is None else fused[a:b]))
+            out.append(Sample(t["input_ids"][a:b].long(), t["loss_mask"][a:b].float(),
+                              None if hidden is None else hidden[a:b], None if fused is None else fused[a:b]))
     if not out:
         raise EagleError(f"feature directory {str(directory)!r} holds no conversations")
     return out

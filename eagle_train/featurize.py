@@ -1,9 +1,7 @@
 """Featurize: conversations -> target features in shards (see features.py), resumable shard by shard."""
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import importlib.util
 import json
 import logging
 import time
@@ -22,7 +20,10 @@ from eagle_infer.errors import EagleError
 from eagle_infer.platform import machine_facts
 
 from .features import Manifest, shard_name, stats_name, write_shard
+from .disk import ID_BYTES, check_disk
+from .plan import estimate_data
 from .regenerate import RegenerateSettings, answer_shards, regenerated_shard
+from .states import flash_attention, target_features
 
 log = logging.getLogger(__name__)
 OVERLONG = ("truncate", "skip")
@@ -35,7 +36,8 @@ FEATURES = ("last", "fused")
 class FeaturizeConfig:
     """features: "last" stores the post-norm last hidden state (EAGLE-1/2 heads); "fused" also stores the outputs of
     EAGLE-3's low/middle/high layers (`aux`), so one feature directory trains both kinds of head. rank/world: this
-    process featurizes shards rank, rank + world, ... of the directory (the manifest merges every rank's shards)."""
+    process featurizes shards rank, rank + world, ... of the directory (the manifest merges every rank's shards); under
+    the deepspeed launcher (make train NGPU=N) stage=featurize sets them from RANK and WORLD_SIZE."""
 
     max_length: int = 1024
     overlong: str = "truncate"  # or "skip"
@@ -66,6 +68,15 @@ class FeaturizeConfig:
                                   self.max_length)
 
 
+def check_ranks(conversations: int, cfg: FeaturizeConfig) -> None:
+    """A one-line error when the training conversations make fewer shards than there are ranks to featurize them."""
+    shards = (conversations + cfg.shard_size - 1) // cfg.shard_size
+    if cfg.world > shards:
+        raise EagleError(f"featurize on {cfg.world} ranks, but the {conversations} training conversations make "
+                         f"{shards} shard(s) of featurize.shard_size {cfg.shard_size}: expected at most {shards} "
+                         "ranks, or a smaller featurize.shard_size")
+
+
 def _encode(conv: list[Message], target, cfg: FeaturizeConfig) -> tuple[list[int], list[int]] | str:
     """(input_ids, loss_mask) or the reason it is skipped."""
     ids, mask = loss_mask(target.tokenizer, render(conv, target.tokenizer, target.template, False), None)
@@ -90,22 +101,18 @@ def _batches(lengths: list[int], batch_tokens: int) -> list[list[int]]:
     return batches + ([cur] if cur else [])
 
 
-def target_features(target, sequences: list[list[int]], layers: list[int]) -> list[tuple[torch.Tensor, torch.Tensor | None]]:
-    """Right-padded batched forward; each sequence's (hidden [T_i, H], aux [T_i, k * H] or None)."""
-    longest = max(len(s) for s in sequences)
-    ids = torch.zeros(len(sequences), longest, dtype=torch.long)
-    attn = torch.zeros(len(sequences), longest, dtype=torch.long)
-    for row, seq in enumerate(sequences):
-        ids[row, : len(seq)] = torch.tensor(seq)
-        attn[row, : len(seq)] = 1
-    hidden, aux = target.features(ids.to(target.device), attn.to(target.device), tuple(layers))
-    hidden, aux = hidden.cpu(), None if aux is None else aux.cpu()
-    return [(hidden[row, : len(seq)], None if aux is None else aux[row, : len(seq)]) for row, seq in enumerate(sequences)]
-
-
 def regeneration_engine(target, cfg: FeaturizeConfig):
     """The engine that answers prompts for regeneration: vanilla greedy decoding, cfg.regenerate_batch_size rows."""
     return Engine(target, None, InferConf(method="vanilla", max_batch_size=cfg.regenerate_batch_size))
+
+
+def _check_room(conversations, todo: list[int], out: Path, cfg: FeaturizeConfig, state_bytes: int) -> None:
+    """Refuse to start, in one line, when the shards still to write (estimated as eagle_train.plan does: characters
+    to tokens, `state_bytes` a token beside its id and mask) do not fit on out's disk."""
+    chunks = [c for i in todo for c in conversations[i * cfg.shard_size : (i + 1) * cfg.shard_size]]
+    size = estimate_data(chunks, cfg.max_length, cfg.regenerate, cfg.regenerate_max_new_tokens, cfg.regenerate_turns)
+    what = f"featurize ({size.tokens:,} tokens estimated, {'states' if state_bytes else 'tokens only'})"
+    check_disk(size.tokens * (ID_BYTES + state_bytes), out, what)
 
 
 def _shard_done(out: Path, index: int) -> bool:
@@ -117,7 +124,7 @@ def _shard_done(out: Path, index: int) -> bool:
 def _check_resume(manifest: Manifest, fresh: Manifest, out: Path) -> None:
     """Refuse to add shards to a directory featurized from other data or with other settings, naming the value."""
     keys = ("target", "template", "dtype", "max_length", "overlong", "regenerate", "regenerate_fraction",
-            "feature_layers", "fingerprint", "forward_dtype")
+            "feature_layers", "fingerprint", "forward_dtype", "states")
     for key in keys:
         if key == "forward_dtype" and not manifest.forward_dtype:  # made before it was recorded
             continue
@@ -128,24 +135,12 @@ def _check_resume(manifest: Manifest, fresh: Manifest, out: Path) -> None:
             )
 
 
-@contextlib.contextmanager
-def _flash_attention(target):
-    """Inside, the target runs flash-attention 2 (plain causal attention only) when on CUDA with flash-attn
-    installed; elsewhere, and always for tree-masked verification, it keeps SDPA."""
-    use = target.device.type == "cuda" and importlib.util.find_spec("flash_attn") is not None
-    if use:
-        target.model.set_attn_implementation("flash_attention_2")
-    try:
-        yield
-    finally:
-        if use:
-            target.model.set_attn_implementation("sdpa")
-
-
-def featurize(conversations: list[list[Message]], target, out_dir: str | Path, cfg: FeaturizeConfig) -> Manifest:
+def featurize(conversations: list[list[Message]], target, out_dir: str | Path, cfg: FeaturizeConfig,
+              states: bool = True) -> Manifest:
     """Write feature shards for `conversations` (in this order) to out_dir; finished shards are kept on a rerun.
     This process does shards cfg.rank, cfg.rank + cfg.world, ...; with regenerate, a shard's answers are taken from
-    out_dir/regenerated when present (see regenerate.py), else generated first."""
+    out_dir/regenerated when present (see regenerate.py), else generated first. states=False writes tokens and loss
+    masks only, no target forward (a token directory: training computes the states, train.features=online|cached)."""
     if cfg.overlong not in OVERLONG:
         raise EagleError(f"unknown overlong policy {cfg.overlong!r}: expected one of {', '.join(OVERLONG)}")
     if not 0 <= cfg.rank < cfg.world:
@@ -154,7 +149,7 @@ def featurize(conversations: list[list[Message]], target, out_dir: str | Path, c
         raise EagleError(f"featurize.max_shards {cfg.max_shards} is invalid: expected >= 1 or null (all shards)")
     if not conversations:
         raise EagleError("no usable conversation to featurize: check the dataset source and its filters")
-    layers = cfg.feature_layers(target)
+    layers = cfg.feature_layers(target) if states else []
     if cfg.regenerate:
         cfg.regenerate_settings().check()
     out = Path(out_dir)
@@ -165,7 +160,7 @@ def featurize(conversations: list[list[Message]], target, out_dir: str | Path, c
     fresh = Manifest(
         target.name, target.hidden_size, target.vocab_size, target.template, cfg.store_dtype, cfg.max_length,
         cfg.overlong, cfg.regenerate, fingerprint, cfg.regenerate_fraction if cfg.regenerate else 0.0, layers,
-        str(target.dtype).removeprefix("torch."),
+        str(target.dtype).removeprefix("torch."), states,
     )
     manifest = Manifest.load(out) if (out / "manifest.json").exists() else fresh
     _check_resume(manifest, fresh, out)
@@ -173,6 +168,7 @@ def featurize(conversations: list[list[Message]], target, out_dir: str | Path, c
     n_shards = (len(conversations) + cfg.shard_size - 1) // cfg.shard_size
     mine = range(cfg.rank, min(n_shards, cfg.max_shards or n_shards), cfg.world)
     todo = [i for i in mine if not _shard_done(out, i)]
+    _check_room(conversations, todo, out, cfg, store.itemsize * target.hidden_size * (1 + len(layers)) if states else 0)
     if len(todo) < len(mine):
         log.info("resuming: %d of this rank's %d shards already done", len(mine) - len(todo), len(mine))
     engine = regeneration_engine(target, cfg) if cfg.regenerate else None
@@ -192,10 +188,10 @@ def featurize(conversations: list[list[Message]], target, out_dir: str | Path, c
                 skipped[result] = skipped.get(result, 0) + 1
             else:
                 encoded.append(result)
-        hidden: list = [None] * len(encoded)
+        hidden: list = [(None, None)] * len(encoded)
         shard_forward_s = forward_s
-        with _flash_attention(target):
-            for batch in _batches([len(ids) for ids, _ in encoded], cfg.batch_tokens):
+        with flash_attention(target):
+            for batch in _batches([len(ids) for ids, _ in encoded], cfg.batch_tokens) if states else []:
                 start = time.perf_counter()
                 for i, h in zip(batch, target_features(target, [encoded[i][0] for i in batch], layers)):
                     hidden[i] = h
@@ -203,7 +199,7 @@ def featurize(conversations: list[list[Message]], target, out_dir: str | Path, c
                 tokens_done += sum(len(encoded[i][0]) for i in batch)
                 bar.update(len(batch))
                 bar.set_postfix(featurize_tok_s=f"{tokens_done / forward_s:.0f}")
-        bar.update(len(chunk) - len(encoded))
+        bar.update(len(chunk) - (len(encoded) if states else 0))
         samples = [(ids, mask, h, a) for (ids, mask), (h, a) in zip(encoded, hidden)]
         tokens = write_shard(out / shard_name(index), samples, store) if samples else 0
         stats = {"file": shard_name(index), "conversations": len(samples), "tokens": tokens,
@@ -220,7 +216,7 @@ def featurize(conversations: list[list[Message]], target, out_dir: str | Path, c
         log.info("target forwards: %d tokens in %.1f s (%.0f tokens/s)", tokens_done, forward_s, tokens_done / forward_s)
     manifest = Manifest.load(out)
     disk = sum(p.stat().st_size for p in out.glob("shard-*.safetensors"))
-    if manifest.tokens:
+    if manifest.tokens and states:
         log.info("disk: %.0f MB for %d tokens (%.0f MB per million tokens)", disk / 1e6, manifest.tokens,
                  disk / manifest.tokens)
     if manifest.conversations == 0 and len(todo) == len(mine) and cfg.world == 1:

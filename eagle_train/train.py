@@ -26,15 +26,20 @@ from eagle_infer.head_card import target_revision, write_card
 from eagle_infer.errors import EagleError
 from eagle_infer.platform import resolve_dtype
 
-from .features import Manifest, read_samples
+from .features import Manifest, Sample, read_samples
 from .objective import Objective, chain_acceptance, collate, compile_layers, frequent_tokens, losses, with_target_top
+from .disk import ID_BYTES, check_disk
+from .states import CACHE_DIR, check_directory, read_cached, resolve_mode, states_in_batches, with_states, write_cached
 
 log = logging.getLogger(__name__)
 
 
 @dataclass
 class TrainConfig:
-    features: str = "runs/features/train"  # a feature directory
+    # where the target's states come from (eagle_train.states): offline (features_dir holds them) | online (the
+    # target computes each micro batch's, features_dir holds tokens only) | cached (online in epoch 1, kept after)
+    features: str = "offline"
+    features_dir: str = "runs/features/train"  # a feature directory (offline) or a token directory (online, cached)
     extra_features: list[str] = field(default_factory=list)  # more, of the same target and settings, read after it
     heldout: Optional[str] = "runs/features/heldout"
     out_dir: str = "runs/head"
@@ -146,9 +151,10 @@ def first_loss_tokens(samples: list, limit: Optional[int]) -> list:
 
 
 def training_samples(cfg: TrainConfig, fused: bool) -> list:
-    """What a run trains on: the samples of train.features then of each extra directory, cut to max_conversations
-    and max_loss_tokens; with equal_shares the first max_loss_tokens / n loss tokens of each of the n directories."""
-    directories = [cfg.features, *cfg.extra_features]
+    """What a run trains on: the samples of train.features_dir then of each extra directory, cut to
+    max_conversations and max_loss_tokens; with equal_shares the first max_loss_tokens / n loss tokens of each of
+    the n directories."""
+    directories = [cfg.features_dir, *cfg.extra_features]
     if cfg.equal_shares:
         share = cfg.max_loss_tokens // len(directories)
         return [s for d in directories for s in first_loss_tokens(read_samples(d, aux=fused), share)]
@@ -232,12 +238,14 @@ def epoch_order(n: int, seed: int, epoch: int) -> list[int]:
 
 def micro_batches(n: int, cfg: TrainConfig, epoch: int, rank: int, world: int, accum: int = 1) -> list[list[int]]:
     """This rank's micro batches of sample indices for an epoch: the same count on every rank, a multiple of the
-    gradient accumulation, so optimizer steps never straddle epochs."""
+    gradient accumulation, so optimizer steps never straddle epochs. The epoch's order is cut into global batches
+    of world x batch_size, rank r taking the r-th batch_size of each: the global batches depend on the global batch
+    size only, so N ranks of batch_size b train on what one rank of N x b does."""
     order = epoch_order(n, cfg.seed, epoch)
-    batches = [order[i : i + cfg.batch_size] for i in range(0, n - cfg.batch_size + 1, cfg.batch_size)]
-    per_rank = len(batches) // world
+    size = cfg.batch_size * world
+    per_rank = n // size
     per_rank -= per_rank % accum
-    return batches[rank * per_rank : (rank + 1) * per_rank]
+    return [order[g * size + rank * cfg.batch_size : g * size + (rank + 1) * cfg.batch_size] for g in range(per_rank)]
 
 
 def _truncate_jsonl(path: Path, keep) -> None:
@@ -297,6 +305,7 @@ def _run_id(cfg: TrainConfig) -> str:
 def train(cfg: TrainConfig, target, head_shape: HeadConf = HeadConf(), provenance: dict | None = None) -> dict:
     """Train (or resume) a head for `target`; writes checkpoints and the engine-format head to out_dir/head, with its
     model card (eagle_infer.head_card; `provenance`: what the caller knows of the data, e.g. its source and recipe)."""
+    cfg = resolve_mode(cfg)
     cfg.check()
     try:
         import deepspeed  # optional (the `train` extra): inference installs without it
@@ -305,28 +314,32 @@ def train(cfg: TrainConfig, target, head_shape: HeadConf = HeadConf(), provenanc
 
     from tqdm import tqdm
 
-    manifest = Manifest.load(cfg.features)
+    manifest = Manifest.load(cfg.features_dir)
     hconf = build_head_config(target, cfg, head_shape)
     obj = objective(cfg, manifest.max_length)
+    online = cfg.features != "offline"
+    layers = tuple(hconf.feature_layers)
     forward_dtypes = set()  # the target dtypes the features were computed in (the card records them)
-    for directory in [cfg.features, *cfg.extra_features]:
+    for directory in [cfg.features_dir, *cfg.extra_features]:
         other = Manifest.load(directory)
         other.check_target(target, directory)
-        forward_dtypes.add(other.forward_dtype or "not recorded")
+        check_directory(cfg.features, other, directory)
+        forward_dtypes.add(str(target.dtype).removeprefix("torch.") if online else other.forward_dtype or "not recorded")
         for key in ("max_length", "template"):
             if getattr(other, key) != getattr(manifest, key):
                 raise EagleError(f"feature directory {directory!r} has {key} {getattr(other, key)!r}, but "
-                                 f"{cfg.features!r} has {getattr(manifest, key)!r}: featurize both alike")
-        if hconf.fused and list(other.feature_layers) != hconf.feature_layers:
+                                 f"{cfg.features_dir!r} has {getattr(manifest, key)!r}: featurize both alike")
+        if hconf.fused and not online and list(other.feature_layers) != hconf.feature_layers:
             raise EagleError(
                 f"a fused head reads target layers {hconf.feature_layers}, but {directory!r} holds "
                 f"{list(other.feature_layers) or 'no fused layers'}: featurize with featurize.features=fused"
             )
     samples = training_samples(cfg, hconf.fused)
     heldout = []
-    if cfg.heldout:
+    if cfg.heldout:  # a token directory's states are computed once, here
         Manifest.load(cfg.heldout).check_target(target, cfg.heldout)
-        heldout = read_samples(cfg.heldout, aux=hconf.fused)[: cfg.eval_conversations]
+        heldout = states_in_batches(read_samples(cfg.heldout, aux=hconf.fused)[: cfg.eval_conversations], target,
+                                    layers, cfg.batch_size)
     if not deepspeed.comm.is_initialized():
         from deepspeed.accelerator import get_accelerator
 
@@ -338,7 +351,8 @@ def train(cfg: TrainConfig, target, head_shape: HeadConf = HeadConf(), provenanc
     per_epoch = len(micro_batches(len(samples), cfg, 0, rank, world, accum))
     if per_epoch == 0:
         raise EagleError(
-            f"{len(samples)} conversations cannot fill {accum} batch(es) of {cfg.batch_size} per rank on {world} ranks"
+            f"{len(samples)} conversations cannot fill {accum} micro batch(es) of {cfg.batch_size} on each of {world} "
+            f"ranks: expected at most {len(samples) // (accum * cfg.batch_size)} ranks, or more conversations"
         )
     total_steps = cfg.max_steps or (cfg.epochs * per_epoch) // accum
     ds_config = read_ds_config(cfg.deepspeed_config, cfg, total_steps)
@@ -353,6 +367,9 @@ def train(cfg: TrainConfig, target, head_shape: HeadConf = HeadConf(), provenanc
     if dtype != target.dtype:
         raise EagleError(f"DeepSpeed precision {dtype} differs from the target's dtype {target.dtype}: load the target in the same dtype")
     engine, _, _, _ = deepspeed.initialize(model=head, model_parameters=[p for p in head.parameters() if p.requires_grad], config=ds_config)
+    if online and target.device.type != engine.device.type:
+        raise EagleError(f"train.features={cfg.features} runs the target on the rank's device {engine.device}, but "
+                         f"it was loaded on {target.device}: expected model.device=auto")
     ckpt_dir = out / "checkpoints"
     step, epoch, position, before = 0, 0, 0, 0.0  # before: training seconds of earlier runs (resumed)
     if (ckpt_dir / "latest").exists():
@@ -370,15 +387,29 @@ def train(cfg: TrainConfig, target, head_shape: HeadConf = HeadConf(), provenanc
     autocast = use_autocast(cfg.autocast, dtype, engine.device)
     if autocast and rank == 0:
         log.info("bfloat16 autocast: float32 weights, bfloat16 matmuls")
-    if obj.draftable_only:  # every epoch needs the target's full-vocabulary argmax: once per run directory (timed)
+    if obj.draftable_only and not online:  # every epoch needs the target's full-vocabulary argmax: once per run directory (timed)
         started = time.perf_counter()
         samples = with_target_top(samples, target, autocast, progress=rank == 0,
                                   cache=out / f"target-top-rank{rank}.safetensors")
         before += time.perf_counter() - started
     bar = tqdm(total=total_steps, initial=step, desc="train", disable=rank != 0, unit="step")
     tokens, start, metrics = 0.0, time.perf_counter(), {}
+    cache = out / CACHE_DIR if cfg.features == "cached" else None
+    if cache is not None and rank == 0 and epoch == 0:  # every training conversation's states, in the target's dtype
+        values = target.hidden_size * (1 + len(layers))
+        tokens_in_cache = sum(s.input_ids.numel() for s in samples)
+        check_disk(tokens_in_cache * (values * target.dtype.itemsize + ID_BYTES), out, "train.features=cached")
+    computed: dict[int, Sample] = {}  # cached: states computed since the last write to the cache
+
+    def keep_computed():
+        """cached: this rank's states computed since the last write become one cache shard, named by where they end
+        (a resumed run redoing micro batches writes the same shard again)."""
+        if cache is not None and computed:
+            write_cached(cache, (epoch * per_epoch + position) * world + rank, computed, manifest, layers)
+            computed.clear()
 
     def save():
+        keep_computed()  # before the checkpoint: a checkpoint never counts states the cache lacks
         elapsed = before + time.perf_counter() - start
         engine.save_checkpoint(str(ckpt_dir), tag=f"step{step}",
                                client_state={"step": step, "epoch": epoch, "position": position, "elapsed": elapsed})
@@ -388,9 +419,17 @@ def train(cfg: TrainConfig, target, head_shape: HeadConf = HeadConf(), provenanc
 
     while step < total_steps:
         batches = micro_batches(len(samples), cfg, epoch, rank, world, accum)
+        if cache is not None and epoch > 0 and any(s.hidden is None for s in samples):
+            samples = read_cached(cache, samples, hconf.fused)
         while position < len(batches) and step < total_steps:
             torch.manual_seed(cfg.seed * 1_000_003 + epoch * 100_003 + position)  # noise depends on where, not when
-            batch = collate([samples[i] for i in batches[position]], dtype, engine.device, hconf.fused)
+            chosen = [samples[i] for i in batches[position]]
+            if online:
+                chosen = with_states(chosen, target, layers)
+                for i, s in zip(batches[position], chosen) if cache is not None else ():
+                    if samples[i].hidden is None:  # kept for later epochs, and for the cache's next shard
+                        computed[i] = samples[i] = s
+            batch = collate(chosen, dtype, engine.device, hconf.fused)
             with torch.autocast(engine.device.type, dtype=torch.bfloat16, enabled=autocast):
                 result = losses(engine.module, batch, cfg.noise, obj)
             engine.backward(result["loss"])
@@ -404,6 +443,10 @@ def train(cfg: TrainConfig, target, head_shape: HeadConf = HeadConf(), provenanc
                 bar.update(1)
                 rate = tokens / (time.perf_counter() - start)
                 metrics = {k: float(v.detach()) for k, v in result.items() if k != "tokens"}
+                if world > 1:  # the loss of the global batch: the ranks' mean (the gradient DeepSpeed averages)
+                    loss = result["loss"].detach().reshape(1).clone()
+                    deepspeed.comm.all_reduce(loss)
+                    metrics["loss"] = float(loss) / world
                 metrics.update({"train/tok_s": rate, "lr": engine.get_lr()[0], "step": step})
                 bar.set_postfix(loss=f"{metrics['loss']:.3f}", tok_s=f"{rate:.0f}")
                 if rank == 0:  # the loss curves (every step's last micro batch; per-step terms with the test)
@@ -421,6 +464,9 @@ def train(cfg: TrainConfig, target, head_shape: HeadConf = HeadConf(), provenanc
                 if step % cfg.save_every == 0 or step == total_steps:
                     save()
         if position >= len(batches):
+            keep_computed()
+            if cache is not None and world > 1:  # every rank's first-epoch states are in the cache before any reads
+                deepspeed.comm.barrier()
             epoch, position = epoch + 1, 0
     bar.close()
     if run:

@@ -90,6 +90,31 @@ def test_chatml(tok):
     assert trained_text(tok, CONVERSATION, "chatml") == ["Hello! How can I help?<|im_end|>", "Blue.<|im_end|>"]
 
 
+def test_qwen3_non_thinking(tok):
+    """Qwen3's registered template (its enable_thinking=False rendering): an empty reasoning block opens every
+    assistant turn, outside the loss; the generation prompt ends with it."""
+    rendered = render(WITH_SYSTEM, tok, "qwen3", add_generation_prompt=False)
+    assert rendered.text == (
+        "<|im_start|>system\nBe brief.<|im_end|>\n"
+        "<|im_start|>user\nHi there<|im_end|>\n"
+        "<|im_start|>assistant\n<think>\n\n</think>\n\nHello! How can I help?<|im_end|>\n"
+        "<|im_start|>user\nName a color.<|im_end|>\n"
+        "<|im_start|>assistant\n<think>\n\n</think>\n\nBlue.<|im_end|>\n"
+    )
+    assert trained_text(tok, WITH_SYSTEM, "qwen3") == ["Hello! How can I help?<|im_end|>", "Blue.<|im_end|>"]
+    prompt = render(WITH_SYSTEM[:2], tok, "qwen3", add_generation_prompt=True).text
+    assert prompt.endswith("<|im_start|>user\nHi there<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n")
+
+
+def test_registered_templates_are_known():
+    """Every registered model names a template the chat module renders."""
+    from eagle_infer.chat import check_template
+    from eagle_infer.registry import MODELS
+
+    for spec in MODELS.values():
+        check_template(spec.template)
+
+
 def test_vicuna(tok):
     rendered = render(CONVERSATION, tok, "vicuna_v1.1", add_generation_prompt=False)
     assert rendered.text == (
@@ -136,7 +161,7 @@ def test_max_length(tok):
 
 
 def test_unknown_template(tok):
-    with pytest.raises(EagleError, match="'alpaca'.*tokenizer, vicuna_v1.1, llama2_chat, chatml"):
+    with pytest.raises(EagleError, match="'alpaca'.*tokenizer, vicuna_v1.1, llama2_chat, chatml, qwen3"):
         render(CONVERSATION, tok, "alpaca", add_generation_prompt=False)
 
 

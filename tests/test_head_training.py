@@ -529,7 +529,7 @@ def test_train_fused_head_with_ttt_then_decode_losslessly(tiny_smol6, deepspeed_
     featurize(convs[:10], tiny_smol6, tmp_path / "train", FEAT)
     featurize(convs[10:], tiny_smol6, tmp_path / "heldout", FEAT)
     reference = {"loss_per": "position", "draftable_only": True, "w_cls": 1.0} if block == "eagle3" else {}
-    cfg = TrainConfig(features=str(tmp_path / "train"), heldout=str(tmp_path / "heldout"), out_dir=str(tmp_path / "run"),
+    cfg = TrainConfig(features_dir=str(tmp_path / "train"), heldout=str(tmp_path / "heldout"), out_dir=str(tmp_path / "run"),
                       deepspeed_config=DS_CPU, max_steps=6, batch_size=2, lr=1e-3, warmup_steps=1, eval_every=6,
                       save_every=6, wandb_mode="disabled", draft_vocab_size=256, ttt_steps=2, w_reg=0.0, **reference)
     layers = 2 if block == "eagle" else 1
@@ -554,7 +554,7 @@ def test_train_fused_head_with_ttt_then_decode_losslessly(tiny_smol6, deepspeed_
         return
     with pytest.raises(EagleError, match="holds no fused layers"):
         featurize(convs[:4], tiny_smol6, tmp_path / "last", dataclasses.replace(FEAT, features="last"))
-        train(dataclasses.replace(cfg, features=str(tmp_path / "last"), out_dir=str(tmp_path / "r2")), tiny_smol6,
+        train(dataclasses.replace(cfg, features_dir=str(tmp_path / "last"), out_dir=str(tmp_path / "r2")), tiny_smol6,
               HeadConf(features="fused"))
 
 
@@ -569,7 +569,7 @@ def test_other_targets_featurize_train_and_decode_losslessly(arch, smol_tok, dee
     last = dataclasses.replace(FEAT, features="last")
     featurize(convs[:6], target, tmp_path / "train", last)
     featurize(convs[6:], target, tmp_path / "heldout", last)
-    cfg = TrainConfig(features=str(tmp_path / "train"), heldout=str(tmp_path / "heldout"), out_dir=str(tmp_path / "run"),
+    cfg = TrainConfig(features_dir=str(tmp_path / "train"), heldout=str(tmp_path / "heldout"), out_dir=str(tmp_path / "run"),
                       deepspeed_config=DS_CPU, max_steps=4, batch_size=2, lr=1e-3, warmup_steps=1, eval_every=4,
                       save_every=4, wandb_mode="disabled")
     assert train(cfg, target)["step"] == 4

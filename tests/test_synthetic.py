@@ -36,6 +36,8 @@ PUBLISHED_PARAMETERS = {
     "vicuna-13b": 13_015_864_320,
     "llama2-chat-13b": 13_015_864_320,
     "llama3-8b-instruct": 8_030_261_248,
+    "llama3.1-8b-instruct": 8_030_261_248,
+    "qwen3-8b": 8_190_735_360,
 }
 # Llama 3's shape scaled down (grouped-query attention kept: 4 query heads share 1 key/value head)
 TINY = ModelSpec("tiny-llama3", "none/tiny-llama3", "tokenizer",

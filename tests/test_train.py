@@ -61,7 +61,7 @@ def features(tmp_path_factory, tiny_smol):
 def train_config(feats, out_dir, **over) -> TrainConfig:
     train_dir, heldout_dir = feats
     base = dict(
-        features=str(train_dir), heldout=str(heldout_dir), out_dir=str(out_dir), deepspeed_config=DS_CPU,
+        features_dir=str(train_dir), heldout=str(heldout_dir), out_dir=str(out_dir), deepspeed_config=DS_CPU,
         max_steps=30, batch_size=2, lr=1e-3, warmup_steps=2, eval_every=10, save_every=10, wandb_mode="disabled",
         draft_vocab_size=512,
     )
@@ -399,7 +399,7 @@ def test_bad_deepspeed_config(features, tiny_smol, deepspeed_cpu_env, tmp_path, 
 
 def test_optimizer_is_torch_adamw_on_cuda_and_deepspeeds_elsewhere(monkeypatch, tmp_path):
     """On a CUDA machine DeepSpeed is told to use torch's AdamW (its FusedAdam would JIT-compile an extension first)."""
-    cfg = train_mod.TrainConfig(features=str(tmp_path), out_dir=str(tmp_path / "out"))
+    cfg = train_mod.TrainConfig(features_dir=str(tmp_path), out_dir=str(tmp_path / "out"))
     for cuda in (False, True):
         monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
         opt = train_mod.read_ds_config("conf/deepspeed/cpu_fp32.json", cfg, 10)["optimizer"]
@@ -427,7 +427,7 @@ def test_feature_dir_without_manifest(features, tiny_smol, tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
     for call in (lambda: Manifest.load(empty), lambda: read_samples(empty),
-                 lambda: train(train_config(features, tmp_path / "out", features=str(empty)), tiny_smol),
+                 lambda: train(train_config(features, tmp_path / "out", features_dir=str(empty)), tiny_smol),
                  lambda: train(train_config(features, tmp_path / "out", heldout=str(empty)), tiny_smol)):
         with pytest.raises(EagleError, match="has no manifest.json: run featurize first"):
             call()
@@ -467,7 +467,7 @@ def test_training_samples_in_equal_shares(monkeypatch):
             else [Sample(torch.tensor([9] * 12), torch.ones(12), torch.zeros(12, 2)) for _ in range(4)]
 
     monkeypatch.setattr(train_mod, "read_samples", fake)
-    cfg = TrainConfig(features="a", extra_features=["b"], max_loss_tokens=40)
+    cfg = TrainConfig(features_dir="a", extra_features=["b"], max_loss_tokens=40)
     assert [int(s.input_ids[0]) for s in train_mod.training_samples(cfg, False)] == [0, 1, 2, 3]
     shares = train_mod.training_samples(dataclasses.replace(cfg, equal_shares=True), False)
     assert [int(s.input_ids[0]) for s in shares] == [0, 1, 9, 9]
