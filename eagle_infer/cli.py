@@ -99,6 +99,7 @@ def main(cfg, request: Request) -> None:
         raise EagleError(f"unknown output {conf.output!r}: expected one of {', '.join(OUTPUTS)}")
     if request.text is None and conf.output == "json":
         raise EagleError("output=json needs a prompt: expected a positional prompt, -, --file PATH or chat=TEXT")
+    conf.infer.sampling()  # temperature, top_p, sampling_top_k checked before anything loads
     target = load_target(conf.model.name, conf.model.dtype, conf.model.device, conf.model.pack,
                          conf.infer.compile)
     eagle = Eagle(target, conf.infer)

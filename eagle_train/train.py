@@ -27,6 +27,7 @@ from eagle_infer.errors import EagleError
 
 from .features import Manifest, read_samples
 from .objective import Objective, chain_acceptance, collate, compile_layers, frequent_tokens, losses, with_target_top
+from .train_numbers import check_train_numbers
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +74,7 @@ class TrainConfig:
 
     def check(self) -> None:
         """One-line errors for settings that would train nothing (checked before any featurizing or loading)."""
+        check_train_numbers(self)
         if self.max_steps is not None and self.max_steps < 1:
             raise EagleError(f"train.max_steps {self.max_steps} is invalid: expected >= 1 (or null: train.epochs)")
         if self.max_steps is None and self.epochs < 1:
