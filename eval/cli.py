@@ -24,6 +24,7 @@ from eagle_infer.config import InferConf, LookupConf, ModelConf
 from eagle_infer.errors import EagleError
 
 from .benchmarks import BENCHMARKS
+from .records import RunLock
 
 log = logging.getLogger("eval")
 DEFAULT_METHODS = ["vanilla", "eagle2", "chain", "hf_generate", "pld"]
@@ -176,11 +177,13 @@ def main(cfg) -> None:
     multirun = HydraConfig.get().mode.name == "MULTIRUN"
     out = Path(HydraConfig.get().runtime.output_dir) if multirun else Path(conf.results_dir) / conf.run
     if not multirun:
-        print(evaluate(conf, out))
+        with RunLock(out):  # one writer per run directory
+            print(evaluate(conf, out))
         print(f"results in {out}")
         return
     try:  # one failed sweep point must not stop the others
-        print(evaluate(conf, out))
+        with RunLock(out):
+            print(evaluate(conf, out))
     except Exception as err:  # noqa: BLE001 - recorded for the aggregator, which reports it
         (out / "failed.txt").write_text(f"{type(err).__name__}: {err}\n\n{traceback.format_exc()}")
         log.error("sweep job failed: %s", err)
