@@ -278,12 +278,12 @@ def _pretrained(model: str, dtype: torch.dtype, device: torch.device) -> tuple[s
         raise EagleError(
             f"model {model!r} has architecture {config.model_type!r}: supported are {', '.join(SUPPORTED_ARCHITECTURES)}"
         )
-    check_model_config(config, directory, f"model config {source}/config.json")
+    check_model_config(config, directory, f"model config {str(Path(source) / 'config.json')!r}")
     try:
         hf_model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, attn_implementation="sdpa",
                                                         local_files_only=offline is not None)
     except pickle.UnpicklingError:
-        raise not_plain_tensors(source) from None
+        raise not_plain_tensors(next(directory.glob("*.bin"), source) if directory else source) from None
     hf_model.to(device).eval().requires_grad_(False)
     return name, hf_model, AutoTokenizer.from_pretrained(source, local_files_only=offline is not None), template
 

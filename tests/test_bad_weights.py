@@ -104,7 +104,7 @@ def model_dir(tmp_path, tiny_smol) -> Path:
 def test_model_config_sizes_checked_before_building(model_dir, changes, needles):
     edit_json(model_dir / "config.json", **changes)
     start = time.perf_counter()
-    one_line_error(lambda: load_target(str(model_dir), "float32", "cpu"), f"{model_dir}/config.json", *needles)
+    one_line_error(lambda: load_target(str(model_dir), "float32", "cpu"), repr(f"{model_dir}/config.json"), *needles)
     assert time.perf_counter() - start < 10
 
 
@@ -122,7 +122,7 @@ def test_model_directory_without_weights_or_with_a_pickle(tmp_path, model_dir):
                    "has no weights", "model.safetensors")
     marker = tmp_path / "code-ran"
     hostile_pickle(model_dir / "pytorch_model.bin", marker)
-    one_line_error(lambda: load_target(str(model_dir), "float32", "cpu"), str(model_dir),
+    one_line_error(lambda: load_target(str(model_dir), "float32", "cpu"), repr(str(model_dir / "pytorch_model.bin")),
                    "is not a plain tensor file: expected safetensors or a weights-only torch file")
     assert not marker.exists()
 
