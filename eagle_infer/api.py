@@ -78,7 +78,9 @@ class Eagle:
         self.stops = stop_ids(target)
 
     def prompt(self, prompt: Prompt, raw: bool = False) -> list[int]:
-        """Token ids of a user message (str), a chat (Messages or {"role", "content"} dicts), or raw text."""
+        """Token ids of a user message (str) or a chat (Messages or {"role", "content"} dicts), special tokens only
+        from the chat template (eagle_infer.chat.encode: a message saying "<|im_end|>" is text), or of raw text,
+        tokenized as is (its special-token text becomes special ids: raw is the caller's own prompt format)."""
         tok = self.target.tokenizer
         if raw:
             if not isinstance(prompt, str) or not prompt.strip():
@@ -95,11 +97,16 @@ class Eagle:
         text = self.target.tokenizer.decode(result.tokens, skip_special_tokens=True)
         return Answer(text, result.tokens, result.tau, result.tok_s, result.stop_reason, result)
 
+    def max_new(self, max_new_tokens: int | None) -> int:
+        """`max_new_tokens`, or InferConf's max_new_tokens for None; 0 or less is the engine's one-line error."""
+        return self.infer.max_new_tokens if max_new_tokens is None else max_new_tokens
+
     def generate(self, prompt: Prompt, max_new_tokens: int | None = None, stream: Callable[[str], None] | None = None,
                  raw: bool = False) -> Answer:
-        """One answer; `stream(text)` gets its text as it becomes final."""
+        """One answer of at most `max_new_tokens` tokens (None: the settings' max_new_tokens; 0 is an error, not the
+        default); `stream(text)` gets its text as it becomes final."""
         streamer = None if stream is None else TextStream(self.target.tokenizer, stream)
-        result = self.engine.generate(self.prompt(prompt, raw), max_new_tokens or self.infer.max_new_tokens,
+        result = self.engine.generate(self.prompt(prompt, raw), self.max_new(max_new_tokens),
                                       self.infer.sampling(), self.stops, streamer and streamer.push, self.infer.seed)
         if streamer is not None:
             streamer.end()
@@ -109,7 +116,7 @@ class Eagle:
                        raw: bool = False) -> list[Answer]:
         """Answers to every prompt, decoded together batch_size at a time (default: all, up to max_batch_size);
         each equals its answer alone (seed + i for prompt i when sampling)."""
-        batch = self.engine.generate_batch([self.prompt(p, raw) for p in prompts], max_new_tokens or self.infer.max_new_tokens,
+        batch = self.engine.generate_batch([self.prompt(p, raw) for p in prompts], self.max_new(max_new_tokens),
                                            self.infer.sampling(), self.stops, seed=self.infer.seed, batch_size=batch_size)
         return [self.answer(r) for r in batch.results]
 

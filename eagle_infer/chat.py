@@ -12,6 +12,12 @@ content followed by the end-of-turn marker the model must learn to emit, nothing
 * ``llama2_chat``: ``content + " </s>"`` (the space before ``</s>`` is part of the span);
 * ``tokenizer``: content as the template writes it (a template that trims content gets the
   trimmed text) plus the marker found by `_end_marker`.
+
+Template-safe tokenization (`encode`): message contents are user text, so special-token text inside them (a
+message saying ``<|im_end|>``) stays text: only the template's own markers become special ids. The rendered chat
+records each content's character span; where a special token's text overlaps one, the text is tokenized piecewise
+between the template's markers with ``split_special_tokens=True``; otherwise (every ordinary chat) in one call, as
+the tokenizer would.
 """
 
 from __future__ import annotations
@@ -40,28 +46,34 @@ class Message:
 @dataclass
 class RenderedChat:
     """A rendered chat: `assistant_spans` are sorted, disjoint [start, end) character offsets into
-    `text`, one per assistant turn, each covering the turn's content and its end-of-turn marker."""
+    `text`, one per assistant turn, each covering the turn's content and its end-of-turn marker;
+    `content_spans` are those of every message's content as rendered (user text: never special tokens)."""
 
     text: str
     assistant_spans: list[tuple[int, int]] = field(default_factory=list)
+    content_spans: list[tuple[int, int]] = field(default_factory=list)
 
 
 class _Builder:
-    """Concatenates text pieces, recording the spans of the pieces marked as assistant output."""
+    """Concatenates text pieces, recording the spans of the pieces marked as assistant output and of the message
+    contents (`content`: how many leading characters of the piece are a message's content)."""
 
     def __init__(self) -> None:
         self.parts: list[str] = []
         self.spans: list[tuple[int, int]] = []
+        self.contents: list[tuple[int, int]] = []
         self.length = 0
 
-    def add(self, piece: str, assistant: bool = False) -> None:
+    def add(self, piece: str, assistant: bool = False, content: int = 0) -> None:
         if assistant:
             self.spans.append((self.length, self.length + len(piece)))
+        if content:
+            self.contents.append((self.length, self.length + content))
         self.parts.append(piece)
         self.length += len(piece)
 
     def result(self) -> RenderedChat:
-        return RenderedChat("".join(self.parts), self.spans)
+        return RenderedChat("".join(self.parts), self.spans, self.contents)
 
 
 def _leading_system(messages: list[Message], template: str) -> tuple[str | None, list[Message]]:
@@ -78,13 +90,15 @@ def _vicuna(messages: list[Message], add_generation_prompt: bool) -> RenderedCha
     the generation prompt is a trailing ``ASSISTANT:`` (the model emits the space)."""
     system, turns = _leading_system(messages, "vicuna_v1.1")
     b = _Builder()
-    b.add("<s>" + (VICUNA_SYSTEM if system is None else system) + " ")
+    b.add("<s>")
+    b.add((VICUNA_SYSTEM if system is None else system) + " ", content=0 if system is None else len(system))
     for m in turns:
         if m.role == "user":
-            b.add(f"USER: {m.content} ")
+            b.add("USER: ")
+            b.add(f"{m.content} ", content=len(m.content))
         else:
             b.add("ASSISTANT: ")
-            b.add(m.content + "</s>", assistant=True)
+            b.add(m.content + "</s>", assistant=True, content=len(m.content))
     if add_generation_prompt:
         b.add("ASSISTANT:")
     return b.result()
@@ -99,11 +113,14 @@ def _llama2(messages: list[Message], add_generation_prompt: bool) -> RenderedCha
     b = _Builder()
     for i, m in enumerate(turns):
         if m.role == "user":
-            sys_block = f"<<SYS>>\n{system}\n<</SYS>>\n\n" if i == 0 and system is not None else ""
-            b.add(f"<s>[INST] {sys_block}{m.content} [/INST]")
+            b.add("<s>[INST] ")
+            if i == 0 and system is not None:
+                b.add("<<SYS>>\n")
+                b.add(system + "\n<</SYS>>\n\n", content=len(system))
+            b.add(m.content + " [/INST]", content=len(m.content))
         else:
             b.add(" ")
-            b.add(m.content + " </s>", assistant=True)
+            b.add(m.content + " </s>", assistant=True, content=len(m.content))
     return b.result()
 
 
@@ -112,7 +129,7 @@ def _chatml(messages: list[Message], add_generation_prompt: bool) -> RenderedCha
     b = _Builder()
     for m in messages:
         b.add(f"<|im_start|>{m.role}\n")
-        b.add(m.content + "<|im_end|>", assistant=m.role == "assistant")
+        b.add(m.content + "<|im_end|>", assistant=m.role == "assistant", content=len(m.content))
         b.add("\n")
     if add_generation_prompt:
         b.add("<|im_start|>assistant\n")
@@ -200,7 +217,39 @@ def _tokenizer_render(tokenizer, messages: list[Message], add_generation_prompt:
             raise EagleError(f"the tokenizer's chat template changed assistant turn {i}; expected its content verbatim or trimmed")
         end = start + len(content)
         spans.append((start, end + _end_marker(text[end : len(through)], tokenizer.eos_token)))
-    return RenderedChat(text, spans)
+    return RenderedChat(text, spans, _content_spans(tokenizer, messages, add_generation_prompt, text))
+
+
+_SLOT = re.compile("\ue000(\\d+)\ue001")  # a message's place in a skeleton render (private-use characters)
+
+
+def _content_spans(tokenizer, messages: list[Message], add_generation_prompt: bool, text: str) -> list[tuple[int, int]]:
+    """Where each message's content lies in `text`, the template's render of `messages`: the chat is rendered again
+    with every content replaced by a numbered slot, and `text` is matched piece by piece against that skeleton,
+    each slot taking its content verbatim or trimmed (as templates such as Llama 3's write it)."""
+    slots = [Message(m.role, f"\ue000{i}\ue001") for i, m in enumerate(messages)]
+    pieces = _SLOT.split(_apply_tokenizer_template(tokenizer, slots, add_generation_prompt))
+    spans, pos = [], 0
+    for k in range(0, len(pieces), 2):
+        if not text.startswith(pieces[k], pos):
+            break
+        pos += len(pieces[k])
+        if k + 1 == len(pieces):
+            return spans if pos == len(text) else _content_changed()
+        content, after = messages[int(pieces[k + 1])].content, pieces[k + 2]
+        written = next((c for c in (content, content.strip(), content.lstrip(), content.rstrip())
+                        if text.startswith(c + after, pos)), None)
+        if written is None:
+            break
+        if written:
+            spans.append((pos, pos + len(written)))
+        pos += len(written)
+    return _content_changed()
+
+
+def _content_changed():
+    raise EagleError("the tokenizer's chat template changes message contents beyond trimming them; expected a template "
+                     "that writes each content verbatim or trimmed")
 
 
 def _check_messages(messages: list[Message]) -> None:
@@ -233,24 +282,60 @@ def _overlaps(token: tuple[int, int], spans: list[tuple[int, int]]) -> bool:
     return any(start < span_end and end > span_start for span_start, span_end in spans)
 
 
+def _special_tokens(tokenizer) -> re.Pattern | None:
+    """A pattern matching any special token's text, longest first (as the tokenizer's own matcher); None when the
+    tokenizer has none (a stand-in that parses no special tokens)."""
+    tokens = set(getattr(tokenizer, "all_special_tokens", None) or ())
+    added = getattr(tokenizer, "added_tokens_decoder", None) or {}
+    tokens |= {t.content for t in added.values() if getattr(t, "special", False)}
+    tokens = sorted(filter(None, tokens), key=len, reverse=True)
+    return re.compile("|".join(map(re.escape, tokens))) if tokens else None
+
+
+def _tokenize(tokenizer, text: str, offsets: bool, **kwargs) -> tuple[list[int], list[tuple[int, int]]]:
+    encoded = tokenizer(text, add_special_tokens=False, **({"return_offsets_mapping": True} if offsets else {}), **kwargs)
+    return list(encoded["input_ids"]), [tuple(o) for o in encoded["offset_mapping"]] if offsets else []
+
+
+def encode(tokenizer, rendered: RenderedChat, offsets: bool = False) -> tuple[list[int], list[tuple[int, int]]]:
+    """Token ids of `rendered.text` (no special tokens added) in which only the template's own markers are special
+    ids: special-token text overlapping a message content stays text. With `offsets`, each token's character span in
+    the text (needs a fast tokenizer); else []."""
+    pattern, text = _special_tokens(tokenizer), rendered.text
+    found = [m.span() for m in pattern.finditer(text)] if pattern else []
+    markers = [(a, b) for a, b in found if not _overlaps((a, b), rendered.content_spans)]
+    if len(markers) == len(found):  # no forged marker: the tokenizer's own single call
+        return _tokenize(tokenizer, text, offsets)
+    ids, spans, pos = [], [], 0
+    for start, end in markers + [(len(text), len(text))]:
+        if start > pos:
+            piece_ids, piece_spans = _tokenize(tokenizer, text[pos:start], offsets, split_special_tokens=True)
+            ids += piece_ids
+            spans += [(a + pos, b + pos) for a, b in piece_spans]
+        if end > start:
+            ids.append(tokenizer.convert_tokens_to_ids(text[start:end]))
+            spans += [(start, end)] if offsets else []
+        pos = end
+    return ids, spans
+
+
 def loss_mask(tokenizer, rendered: RenderedChat, max_length: int | None) -> tuple[list[int], list[int]]:
-    """Tokenize `rendered.text` (no special tokens added) into `input_ids` and a same-length `loss_mask`:
+    """Tokenize `rendered.text` (`encode`) into `input_ids` and a same-length `loss_mask`:
     1 where the token's character span overlaps an assistant span, else 0. Both are cut to `max_length`
     tokens when given. Needs a fast tokenizer (character offsets)."""
     if max_length is not None and max_length < 1:
         raise EagleError(f"max_length is {max_length}; expected a positive number of tokens or None")
     if not getattr(tokenizer, "is_fast", False):
         raise EagleError(f"tokenizer {type(tokenizer).__name__} gives no character offsets; expected a fast tokenizer")
-    encoded = tokenizer(rendered.text, return_offsets_mapping=True, add_special_tokens=False)
-    ids = list(encoded["input_ids"][:max_length])
-    mask = [int(_overlaps(o, rendered.assistant_spans)) for o in encoded["offset_mapping"][:max_length]]
-    return ids, mask
+    ids, offsets = encode(tokenizer, rendered, offsets=True)
+    mask = [int(_overlaps(o, rendered.assistant_spans)) for o in offsets[:max_length]]
+    return ids[:max_length], mask
 
 
 def prompt_ids(tokenizer, messages: list[Message], template: str) -> list[int]:
-    """Token ids of `messages` rendered with a generation prompt, ready for the model to answer."""
-    text = render(messages, tokenizer, template, add_generation_prompt=True).text
-    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+    """Token ids of `messages` rendered with a generation prompt, ready for the model to answer (`encode`: special
+    tokens only from the template, never from a message)."""
+    return encode(tokenizer, render(messages, tokenizer, template, add_generation_prompt=True))[0]
 
 
 def stop_ids(target) -> list[int]:

@@ -41,7 +41,8 @@ def check_recipe_arg(argv: list[str]) -> None:
             raise EagleError(f"unknown {what} {name!r}: known {what}s are {', '.join(known_options(group))}")
 
 
-def _fail(err: Exception) -> None:
+def fail(err: Exception) -> None:
+    """Print `error: <first line>` on stderr and exit 2."""
     message = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
     print(f"error: {message}", file=sys.stderr)
     sys.exit(2)
@@ -55,7 +56,7 @@ def one_line_errors(task):
         try:
             return task(*args, **kwargs)
         except EagleError as err:
-            _fail(err)
+            fail(err)
 
     return wrapper
 
@@ -65,7 +66,7 @@ def launch(hydra_main) -> None:
     try:
         check_recipe_arg(sys.argv[1:])
     except EagleError as err:
-        _fail(err)
+        fail(err)
     sys.argv.append(f"hydra.searchpath=[file://{REPO}]")  # makes recipes/ the config group `recipes`
     hydra_main()
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Optional
 
+from .config_limits import check_number
 from .errors import EagleError
 from .tree import DEFAULT_STATIC_PATHS, check_paths
 from .verify import SamplingParams
@@ -123,6 +124,7 @@ class InferConf:
 
     def sampling(self) -> SamplingParams:
         """The verifier's SamplingParams of temperature, top_p and sampling_top_k."""
+        check_number("temperature", self.temperature, 0)  # NaN and infinity, which SamplingParams' range test passes
         return SamplingParams(temperature=self.temperature, top_p=self.top_p, sampling_top_k=self.sampling_top_k)
 
     def validate(self, vocab_size: int) -> None:

@@ -6,6 +6,7 @@ directory whose files cannot be read, is a one-line error naming the directory.
 from __future__ import annotations
 
 import json
+import pickle
 from pathlib import Path
 
 import huggingface_hub
@@ -13,8 +14,10 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file
 
+from .config_limits import HEAD_LIMITS, check_head_config, check_numbers, not_plain_tensors
 from .draft_head import CONFIG_FILE, WEIGHTS_FILE, DraftHead, DraftHeadConfig, eagle3_layers
 from .errors import EagleError
+from .hub import unreachable_reason
 from .registry import is_hub_id
 
 TOKEN_MAP_FILE = "token_map.pt"  # SGLang's hot-token file: the draft vocabulary's target ids, of an EAGLE-1/2 head
@@ -102,13 +105,17 @@ def _read_weights(directory: Path) -> dict[str, torch.Tensor]:
         if not path.exists():
             raise EagleError(f"draft head directory {str(directory)!r} has neither {WEIGHTS_FILE} nor pytorch_model.bin")
     try:
-        if path.suffix == ".safetensors":
-            return load_file(str(path))
-        return torch.load(path, map_location="cpu", weights_only=True)
+        state = load_file(str(path)) if path.suffix == ".safetensors" else torch.load(path, map_location="cpu",
+                                                                                   weights_only=True)
+    except pickle.UnpicklingError:
+        raise not_plain_tensors(path) from None
     except (SafetensorError, OSError, RuntimeError, EOFError, ValueError) as err:
         reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise EagleError(f"draft head weights {str(path)!r} cannot be read ({reason}): expected a complete "
                          f"{path.name}; copy or save the head again") from None
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise not_plain_tensors(path)
+    return state
 
 
 def _read_config(directory: Path) -> dict:
@@ -132,9 +139,10 @@ def _toolkit_config(raw: dict) -> DraftHeadConfig:
 
 def load_config(directory: str | Path) -> DraftHeadConfig:
     """The DraftHeadConfig of a head this toolkit saved in `directory` (no target needed)."""
-    raw = _read_config(Path(directory))
+    raw, where = _read_config(Path(directory)), repr(str(Path(directory) / CONFIG_FILE))
     if "target" not in raw:
-        raise EagleError(f"{str(Path(directory) / CONFIG_FILE)!r} is not this toolkit's head config (no 'target')")
+        raise EagleError(f"{where} is not this toolkit's head config (no 'target')")
+    check_numbers(raw, HEAD_LIMITS, f"draft head config {where}")
     return _toolkit_config(raw)
 
 
@@ -143,12 +151,15 @@ def head_directory(name: str | Path) -> Path:
     into the Hugging Face cache; offline or unknown, a one-line error naming the id and the local alternative."""
     if not is_hub_id(str(name)):
         return Path(name)
+    offline = unreachable_reason()  # offline: the cached snapshot only, no retries
     try:
         return Path(huggingface_hub.snapshot_download(str(name), allow_patterns=["*.json", "*.safetensors", "*.bin",
-                                                                                 "*.md", "*.pt"]))
+                                                                                 "*.md", "*.pt"],
+                                                      local_files_only=offline is not None))
     except Exception as err:  # noqa: BLE001 (the hub client raises many types: offline, unknown id, gated, ...)
+        why = f", not cached and the hub is unreachable: {offline}" if offline else ""
         raise EagleError(f"draft head {str(name)!r} could not be fetched from the Hugging Face hub "
-                         f"({type(err).__name__}): download it where the hub is reachable and give "
+                         f"({type(err).__name__}{why}): download it where the hub is reachable and give "
                          "infer.head=<its local directory>") from None
 
 
@@ -156,6 +167,8 @@ def _token_map(path: Path, vocab_size: int) -> torch.Tensor:
     """The target ids [Vd] of a token-map file (a saved tensor or list of distinct ids below vocab_size)."""
     try:
         ids = torch.as_tensor(torch.load(path, map_location="cpu", weights_only=True), dtype=torch.long).flatten()
+    except pickle.UnpicklingError:
+        raise not_plain_tensors(path) from None
     except (OSError, RuntimeError, EOFError, ValueError, TypeError) as err:
         raise EagleError(f"token map {str(path)!r} cannot be read ({type(err).__name__}): expected a saved tensor "
                          "of target token ids") from None
@@ -177,6 +190,8 @@ def load_head(directory: str | Path, target) -> DraftHead:
     raw = _read_config(directory)
     state = _upgrade_keys(_read_weights(directory))
     if "target" in raw:  # this toolkit's format
+        shapes = {k: tuple(v.shape) for k, v in state.items()}
+        check_head_config(raw, shapes, f"draft head config {str(directory / CONFIG_FILE)!r}")
         config = _toolkit_config(raw)
         config.check_matches(target, str(directory))
     else:  # published EAGLE head: its config is the target's LlamaConfig

@@ -9,7 +9,9 @@ import functools
 import hashlib
 import os
 import platform as _platform
+import shutil
 import statistics
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -111,6 +113,24 @@ def cache_root() -> Path:
     """Where what must outlive a checkout lives (converted models, features, cost models): $EAGLE_CACHE, else
     ~/.cache/eagle-toolkit."""
     return Path(os.environ.get("EAGLE_CACHE", Path.home() / ".cache" / "eagle-toolkit"))
+
+
+def writable_cache(need_bytes: int, what: str) -> Path:
+    """cache_root(), created if missing, once a file can be written there and `need_bytes` are free: checked before
+    the work whose result goes there (`what`), with one line naming EAGLE_CACHE when either fails."""
+    root = cache_root()
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=root):
+            pass
+        free = shutil.disk_usage(root).free
+    except OSError as err:
+        raise EagleError(f"the cache directory {str(root)!r} is not writable ({err.strerror or type(err).__name__}) and "
+                         f"{what} is kept there: set EAGLE_CACHE to a writable directory") from None
+    if free < need_bytes:
+        raise EagleError(f"the cache directory {str(root)!r} has {free / 2**20:.0f} MiB free and {what} needs about "
+                         f"{need_bytes / 2**20:.0f} MiB: free some space there or set EAGLE_CACHE to a directory with room")
+    return root
 
 
 def machine_key(device: torch.device) -> dict:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+import pickle
 import shutil
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -18,12 +19,14 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 from transformers.utils import logging as hf_logging
 
 from .compiled import CompiledForward, mark_dynamic_step, static_length
+from .config_limits import check_model_config, not_plain_tensors
 from .errors import EagleError
+from .hub import unreachable_reason
 from .kv_cache import KVCache
 from .lean_layer import RopeTable, fused_bytes, lean_layer
 from .lean_layer import run as lean_run
 from .packed import linear_bytes, pack_linears, resolve_pack
-from .platform import available_memory, cache_root, resolve_device, resolve_dtype
+from .platform import available_memory, cache_root, resolve_device, resolve_dtype, writable_cache
 from .registry import MODELS, is_hub_id, lookup
 from .synthetic import is_synthetic, synthetic_parts, synthetic_refusal
 from .tree import causal_mask
@@ -84,6 +87,8 @@ def converted_gguf_dir(name: str, package: str, filename: str) -> Path:
     src = Path(list(spec.submodule_search_locations)[0])
     if not (src / filename).exists():
         raise EagleError(f"model {name!r}: {src / filename} is missing from the installed package {package!r}")
+    # float32 weights of a ~5-bit GGUF (x 6.4), with room to spare
+    writable_cache(8 * (src / filename).stat().st_size, f"the float32 conversion of {filename}")
     _quiet_transformers()
     tokenizer = AutoTokenizer.from_pretrained(str(src), gguf_file=filename)
     gguf_model = AutoModelForCausalLM.from_pretrained(str(src), gguf_file=filename, dtype=torch.float32)
@@ -259,21 +264,28 @@ def _pretrained(model: str, dtype: torch.dtype, device: torch.device) -> tuple[s
     """(name, transformers model on `device` in eval mode, tokenizer, chat template) of a registry name, hub id or
     local directory; refuses non-Llama-family architectures."""
     name, source, template = resolve_source(model)
+    directory = Path(source) if Path(source).is_dir() else None
+    offline = None if directory is not None else unreachable_reason()  # a hub id: its cached copy only when offline
     try:
-        config = AutoConfig.from_pretrained(source)
+        config = AutoConfig.from_pretrained(source, local_files_only=offline is not None)
     except OSError as err:
+        why = f"the Hugging Face hub is unreachable ({offline})" if offline else "the hub has no such id"
         raise EagleError(
-            f"cannot load model {model!r} from {source!r}: not found locally and the Hugging Face hub is unreachable "
-            f"or the id is wrong ({type(err).__name__}); download it where the hub is reachable and give "
-            "model.name=<its local directory>"
+            f"cannot load model {model!r} from {source!r}: not found locally and {why} ({type(err).__name__}); "
+            "download it where the hub is reachable and give model.name=<its local directory>"
         ) from None
     if config.model_type not in SUPPORTED_ARCHITECTURES:
         raise EagleError(
             f"model {model!r} has architecture {config.model_type!r}: supported are {', '.join(SUPPORTED_ARCHITECTURES)}"
         )
-    hf_model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, attn_implementation="sdpa")
+    check_model_config(config, directory, f"model config {str(Path(source) / 'config.json')!r}")
+    try:
+        hf_model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, attn_implementation="sdpa",
+                                                        local_files_only=offline is not None)
+    except pickle.UnpicklingError:
+        raise not_plain_tensors(next(directory.glob("*.bin"), source) if directory else source) from None
     hf_model.to(device).eval().requires_grad_(False)
-    return name, hf_model, AutoTokenizer.from_pretrained(source), template
+    return name, hf_model, AutoTokenizer.from_pretrained(source, local_files_only=offline is not None), template
 
 
 def load_target(model: str, dtype: str = "auto", device: str = "auto", pack: str = "off",

@@ -26,10 +26,12 @@ from eagle_infer.head_card import target_revision, write_card
 from eagle_infer.errors import EagleError
 from eagle_infer.platform import resolve_dtype
 
+from .disk import ID_BYTES, check_disk
 from .features import Manifest, Sample, read_samples
 from .objective import Objective, chain_acceptance, collate, compile_layers, frequent_tokens, losses, with_target_top
-from .disk import ID_BYTES, check_disk
-from .states import CACHE_DIR, check_directory, read_cached, resolve_mode, states_in_batches, with_states, write_cached
+from .states import (CACHE_DIR, check_directory, read_cached, resolve_mode, states_in_batches, with_states,
+                     write_cached)
+from .train_numbers import check_train_numbers
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +81,7 @@ class TrainConfig:
 
     def check(self) -> None:
         """One-line errors for settings that would train nothing (checked before any featurizing or loading)."""
+        check_train_numbers(self)
         if self.max_steps is not None and self.max_steps < 1:
             raise EagleError(f"train.max_steps {self.max_steps} is invalid: expected >= 1 (or null: train.epochs)")
         if self.max_steps is None and self.epochs < 1:

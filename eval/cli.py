@@ -30,7 +30,7 @@ from eval import throughput
 from eval.harness import HarnessSettings, run
 from eval.methods import PEER_METHODS, make_methods, needs_head
 from eval.metrics import cycle_split, summarize
-from eval.records import RecordWriter, read_records
+from eval.records import RecordWriter, RunLock, read_records
 from eval.report import category_table, log_wandb, plot_all, write_calibration, write_cycles, write_table
 from eval.spec_bench import write_answer_files
 
@@ -160,11 +160,13 @@ def main(cfg) -> None:
     multirun = HydraConfig.get().mode.name == "MULTIRUN"
     out = Path(HydraConfig.get().runtime.output_dir) if multirun else Path(conf.results_dir) / conf.run
     if not multirun:
-        print(evaluate(conf, out))
+        with RunLock(out):  # one writer per run directory
+            print(evaluate(conf, out))
         print(f"results in {out}")
         return
     try:  # one failed sweep point must not stop the others
-        print(evaluate(conf, out))
+        with RunLock(out):
+            print(evaluate(conf, out))
     except Exception as err:  # noqa: BLE001 - recorded for the aggregator, which reports it
         (out / "failed.txt").write_text(f"{type(err).__name__}: {err}\n\n{traceback.format_exc()}")
         log.error("sweep job failed: %s", err)

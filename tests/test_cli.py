@@ -150,14 +150,15 @@ def test_infer_unknown_model():
         (["infer.head=/no/such/dir"], ["/no/such/dir", "does not exist"]),
         (["infer.top_k=100000"], ["top_k 100000", "49152"]),
         (["output=yaml"], ["'yaml'", "json"]),
-        (["chat=null"], ["chat="]),
+        (["chat=Hi", "Hello there"], ["given 2 times", "chat=", "the command line"]),
+        (["infer.temperature=nan"], ["temperature nan is invalid", ">= 0"]),
         (["infer.method=lookup", "lookup.min_ngram=3"], ["lookup.min_ngram 3", "lookup.max_ngram 2"]),
         (["infer.lookup=true", "infer.total_tokens=8"], ["lookup.num_tokens 10", "8"]),
         (["chat="], ["chat=''", "empty"]),
         (["infer.batch_size=0"], ["batch_size 0", "max_batch_size 16"]),
         (["infer.batch_size=1000"], ["batch_size 1000", "max_batch_size 16"]),
     ],
-    ids=["bogus-method", "missing-head", "top_k-over-vocab", "bad-output", "no-prompt", "lookup-ngram", "lookup-budget",
+    ids=["bogus-method", "missing-head", "top_k-over-vocab", "bad-output", "two-prompts", "nan-temperature", "lookup-ngram", "lookup-budget",
          "empty-chat", "batch-size-0", "batch-size-1000"],
 )
 def test_infer_bad_input(cli, model_dir, args, needles):
@@ -174,6 +175,7 @@ def test_infer_bad_input(cli, model_dir, args, needles):
     (["train.epochs=0"], ["train.epochs 0", ">= 1"]),
     (["train.max_steps=0"], ["train.max_steps 0", ">= 1"]),
     (["train.keep_checkpoints=-1"], ["train.keep_checkpoints -1", ">= 1", "0 to keep"]),
+    (["train.lr=-1"], ["train.lr -1.0 is invalid", "> 0"]),
 ])
 def test_train_that_would_train_nothing_is_refused_before_featurizing(cli, args, needles):
     assert_one_line_error(cli("eagle_train.cli", "recipes=demo", "stage=featurize", *args), *needles)

@@ -218,3 +218,23 @@ def test_padded_budget_verifies_whole_buckets():
         rates = [(1 + float(probs[:, :m].sum())) / (2 + model.forward(1 + padded_width(m, 24))) for m in range(1, 25)]
         assert tokens / ms == pytest.approx(max(rates))
     assert Budget(cost(0.5), 1, 24, padded=True).nodes(values, 2) != Budget(cost(0.5), 1, 24).nodes(values, 2)
+
+
+def test_first_measurement_says_what_it_does_and_how_long(tmp_path, monkeypatch):
+    """The first use of a model, dtype or head shape measures its costs: the user is told what, where it is cached,
+    about how long it takes (from its first timings) and how long it took; a cached model is read silently."""
+    monkeypatch.setenv("EAGLE_CACHE", str(tmp_path))
+    from eagle_infer.cost_measure import estimate_seconds
+    from eagle_infer.head_runner import HeadRunner
+
+    target, head = target_and_head(2)
+    said: list[str] = []
+    model = load_or_measure(target, HeadRunner(head, target), 4, 9, say=said.append)
+    assert len(said) == 3 and said[0].startswith("measuring this machine's decoding costs for tiny")
+    assert str(cache_path(model.key)) in said[0]
+    assert said[1].startswith("  about ") and "forwards of 1, 2, 4, 8, 9 tokens" in said[1]
+    assert said[2].startswith("  measured in ")
+    load_or_measure(target, HeadRunner(head, target), 4, 9, say=said.append)
+    assert len(said) == 3
+    # the estimate: each size priced between the 1-token and the prefill timing, reps + 1 timings, a fifth added
+    assert estimate_seconds(257.0, 1.0, 257, [1, 257], 3) == pytest.approx(1.2 * (1 + 257) * 4 / 1000)
