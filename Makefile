@@ -12,7 +12,7 @@ DATA_DIR ?= $(abspath ../shared/data/benchmarks)
 CPU_ENV = $(shell $(PY) -m eagle_train.launch 2>/dev/null)
 STAMP := .venv/.installed
 
-.PHONY: setup demo test train eval sweep sweep-batch throughput bench-engine check-lossless gpu-check chat clean ablate-head export
+.PHONY: setup demo test train eval sweep sweep-batch throughput bench-engine check-lossless gpu-check chat clean ablate-head export check-export
 
 setup: $(STAMP)
 
@@ -139,12 +139,20 @@ ship-head: $(STAMP)
 reproduce: $(STAMP)
 	$(PY) -m eval.reproduce $(if $(LIMIT),--limit $(LIMIT)) $(if $(wildcard $(DATA_DIR)),--data-dir $(DATA_DIR)) $(ARGS)
 
-# A trained head in a server's layout: make export HEAD=<head directory or hub id> FORMAT=vllm|sglang|eagle OUT=<dir>
+# A trained head in a server's layout, with its card's serve commands: make export HEAD=<head directory or hub id>
+# FORMAT=speculators|vllm|sglang|eagle OUT=<dir> (speculators: vLLM's format, EAGLE-3-block heads; ARGS=export.verifier=
+# <target hub id or path> export.speculative_tokens=N export.overwrite=true export.dtype=float32 as needed)
 HEAD ?= eagle_infer/heads/$(MODEL)
 FORMAT ?= sglang
 OUT ?= runs/$(MODEL)/export-$(FORMAT)
 export: $(STAMP)
 	$(PY) -m eagle_train.cli recipes=$(MODEL) stage=export export.head=$(HEAD) export.format=$(FORMAT) export.out=$(OUT) $(ARGS)
+
+# Every export format speculators (vLLM's library) reads, loaded with its own classes and compared with the toolkit's
+# drafts: the shipped head, random EAGLE-3-block heads on SmolLM2-135M and on tiny targets of each family
+# (scripts/check_export.py; needs `pip install --no-deps speculators`, see the README)
+check-export: $(STAMP)
+	$(PY) scripts/check_export.py --smollm2 $(ARGS)
 
 bench-engine: $(STAMP)
 	$(PY) scripts/bench_engine.py $(ARGS)

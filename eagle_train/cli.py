@@ -3,7 +3,7 @@ heldout-questions|self-prompts|prompt-categories|save-generated` (make train run
 deepspeed launcher). `stage=plan` (make train DRY_RUN=1) prints the resolved plan and does nothing else.
 `stage=regenerate` only answers the prompts (e.g. on a GPU machine); `stage=export-conversations` writes the recipe's
 conversations to <features_dir>/conversations.jsonl, so another machine can use them as data.source; `stage=export
-export.head=DIR export.format=vllm|sglang|eagle export.out=DIR` writes a head in a server's layout
+export.head=DIR export.format=speculators|vllm|sglang|eagle export.out=DIR` writes a head in a server's layout
 (eagle_train.export) and `stage=push export.out=DIR export.repo=owner/name` uploads it with its model card;
 `stage=heldout-questions` writes the held-out split's first turns as eval's question set `heldout`.
 `stage=self-prompts` only writes the self-written prompts the data asks for (data.self_fraction,
@@ -78,6 +78,10 @@ class ExportConf:
     out: Optional[str] = None
     repo: Optional[str] = None  # stage=push: the hub repository (owner/name) export.out is uploaded to
     private: bool = False
+    verifier: Optional[str] = None  # the target's hub id or path the export names (null: the registry's hub id)
+    speculative_tokens: int = 3  # tokens drafted a step, written into the speculators config and the serve commands
+    overwrite: bool = False  # replace an earlier export in a non-empty export.out
+    dtype: str = "bfloat16"  # the exported weights' dtype (eagle_train.export.DTYPES)
 
 
 @dataclass
@@ -182,11 +186,13 @@ def _check_export(conf: ExportConf) -> None:
 def run_export(conf: ExportConf, target) -> None:
     from eagle_infer.head_checkpoint import head_directory, load_head
 
-    from .export import copy_card, export
+    from .export import ExportSettings, export, write_card
 
-    files = export(load_head(conf.head, target), conf.format, conf.out)
-    card = copy_card(head_directory(conf.head), conf.out, conf.format)
-    log.info("wrote %s", ", ".join(str(p) for p in files + ([card] if card else [])))
+    head = load_head(conf.head, target)
+    settings = ExportSettings(conf.verifier, conf.speculative_tokens, conf.overwrite, conf.dtype)
+    files = export(head, conf.format, conf.out, settings)
+    card = write_card(head_directory(conf.head), conf.out, head, conf.format, settings)
+    log.info("wrote %s", ", ".join(str(p) for p in files + [card]))
 
 
 def run_regenerate(cfg: TrainRunConf, target) -> None:
