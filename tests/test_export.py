@@ -196,6 +196,9 @@ def test_heads_for_other_families_export_where_a_server_drafts_for_them(family, 
         assert layer["attention_bias"] is (family == "qwen2")
         if fmt == "vllm" and family == "qwen3":
             assert config["architectures"] == ["Eagle3Qwen3ForCausalLM"]
+        weights = load_file(str(tmp_path / fmt / "model.safetensors"))
+        o_bias = [v for k, v in weights.items() if k.endswith("o_proj.bias")]  # vLLM leaves a missing one unset
+        assert [float(v.abs().max()) for v in o_bias] == ([0.0] if family == "qwen2" else [])
         if family != "qwen2":  # this toolkit's Qwen2 layer has no o_proj bias: speculators' check reads those
             same_predictions(head, load_head(tmp_path / fmt, target), target)
 
