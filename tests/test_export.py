@@ -277,6 +277,18 @@ def test_card_names_complete_serve_commands(tiny_smol6, tmp_path):
                     "--speculative-num-draft-tokens 6") in card
 
 
+def test_head_fc_bias_false_builds_the_fc_vllm_holds(tiny_smol, tmp_path):
+    """head.fc_bias=false reaches the head config training builds (and saves), so the fc has no bias."""
+    from eagle_train.train import HeadConf, TrainConfig, build_head_config
+
+    for fc_bias in (True, False):
+        config = build_head_config(tiny_smol, TrainConfig(draft_vocab_size=0), HeadConf(fc_bias=fc_bias))
+        head = DraftHead(config, tiny_smol)
+        assert config.fc_bias is fc_bias and (head.fc.bias is not None) is fc_bias
+    stored(head, tiny_smol, tmp_path / "saved")
+    assert json.loads((tmp_path / "saved" / "config.json").read_text())["fc_bias"] is False
+
+
 def test_a_head_trained_without_fc_bias_exports_for_vllm(tiny_smol, deepspeed_cpu_env, tmp_path):
     """head.fc_bias=false: training builds, trains and saves an fc without a bias, and vLLM's layout takes it."""
     from eagle_train.featurize import featurize
