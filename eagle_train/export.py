@@ -1,24 +1,35 @@
 """Exporting a head to the layouts the EAGLE servers load (`python -m eagle_train.cli stage=export export.head=DIR
-export.format=vllm|sglang|eagle export.out=DIR`, `make export`).
+export.format=speculators|vllm|sglang|eagle export.out=DIR`, `make export`).
 
-- EAGLE block (fc over [token embedding ; feature] + decoder layers, the target's LM head): a Llama config of the
-  head's shape (the target's, `num_hidden_layers` = the head's layers) and `fc.*`, `layers.N.*` (layer 0 without an
-  input norm). `eagle` is SafeAILab's published layout (architectures LlamaForCausalLM, `bias` says whether fc has
-  one); `vllm` its EagleLlamaForCausalLM reads the same (vLLM wraps the config; its fc has no bias); `sglang` names
-  LlamaForCausalLMEagle (its fc has a bias: zeros when the head has none). A reduced draft vocabulary is the token
-  map SGLang takes (`token_map.pt`, the draft tokens' target ids: `--speculative-token-map`); vLLM's EAGLE-1 drafter
-  has none, so such a head is refused for vllm.
-- EAGLE-3 block: the LlamaForCausalLMEagle3 layout for every format: `midlayer.*`, `fc` (3H -> H), `norm`,
-  `lm_head` [Vd, H], `d2t` (draft id -> target id offsets), `t2d` (bool [V]); config with `draft_vocab_size`,
-  `target_hidden_size` and the fused layers as vLLM's `eagle_aux_hidden_state_layer_ids` (its ids count the
-  embedding as 0: our 0-based layer outputs + 1).
-What the loaders expect is written down in tests/fixtures/serving_loaders.json (read from vLLM's and SGLang's
-sources, commits named there); this toolkit's loader reads every exported layout back to the same predictions.
+- `speculators` (EAGLE-3 block; the recommended vLLM format): vLLM's speculators layout, which `vllm serve <this
+  directory>` runs as is: `speculators_model_type` eagle3, `speculators_config` (algorithm, the proposal method and its
+  speculative tokens, the verifier's hub id or path and architectures), a `transformer_layer_config` of the head's
+  decoder layer, `draft_vocab_size`, `target_hidden_size`, `norm_before_residual` (false: the feature itself is the
+  residual), the aux layer ids; weights `layers.0.*`, `fc`, `norm`, `lm_head`, `d2t`, `t2d`, `embed_tokens`.
+  speculators (0.9.0) has no EAGLE-1 model, so an EAGLE-1-block head has no route here: format=vllm serves it.
+- EAGLE-3 block, `vllm|sglang|eagle`: the LlamaForCausalLMEagle3 layout SafeAILab published: `midlayer.*`, `fc`
+  (3H -> H), `norm`, `lm_head` [Vd, H], `d2t` (draft id -> target id offsets), `t2d` (bool [V]), `embed_tokens`; a
+  config with `draft_vocab_size`, `target_hidden_size` and `eagle_aux_hidden_state_layer_ids` (vLLM's ids count the
+  embedding as 0: our 0-based layer outputs + 1) at the top level and in `eagle_config`. `speculators convert`
+  turns it into the speculators layout.
+- EAGLE-1 block (fc over [token embedding ; feature] + decoder layers, the target's LM head): a config of the head's
+  shape (the target's, `num_hidden_layers` = the head's layers) and `fc.*`, `layers.N.*` (layer 0 without an input
+  norm), `embed_tokens`. `eagle` is SafeAILab's layout (architectures LlamaForCausalLM, `bias` says whether fc has
+  one); `vllm` its EagleLlamaForCausalLM reads the same (its fc has no bias: train with head.fc_bias=false);
+  `sglang` names LlamaForCausalLMEagle (its fc has a bias: zeros when the head has none). A reduced draft
+  vocabulary is the token map SGLang takes (`token_map.pt`: `--speculative-token-map`); vLLM's EAGLE-1 drafter has
+  none, so such a head is refused for vllm.
+
+Every config carries `rope_theta` (and `rope_scaling` when the target scales) at the top level beside
+`rope_parameters`, and `torch_dtype` = `dtype` = the weights' dtype; draft-vocabulary ids are written ascending
+(the LM-head rows permuted alike). Which target families each server's drafter builds is FAMILIES; what each
+loader reads is written down in tests/fixtures/serving_loaders.json (sources and commits named there), and
+`make check-export` (eagle_train.check_export) loads every export speculators reads with speculators' own classes.
 """
 from __future__ import annotations
 
 import json
-import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
 import huggingface_hub
@@ -27,110 +38,247 @@ from safetensors.torch import save_file
 
 from eagle_infer.draft_head import INPUT_MODES, DraftHead
 from eagle_infer.errors import EagleError
+from eagle_infer.head_card import CARD_FILE, serve_section
 from eagle_infer.head_checkpoint import TOKEN_MAP_FILE
+from eagle_infer.registry import is_hub_id, lookup
 
-FORMATS = ("eagle", "vllm", "sglang")
+FORMATS = ("speculators", "vllm", "sglang", "eagle")
+SERVERS = {"speculators": "vLLM (speculators format)", "vllm": "vLLM", "sglang": "SGLang",
+           "eagle": "the EAGLE reference code"}
+# Target families whose head layers each (block, format)'s drafter builds: Llama layers serve Llama and Mistral
+# (attending the whole context, as the head does here), and Qwen2 as a Llama with attention biases (o_proj's written as zeros); vLLM has a
+# Qwen3 EAGLE-3 drafter (q/k norms). speculators 0.9.0 has no EAGLE-1 model.
+FAMILIES = {
+    ("eagle", "vllm"): ("llama", "mistral"), ("eagle", "sglang"): ("llama", "mistral"),
+    ("eagle", "eagle"): ("llama", "mistral"), ("eagle", "speculators"): (),
+    ("eagle3", "speculators"): ("llama", "mistral", "qwen2", "qwen3"),
+    ("eagle3", "vllm"): ("llama", "mistral", "qwen2", "qwen3"),
+    ("eagle3", "sglang"): ("llama", "mistral"), ("eagle3", "eagle"): ("llama", "mistral"),
+}
 ARCHITECTURES = {"eagle": "LlamaForCausalLM", "vllm": "LlamaForCausalLM", "sglang": "LlamaForCausalLMEagle"}
-EAGLE3_ARCHITECTURE = "LlamaForCausalLMEagle3"
+EAGLE3_ARCHITECTURES = {"llama": "LlamaForCausalLMEagle3", "qwen3": "Eagle3Qwen3ForCausalLM"}
+SPECULATIVE_TOKENS = 3  # speculators' default proposal length
+DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+# Target-config keys a one-layer head config must not carry over (per-layer lists, sliding windows, quantization)
+DROPPED_KEYS = ("quantization_config", "auto_map", "layer_types", "sliding_window", "use_sliding_window",
+                "max_window_layers", "rope_scaling", "torch_dtype", "dtype", "architectures")
+EXPORT_FILES = ("config.json", "model.safetensors", TOKEN_MAP_FILE, CARD_FILE)
+
+
+@dataclass
+class ExportSettings:
+    """What an export writes besides the head: its verifier (the target's hub id or path; default: the registry's
+    hub id, or the target's name when it is one), the proposal length, the weights' dtype (the embedding is the
+    target's, rounded to it), and whether a non-empty `out` is replaced."""
+
+    verifier: str | None = None
+    speculative_tokens: int = SPECULATIVE_TOKENS
+    overwrite: bool = False
+    dtype: str = "bfloat16"
+
+
+def layer_type(head: DraftHead) -> str:
+    """The decoder-layer model_type the servers build for the head's layers: "qwen3" for Qwen3 targets, else
+    "llama" (Llama, Mistral, Qwen2 with attention biases)."""
+    return "qwen3" if head.config.architecture == "qwen3" else "llama"
 
 
 def check_servable(head: DraftHead, fmt: str) -> None:
-    """A one-line error naming what to train instead when `fmt`'s servers cannot run `head` as it drafts here."""
+    """A one-line error naming the server and what to do instead when `fmt`'s server cannot run `head` as it drafts
+    here."""
     c = head.config
     if fmt not in FORMATS:
         raise EagleError(f"unknown export format {fmt!r}: expected one of {', '.join(FORMATS)}")
-    if c.architecture != "llama":
-        raise EagleError(f"a head for a {c.architecture!r} target cannot be exported: the servers' EAGLE drafters are "
-                         "Llama layers (expected a Llama target)")
     if c.input_mode != INPUT_MODES[0]:
         raise EagleError(f"a head with input_mode {c.input_mode!r} runs on no server: they feed (feature, next token); "
                          f"train with train.input_mode={INPUT_MODES[0]}")
     if c.block == "eagle" and c.fused:
         raise EagleError("fused features on the EAGLE-1 block run on no server: train with last-layer features "
                          "(head.features=last), or an EAGLE-3-block head")
+    if c.block == "eagle3" and not c.fused:
+        raise EagleError("the servers' EAGLE-3 drafters fuse target layers and this EAGLE-3-block head reads the last "
+                         "hidden state: train with head.features=fused")
+    if c.block == "eagle" and fmt == "speculators":
+        raise EagleError("speculators (0.9.0) has no EAGLE-1 model, so vLLM's speculators format cannot hold an "
+                         "EAGLE-1-block head: export format=vllm (trained with head.fc_bias=false), sglang or eagle")
+    families = FAMILIES[(c.block, fmt)]
+    if c.architecture not in families:
+        where = [f for (block, f), fams in FAMILIES.items() if block == c.block and c.architecture in fams]
+        raise EagleError(f"{SERVERS[fmt]} has no {'EAGLE-3' if c.block == 'eagle3' else 'EAGLE-1'} drafter for a "
+                         f"{c.architecture!r} target (it drafts for {', '.join(families)}): "
+                         + (f"export format={' or '.join(where)}" if where else "no server drafts for it"))
     if c.block == "eagle" and fmt == "vllm":
         if head.fc.bias is not None and bool(head.fc.bias.detach().any()):
-            raise EagleError("vLLM's EAGLE-1 drafter has no fc bias and this head has one (heads trained here have "
-                             "one, as EAGLE's do): export format=sglang or eagle")
+            raise EagleError("vLLM's EAGLE-1 drafter has no fc bias and this head has one: train with "
+                             "head.fc_bias=false, or export format=sglang or eagle")
         if c.draft_vocab_size:
             raise EagleError(f"vLLM's EAGLE-1 drafter has no draft-vocabulary map and this head drafts "
                              f"{c.draft_vocab_size} of {c.vocab_size} tokens: export format=sglang (its token map) "
                              "or train with train.draft_vocab_size=0")
 
 
-def _config(head: DraftHead, architecture: str, extra: dict) -> dict:
-    """The target's Llama config with the head's shape and `extra` keys."""
-    raw = head.target.config.to_dict()
-    keep = {k: v for k, v in raw.items() if not k.startswith("_") and k not in ("quantization_config", "auto_map")}
-    return {**keep, "architectures": [architecture], "model_type": "llama", "num_hidden_layers": head.config.layers,
-            "torch_dtype": "bfloat16", **extra}
+def verifier_of(head: DraftHead, given: str | None) -> str:
+    """The hub id or path the speculators config names as the verifier; a one-line error when there is none."""
+    name = head.target.name
+    spec = lookup(name)
+    verifier = given or (spec.hf_id if spec is not None else None) or (
+        name if is_hub_id(name) or Path(name).is_dir() else None)
+    if not verifier:
+        raise EagleError(f"a speculators export names its verifier (the target) by hub id or path, and target "
+                         f"{name!r} is neither: give export.verifier=<hub id or directory of the target>")
+    return verifier
 
 
-def _eagle_state(head: DraftHead, fmt: str) -> dict[str, torch.Tensor]:
-    state = {k: v for k, v in head.state_dict().items() if k.startswith(("fc.", "layers."))}
-    if fmt == "sglang" and "fc.bias" not in state:
-        state["fc.bias"] = torch.zeros(head.config.hidden_size, dtype=state["fc.weight"].dtype)
-    if fmt == "vllm":
-        state.pop("fc.bias", None)  # all zeros (check_servable): vLLM's fc has none
-    return state
+def rope_keys(target_config) -> dict:
+    """rope_theta (and rope_scaling when the target scales) at the top level, beside transformers 5's
+    rope_parameters: loaders on transformers 4 read only the former and fall back to 10,000 silently."""
+    params = dict(getattr(target_config, "rope_parameters", None) or {})
+    theta = params.get("rope_theta", getattr(target_config, "rope_theta", None))
+    if theta is None:
+        raise EagleError(f"target config {type(target_config).__name__} has no rope_theta: expected a RoPE model")
+    out = {"rope_theta": float(theta), "rope_parameters": {**params, "rope_theta": float(theta)}}
+    if params.get("rope_type", "default") != "default":
+        out["rope_scaling"] = {k: v for k, v in params.items() if k != "rope_theta"}
+    return out
 
 
-def _eagle3_state(head: DraftHead) -> dict[str, torch.Tensor]:
+def layer_config(head: DraftHead, dtype: str) -> dict:
+    """The target's config with the head's shape: its decoder-layer model_type, `num_hidden_layers` the head's,
+    the rope keys, `torch_dtype` = `dtype` = the weights'; a Qwen2 target's layers as a Llama's with attention
+    biases."""
+    target_config = head.target.config
+    raw = target_config.to_dict()
+    keep = {k: v for k, v in raw.items() if not k.startswith("_") and k not in DROPPED_KEYS}
+    config = {**keep, "model_type": layer_type(head), "num_hidden_layers": head.config.layers,
+              "tie_word_embeddings": False, **rope_keys(target_config), "torch_dtype": dtype, "dtype": dtype}
+    config["attention_bias"] = head.config.architecture == "qwen2" or bool(keep.get("attention_bias", False))
+    return config
+
+
+def draft_order(head: DraftHead) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(the draft tokens' target ids ascending [Vd], the permutation of the head's LM-head rows that matches them,
+    or None when the head drafts the whole vocabulary)."""
+    if head.draft_vocab is None:
+        return torch.arange(head.config.vocab_size), None
+    ids, order = head.draft_vocab.cpu().long().sort()
+    return ids, order
+
+
+def _eagle3_state(head: DraftHead, layer_prefix: str) -> dict[str, torch.Tensor]:
+    """An EAGLE-3-block head's weights, its decoder layer under `layer_prefix` ("midlayer." or "layers.0.")."""
     c = head.config
-    state = {"midlayer." + k[len("layers.0."):]: v for k, v in head.state_dict().items() if k.startswith("layers.0.")}
-    state.update({"norm.weight": head.norm.weight, "lm_head.weight": head.lm_head.weight})
-    if head.fuse is not None:
-        state["fc.weight"] = head.fuse.weight
-    ids = head.draft_vocab if head.draft_vocab is not None else torch.arange(c.vocab_size)
-    state["d2t"] = (ids.cpu() - torch.arange(ids.numel())).long()
+    state = {layer_prefix + k[len("layers.0."):]: v for k, v in head.state_dict().items() if k.startswith("layers.0.")}
+    if c.architecture == "qwen2":  # Llama layers with attention_bias carry an o_proj bias; Qwen2's is zero
+        state[layer_prefix + "self_attn.o_proj.bias"] = torch.zeros(c.hidden_size)
+    ids, order = draft_order(head)
+    lm_head = head.lm_head.weight if order is None else head.lm_head.weight[order.to(head.lm_head.weight.device)]
+    state.update({"norm.weight": head.norm.weight, "lm_head.weight": lm_head, "fc.weight": head.fuse.weight,
+                  "embed_tokens.weight": head.target.embed_tokens.weight})
+    state["d2t"] = ids - torch.arange(ids.numel())
     t2d = torch.zeros(c.vocab_size, dtype=torch.bool)
-    t2d[ids.cpu()] = True
+    t2d[ids] = True
     state["t2d"] = t2d
     return state
 
 
-def export(head: DraftHead, fmt: str, out: str | Path) -> list[Path]:
-    """Write `head` in `fmt`'s layout into `out` (config.json, model.safetensors, a token map where needed, and the
-    head's model card when it has one); returns the files written."""
-    check_servable(head, fmt)
-    c, out = head.config, Path(out)
+def _eagle_state(head: DraftHead, fmt: str) -> dict[str, torch.Tensor]:
+    state = {k: v for k, v in head.state_dict().items() if k.startswith(("fc.", "layers."))}
+    state["embed_tokens.weight"] = head.target.embed_tokens.weight
+    if fmt == "sglang" and "fc.bias" not in state:
+        state["fc.bias"] = torch.zeros(head.config.hidden_size)
+    if fmt == "vllm":
+        state.pop("fc.bias", None)  # absent or all zeros (check_servable): vLLM's fc has none
+    return state
+
+
+def eagle3_extra(head: DraftHead) -> dict:
+    """The EAGLE-3 keys every layout writes at the top level: vocabulary sizes, the fused layers (vLLM's ids:
+    our 0-based layer outputs + 1), the residual convention."""
+    c = head.config
+    aux = [i + 1 for i in c.feature_layers]
+    return {"draft_vocab_size": c.draft_vocab_size or c.vocab_size, "target_hidden_size": c.hidden_size,
+            "eagle_aux_hidden_state_layer_ids": aux, "norm_before_residual": False}
+
+
+def speculators_config(head: DraftHead, settings: ExportSettings) -> dict:
+    """vLLM's speculators config of an EAGLE-3-block head (the keys speculators' Eagle3SpeculatorConfig saves)."""
+    layer = layer_config(head, settings.dtype)
+    architectures = list(getattr(head.target.config, "architectures", None) or [type(head.target.model).__name__])
+    proposal = {"proposal_type": "greedy", "speculative_tokens": settings.speculative_tokens, "verifier_accept_k": 1,
+                "accept_tolerance": 0.0}
+    return {
+        "architectures": ["Eagle3Speculator"], "speculators_model_type": "eagle3",
+        "speculators_config": {"algorithm": "eagle3", "proposal_methods": [proposal],
+                               "default_proposal_method": "greedy",
+                               "verifier": {"name_or_path": verifier_of(head, settings.verifier),
+                                            "architectures": architectures}},
+        "transformer_layer_config": layer, **eagle3_extra(head), "norm_before_fc": False, "fc_norm": False,
+        "norm_output": False, "embed_requires_grad": False, "tie_word_embeddings": False,
+        "torch_dtype": layer["torch_dtype"], "dtype": layer["dtype"],
+    }
+
+
+def _prepare(out: Path, overwrite: bool) -> None:
+    """A new or empty `out`; with overwrite, an earlier export's files in it are removed first."""
+    if out.exists() and not out.is_dir():
+        raise EagleError(f"export directory {str(out)!r} is a file: expected a directory")
+    if out.is_dir() and any(out.iterdir()):
+        if not overwrite:
+            raise EagleError(f"export directory {str(out)!r} exists and is not empty: expected a new or empty "
+                             "directory, or export.overwrite=true")
+        for name in EXPORT_FILES:
+            (out / name).unlink(missing_ok=True)
     out.mkdir(parents=True, exist_ok=True)
-    if c.block == "eagle3":
-        # the head's own LM head over the draft vocabulary: never the embedding (SGLang reads a tied config so)
-        extra = {"draft_vocab_size": c.draft_vocab_size or c.vocab_size, "target_hidden_size": c.hidden_size,
-                 "tie_word_embeddings": False}
-        if c.fused:
-            extra["eagle_config"] = {"use_aux_hidden_state": True,
-                                     "eagle_aux_hidden_state_layer_ids": [i + 1 for i in c.feature_layers]}
-        config, state = _config(head, EAGLE3_ARCHITECTURE, extra), _eagle3_state(head)
+
+
+def export(head: DraftHead, fmt: str, out: str | Path, settings: ExportSettings | None = None) -> list[Path]:
+    """Write `head` in `fmt`'s layout into `out` (config.json, model.safetensors, and a token map where needed);
+    returns the files written."""
+    settings = settings or ExportSettings()
+    check_servable(head, fmt)
+    if settings.speculative_tokens < 1:
+        raise EagleError(f"export.speculative_tokens {settings.speculative_tokens} is invalid: expected >= 1")
+    if settings.dtype not in DTYPES:
+        raise EagleError(f"unknown export.dtype {settings.dtype!r}: expected one of {', '.join(DTYPES)}")
+    dtype = DTYPES[settings.dtype]
+    c, out = head.config, Path(out)
+    if fmt == "speculators":
+        config, state = speculators_config(head, settings), _eagle3_state(head, "layers.0.")
+    elif c.block == "eagle3":
+        architecture = EAGLE3_ARCHITECTURES["qwen3" if layer_type(head) == "qwen3" else "llama"]
+        extra = eagle3_extra(head)
+        config = {**layer_config(head, settings.dtype), "architectures": [architecture], **extra,
+                  "eagle_config": {"use_aux_hidden_state": True,
+                                   "eagle_aux_hidden_state_layer_ids": extra["eagle_aux_hidden_state_layer_ids"]}}
+        state = _eagle3_state(head, "midlayer.")
     else:
-        config = _config(head, ARCHITECTURES[fmt], {"bias": head.fc.bias is not None and fmt != "vllm"})
+        config = {**layer_config(head, settings.dtype), "architectures": [ARCHITECTURES[fmt]],
+                  "bias": head.fc.bias is not None and fmt != "vllm"}
         state = _eagle_state(head, fmt)
-    weights = {k: v.detach().to("cpu", torch.bfloat16 if v.is_floating_point() else v.dtype).contiguous()
+    _prepare(out, settings.overwrite)
+    weights = {k: v.detach().to("cpu", dtype if v.is_floating_point() else v.dtype).contiguous()
                for k, v in state.items()}
     save_file(weights, str(out / "model.safetensors"))
     (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     written = [out / "config.json", out / "model.safetensors"]
     if c.block == "eagle" and c.draft_vocab_size:
-        torch.save(head.draft_vocab.cpu().long(), out / TOKEN_MAP_FILE)
+        torch.save(draft_order(head)[0], out / TOKEN_MAP_FILE)
         written.append(out / TOKEN_MAP_FILE)
     return written
 
 
-def copy_card(source: str | Path, out: str | Path, fmt: str) -> Path | None:
-    """The source head's model card beside the export, with a line on how the format's server takes it."""
-    card = Path(source) / "README.md"
-    if not card.exists():
-        return None
-    usage = {"vllm": "vLLM: `--speculative-config '{\"method\": \"eagle\" (or \"eagle3\"), \"model\": \"<this directory>\"}'`",
-             "sglang": "SGLang: `--speculative-algorithm EAGLE (or EAGLE3) --speculative-draft-model-path <this "
-                       "directory>` (and `--speculative-token-map <this directory>/token_map.pt` where there is one)",
-             "eagle": "the EAGLE reference code: `ea_model_path=<this directory>`"}[fmt]
-    target = Path(out) / "README.md"
-    shutil.copyfile(card, target)
-    with target.open("a") as f:
-        f.write(f"\nExported in the `{fmt}` layout (eagle_train/export.py); served by {usage}.\n")
-    return target
+def write_card(source: str | Path, out: str | Path, head: DraftHead, fmt: str,
+               settings: ExportSettings | None = None) -> Path:
+    """The export's model card: the source head's card (when it has one) and how `fmt`'s server runs the export."""
+    settings = settings or ExportSettings()
+    card = Path(source) / CARD_FILE
+    text = card.read_text() if card.exists() else f"# EAGLE draft head for {head.config.target}\n"
+    target_id = verifier_of(head, settings.verifier) if fmt == "speculators" else (
+        settings.verifier or getattr(lookup(head.target.name), "hf_id", None) or head.target.name)
+    path = Path(out) / CARD_FILE
+    path.write_text(text.rstrip("\n") + "\n\n" + serve_section(head.config, fmt, target_id,
+                                                               settings.speculative_tokens, str(Path(out))))
+    return path
 
 
 def push(directory: str | Path, repo_id: str, private: bool = False) -> str:

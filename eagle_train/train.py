@@ -100,11 +100,13 @@ class HeadConf:
     """The head's shape: block ("eagle": fc + the target's decoder layer(s), the LM head borrowed from the target;
     "eagle3": EAGLE-3's layer, with its own norm and LM head over the draft vocabulary), decoder layers (1 = EAGLE's
     single layer; eagle3: 1) and input features ("last": the target's post-norm last hidden state; "fused": EAGLE-3's
-    low/middle/high layer outputs, needs featurize.features=fused)."""
+    low/middle/high layer outputs, needs featurize.features=fused). fc_bias: whether the EAGLE block's fc has a bias
+    (EAGLE's has; vLLM's EAGLE-1 drafter has none: false trains a head it serves)."""
 
     layers: int = 1
     features: str = "last"
     block: str = "eagle"
+    fc_bias: bool = True
 
 
 def build_head_config(target, cfg: TrainConfig, head: HeadConf) -> DraftHeadConfig:
@@ -125,7 +127,7 @@ def build_head_config(target, cfg: TrainConfig, head: HeadConf) -> DraftHeadConf
     config = DraftHeadConfig.of_target(target, cfg.input_mode)
     config.draft_vocab_size, config.layers = cfg.draft_vocab_size, head.layers
     config.feature_layers = list(eagle3_layers(target.config.num_hidden_layers)) if head.features == "fused" else []
-    config.block = head.block
+    config.block, config.fc_bias = head.block, head.fc_bias
     config.check()
     if head.block == "eagle3" and (cfg.w_reg != 0 or not cfg.draft_vocab_size):
         raise EagleError(f"head.block=eagle3 predicts no target feature and drafts from its own LM head over a draft "

@@ -11,12 +11,15 @@ LLAMA3_ROPE = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "hi
 
 
 def tiny_target(vocab: int = 96, hidden: int = 64, layers: int = 2, seed: int = 0, dtype=torch.float32,
-                arch: str = "llama", name: str = "tiny-llama") -> Target:
+                arch: str = "llama", name: str = "tiny-llama", rope_theta: float | None = None) -> Target:
     """A random Llama-family causal LM wrapped as a Target (tokenizer None). arch: llama, mistral, qwen2, qwen3
-    (per-head q/k norms), or llama3 (a Llama with Llama 3.x's rope scaling)."""
+    (per-head q/k norms), or llama3 (a Llama with Llama 3.x's rope scaling); rope_theta: None = the family's
+    default."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
     extra = {"llama3": {"rope_scaling": LLAMA3_ROPE}, "qwen3": {"head_dim": hidden // 4}}.get(arch, {})
+    if rope_theta is not None:
+        extra = {**extra, "rope_theta": rope_theta}
     config = AutoConfig.for_model(
         "llama" if arch == "llama3" else arch, vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden,
         num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
