@@ -49,6 +49,11 @@ class HeadRunner:
         else:  # an EAGLE-3 head drafts with its own norm and LM head
             self.vocab_weight = module.lm_head.weight.detach()
         self.vocab_packed = PackedLinear(self.vocab_weight) if self.packed else None
+        self.vocab_order = None  # [V]: the draft vocabulary's target ids, then every other id (drafting.top_tokens)
+        if module.draft_vocab is not None:
+            outside = torch.ones(self.config.vocab_size, dtype=torch.bool, device=module.draft_vocab.device)
+            outside[module.draft_vocab] = False
+            self.vocab_order = torch.cat([module.draft_vocab, outside.nonzero()[:, 0]])
         self.compiled = (CompiledForward(module, DraftHead.layers_forward, target.device, "the draft head's step")
                          if compile_step else None)
 
