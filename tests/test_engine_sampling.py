@@ -361,21 +361,21 @@ def test_inverse_cdf_draws_each_token_with_its_probability():
         assert all(probs[row, t] > 0 for t in drawn)
 
 
-def broken_sampled_parent_rows(tokens, parents, sizes, allowed, logits, params, generators):
+def broken_sampled_parent_rows(tokens, parents, sizes, allowed, logits, params, generators, draws=0):
     """Wrong on purpose: each node's children are judged with its parent's row."""
     return verify_sampled(tokens, parents, sizes, allowed, torch.cat([logits[:, :1], logits[:, :-1]], 1), params,
-                          generators)
+                          generators, draws)
 
 
-def broken_sampled_greedy_bonus(tokens, parents, sizes, allowed, logits, params, generators):
+def broken_sampled_greedy_bonus(tokens, parents, sizes, allowed, logits, params, generators, draws=0):
     """Wrong on purpose: accepts by sampling but emits the target's argmax as the bonus."""
-    g = verify_sampled(tokens, parents, sizes, allowed, logits, params, generators)
+    g = verify_sampled(tokens, parents, sizes, allowed, logits, params, generators, draws)
     n = tokens.shape[1]
     leaf = torch.where(g.on_path, torch.arange(1, n + 1), 0).amax(-1, keepdim=True)
     return verify.BatchAcceptance(g.accepted, logits.argmax(-1).gather(1, leaf)[:, 0], g.on_path, g.tested)
 
 
-def broken_sampled_accept_first_child(tokens, parents, sizes, allowed, logits, params, generators):
+def broken_sampled_accept_first_child(tokens, parents, sizes, allowed, logits, params, generators, draws=0):
     """Wrong on purpose: every node draws its first child's token when it has one (never rejects)."""
     b, n = tokens.shape
     draws = inverse_cdf(target_probs(logits, params), torch.rand(b, n + 1, dtype=torch.float64))
