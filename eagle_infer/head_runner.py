@@ -79,12 +79,13 @@ class HeadRunner:
         return KVCache(self.config.layers, *self.target.kv_shape(batch)[1:],
                        static_length(max_len) if static else max_len, weight.dtype, weight.device, static)
 
+    @torch.inference_mode()
     def __call__(self, features: torch.Tensor, tokens: torch.Tensor, positions: torch.Tensor, cache: KVCache,
                  mask: torch.Tensor | None) -> torch.Tensor:
         """features [B, T, H] (or [B, T, k*H] fused target features), tokens [B, T], positions [B, T] -> predicted
         features [B, T, H]; the T new keys/values are written after what `cache` holds (not committed). mask:
-        additive [B or 1, 1, T, held + T]. Inference only: callers run it without gradients (the engine decodes
-        under torch.inference_mode)."""
+        additive [B or 1, 1, T, held + T]. Inference only: it runs under torch.inference_mode, as Target.forward
+        does (the caches' per-layer views share one tensor, which autograd could not write in place)."""
         if cache.static:
             mask = cache.static_mask(mask, tokens.shape[1], features.dtype)
             if self.compiled is None:

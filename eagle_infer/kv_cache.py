@@ -77,7 +77,8 @@ class KVCache:
                 static: bool) -> None:
         """keys, values: [layers, batch, kv_heads, max_len, head_dim] (views of a larger cache's storage for `row`)."""
         self.keys, self.values, self.max_len, self.lengths, self.static = keys, values, max_len, lengths, static
-        self.k, self.v = list(keys.unbind(0)), list(values.unbind(0))
+        # one view per layer by plain indexing (unbind's views could not be written in place under grad mode)
+        self.k, self.v = [keys[i] for i in range(keys.shape[0])], [values[i] for i in range(values.shape[0])]
         k, v = self.k, self.v
         self._device_lengths: tuple[tuple[int, ...], torch.Tensor] | None = None
         if static:  # one compiled graph serves every cache length
