@@ -24,15 +24,16 @@ from pathlib import Path
 
 import torch
 
-from .merge import merge_trees
+from .merge import cut
 from .platform import cache_root
-from .tree import DraftTree, padded_width, path_values
+from .tree import TreeBatch, padded_width
 
 SIZES = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128)  # verified tokens per forward at which the forward is timed
 # Part of every cache key: raise it when a change to the engine changes what a forward or a draft level costs (2: the
-# lean drafting step; 3: the head's step compiled beside a target compiled on a GPU), so cost models measured before
-# are measured again rather than reused.
-COST_REVISION = 3
+# lean drafting step; 3: the head's step compiled beside a target compiled on a GPU; 4: trees drafted, merged and
+# verified as device batches, one KV tensor per cache), so cost models measured before are measured again rather
+# than reused.
+COST_REVISION = 4
 
 
 @dataclass
@@ -91,29 +92,34 @@ class Budget:
         self.verify_ms = torch.tensor(
             [self.cost.forward(self.batch * (1 + width(n))) for n in range(1, self.max_nodes + 1)], dtype=torch.float64)
 
-    def plan(self, values: torch.Tensor, levels: int) -> tuple[int, float, float]:
+    def plan(self, values: torch.Tensor, levels: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """values: [B, M] path log-values of every candidate so far. -> (n nodes per row, expected tokens per
-        cycle over the batch, cycle ms) of the best n <= max_nodes, with `levels` draft levels paid."""
+        cycle over the batch, cycle ms) of the best n <= max_nodes, with `levels` draft levels paid, as float64
+        scalars on the values' device (no host read)."""
         probs = values.double().exp().sort(dim=-1, descending=True).values[:, : self.max_nodes]
         tokens = self.batch + probs.sum(0).cumsum(0)  # expected tokens with n = 1, 2, ...
-        ms = self.cost.level_ms * levels + self.verify_ms[: tokens.numel()].to(tokens.device)
-        best = int((tokens / ms).argmax())  # the first best: fewer nodes on a tie
-        n, expected, cycle_ms = torch.stack([torch.tensor(best + 1.0, dtype=torch.float64, device=tokens.device),
-                                             tokens[best], ms[best]]).tolist()
-        return int(n), expected, cycle_ms
+        verify_ms = self.verify_ms.to(tokens.device)
+        ms = self.cost.level_ms * levels + verify_ms[: tokens.numel()]
+        best = (tokens / ms).argmax().view(1)  # the first best: fewer nodes on a tie (indexed by index_select:
+        return best[0] + 1.0, tokens.index_select(0, best)[0], ms.index_select(0, best)[0]  # no host read)
 
     def nodes(self, values: torch.Tensor, levels: int) -> int:
-        return self.plan(values, levels)[0]
+        """How many nodes per row to verify (one host read)."""
+        return int(self.plan(values, levels)[0])
 
-    def draft_on(self, values: torch.Tensor, frontier: torch.Tensor, levels: int, mass: float = 1.0) -> bool:
-        """Whether one more level pays: its children are expected to add `mass` x the frontier's path probabilities
-        (mass: the mean probability the head gave its top-k children at the last level, at most 1) and to join
-        the verified nodes, at the cost of one more level and a larger verification forward."""
+    def draft_on(self, values: torch.Tensor, frontier: torch.Tensor, levels: int, mass: torch.Tensor | float = 1.0
+                 ) -> bool:
+        """Whether one more level pays (one host read): its children are expected to add `mass` x the frontier's
+        path probabilities (mass: the mean probability the head gave its top-k children at the last level, at most
+        1, a scalar tensor) and to join the verified nodes, at the cost of one more level and a larger
+        verification forward."""
         n, tokens, ms = self.plan(values, levels)
-        gain = mass * float(frontier.double().exp().sum())
-        grown = min(n + frontier.shape[-1], self.max_nodes)
-        more_ms = self.cost.level_ms + float(self.verify_ms[grown - 1] - self.verify_ms[n - 1])
-        return (tokens + gain) / (ms + more_ms) > tokens / ms
+        gain = torch.as_tensor(mass, dtype=torch.float64, device=frontier.device) * frontier.double().exp().sum()
+        verify_ms = self.verify_ms.to(tokens.device)
+        at = torch.stack([(n + frontier.shape[-1]).clamp(max=self.max_nodes), n]).long() - 1  # grown, now
+        grown_ms, now_ms = verify_ms.index_select(0, at)
+        more_ms = self.cost.level_ms + grown_ms - now_ms
+        return bool((tokens + gain) / (ms + more_ms) > tokens / ms)
 
 
 def cache_path(key: dict) -> Path:
@@ -122,17 +128,9 @@ def cache_path(key: dict) -> Path:
     return cache_root() / "cost-models" / f"{key['model']}-{name}.json"
 
 
-def log_values(trees: list[DraftTree]) -> torch.Tensor:
-    """[B, max N] path log-values of each row's tree (EAGLE-2's values, -inf padding), on the host."""
-    width = max((len(t) for t in trees), default=0)
-    rows = [path_values(t.parents.tolist(), t.probs.tolist()) + [0.0] * (width - len(t)) for t in trees]
-    return torch.tensor(rows, dtype=torch.float64).reshape(len(trees), width).log()
-
-
-def cut_trees(trees: list[DraftTree], budget: Budget, levels: int) -> list[DraftTree]:
+def cut_trees(trees: TreeBatch, budget: Budget, levels: int) -> TreeBatch:
     """Every row's tree cut to the best n nodes by path value, n chosen by `budget` over the whole batch with
-    `levels` draft levels paid."""
-    if not any(len(t) for t in trees):
+    `levels` draft levels paid (one host read)."""
+    if trees.depth == 0:  # no row holds a node
         return trees
-    n = budget.nodes(log_values(trees), levels)
-    return [merge_trees([t], n, t.tokens.device) if len(t) > n else t for t in trees]
+    return cut(trees, budget.nodes(trees.values().log(), levels))

@@ -1,8 +1,9 @@
-"""Drafters: grow a DraftTree with the draft head. `static` (EAGLE-1; `chain` is its one-path case) and `dynamic`
+"""Drafting with the draft head: grow a TreeBatch, one tree per row. `static` (EAGLE-1; `chain` is its one-path case) and `dynamic`
 (EAGLE-2). Every drafter picks candidates deterministically (top-k), which is what the verifier assumes.
 
 Batches: every drafter drafts one tree per batch row in lockstep (the same number of nodes fed per level, so each
-level is one batched head forward) and returns a list of DraftTrees, one per row.
+level is one batched head forward) and returns one TreeBatch ([B, N] tensors on the device). Nothing here reads the
+device from the host (no .item(), .tolist(), host tensors of device values): a level is tensor ops only.
 
 Positions: a row's root token sits at sequence position `base`; a node at depth d sits at base + d and is fed to
 the head as the pair (its parent's predicted feature, its token) at head position base + d - 1 (with a head
@@ -17,18 +18,29 @@ import torch
 
 from .head_runner import HeadRunner
 from .kv_cache import KVCache
-from .tree import DraftTree, additive_mask, chain_paths, check_paths
+from .tree import TreeBatch, additive_mask, chain_paths, check_paths
 
 
 @dataclass
 class DraftRoot:
     """Where this cycle's trees start, one per batch row: the head's predicted feature after the accepted context,
-    the root token (last emitted, at sequence position base), and which request of the batch call the row serves."""
+    the root token (last emitted, at sequence position base), and which request of the batch call the row serves.
+    token_ids, positions: the same roots and bases as LongTensors [B] on the device (built from the lists when not
+    given; the engine passes the ones it keeps on the device)."""
 
     feature: torch.Tensor  # [B, H], predicts the distribution of the tokens at depth 1 ([B, 0] without a head)
     tokens: list[int]
     bases: list[int]
     requests: list[int]
+    token_ids: torch.Tensor | None = None
+    positions: torch.Tensor | None = None
+
+    def __post_init__(self):
+        device = self.feature.device
+        if self.token_ids is None:
+            self.token_ids = torch.tensor(self.tokens, dtype=torch.long, device=device)
+        if self.positions is None:
+            self.positions = torch.tensor(self.bases, dtype=torch.long, device=device)
 
     @property
     def batch(self) -> int:
@@ -49,14 +61,16 @@ class TreeFeeder:
         self.levels = 0  # feed() calls so far: head forwards of one tree level each
         self.fed = 0  # nodes fed so far
         self.prefix = list(cache.lengths) if cache is not None else []
+        self._prefix_ids = cache.device_lengths() if cache is not None else None
         b, h = root.feature.shape
         device = root.feature.device
         self._outputs = root.feature.new_zeros(b, 1 + capacity, h)  # [B, 1 + cap, H] root feature, then fed nodes'
         self._outputs[:, 0] = root.feature
         self._tokens = torch.zeros(b, 1 + capacity, dtype=torch.long, device=device)  # [B, 1 + cap]
-        self._tokens[:, 0] = torch.tensor(root.tokens, dtype=torch.long, device=device)
+        self._tokens[:, 0] = root.token_ids
         self._anc = torch.zeros(b, 1 + capacity, capacity, dtype=torch.bool, device=device)  # row 0: the root's
-        self._bases = torch.tensor(root.bases, dtype=torch.long, device=device)[:, None]
+        self._bases = root.positions[:, None]
+        self._eye = torch.eye(capacity, dtype=torch.bool, device=device)  # a fed node's own bit in its ancestry
 
     def _grow(self, need: int) -> None:
         """Make room for `need` fed nodes."""
@@ -68,43 +82,34 @@ class TreeFeeder:
         self._outputs = pad(self._outputs, (0, 0, 0, new - cap))
         self._tokens = pad(self._tokens, (0, new - cap))
         self._anc = pad(self._anc, (0, new - cap, 0, new - cap))
+        self._eye = torch.eye(new, dtype=torch.bool, device=self._anc.device)
 
     def root_logp(self) -> torch.Tensor:
         """[B, Vd] log-probabilities of depth-1 tokens over the head's draft vocabulary (see `top`)."""
         return torch.log_softmax(self.head.draft_logits(self.root.feature), dim=-1)
 
     def top(self, logp: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """The k best of draft-vocabulary log-probs [..., Vd]: (values [..., k], target token ids [..., k]), mapped
-        to target ids once here. With k > Vd the missing candidates are ids outside the draft vocabulary at -inf
-        (probability 0), so tree shapes do not depend on the head's vocabulary."""
-        vocab = self.head.draft_vocab
-        if k > logp.shape[-1]:
-            logp = torch.cat([logp, logp.new_full((*logp.shape[:-1], k - logp.shape[-1]), float("-inf"))], -1)
-            outside = torch.ones(self.head.config.vocab_size, dtype=torch.bool, device=logp.device)
-            outside[vocab] = False
-            vocab = torch.cat([vocab, outside.nonzero()[:, 0]])
-        values, index = logp.topk(k, dim=-1)
-        return values, (index if vocab is None else vocab[index])
+        """top_tokens over the head's vocabulary."""
+        return top_tokens(logp, k, self.head.vocab_order)
 
     @torch.inference_mode()
     def feed(self, parents: torch.Tensor, tokens: torch.Tensor, depth: int) -> torch.Tensor:
         """Feed m nodes per row, all at `depth`, whose parents are fed slots (or -1 for the root).
 
-        parents, tokens: LongTensor [B, m]. The new slots are F..F+m-1 (F = nodes fed before). Returns [B, m, Vd]
+        parents, tokens: LongTensor [B, m] on the feeder's device. The new slots are F..F+m-1 (F = nodes fed before). Returns [B, m, Vd]
         log-probabilities of their children over the draft vocabulary (`top` maps them to target ids).
         """
         b, m = tokens.shape
         f = self.fed
         self._grow(f + m)
         device = self.root.feature.device
-        parents, tokens = parents.to(device), tokens.to(device)
         up = parents + 1  # [B, m] index into [root, fed...]
         parent_feat = self._outputs.gather(1, up[:, :, None].expand(b, m, self._outputs.shape[-1]))
         fed_tokens = self._tokens.gather(1, up) if self.head.config.token_shift == 0 else tokens
         rows = self._anc.gather(1, up[:, :, None].expand(b, m, self._anc.shape[2]))  # parents' ancestry [B, m, cap]
-        rows[:, :, f : f + m] |= torch.eye(m, dtype=torch.bool, device=device)
+        rows[:, :, f : f + m] |= self._eye[:m, :m]
         self._anc[:, 1 + f : 1 + f + m] = rows
-        mask = additive_mask(rows[:, :, : f + m], self.prefix, self.root.feature.dtype, device)
+        mask = additive_mask(rows[:, :, : f + m], self.prefix, self.root.feature.dtype, device, self._prefix_ids)
         positions = (self._bases + depth - 1).expand(b, m)
         out = self.head(parent_feat, fed_tokens, positions, self.cache, mask)
         self.cache.advance(m)
@@ -117,12 +122,31 @@ class TreeFeeder:
     def reset(self) -> None:
         """Drop every fed node from the head's cache."""
         if self.cache is not None:
-            self.cache.truncate(self.prefix)
+            self.cache.truncate(self.prefix, self._prefix_ids)
 
 
-def _split(tokens, parents, depths, probs) -> list[DraftTree]:
-    """[B, N] tensors -> one DraftTree per row (views, on the tensors' device)."""
-    return [DraftTree(tokens[b], parents[b], depths[b], probs[b]) for b in range(tokens.shape[0])]
+def top_tokens(logp: torch.Tensor, k: int, order: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The k best of draft-vocabulary log-probs [..., Vd]: (values [..., k], target token ids [..., k]); order: the
+    draft vocabulary's target ids then every other id (HeadRunner.vocab_order; None: the whole vocabulary). With
+    k > Vd the missing candidates are ids outside the draft vocabulary at -inf (probability 0), so tree shapes do
+    not depend on the head's vocabulary."""
+    if k > logp.shape[-1]:
+        logp = torch.cat([logp, logp.new_full((*logp.shape[:-1], k - logp.shape[-1]), float("-inf"))], -1)
+    values, index = logp.topk(k, dim=-1)
+    return values, (index if order is None else order[index])
+
+
+def expand_level(logp: torch.Tensor, parent_values: torch.Tensor, k: int, order: torch.Tensor | None,
+                 by_value: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One EAGLE-2 level's bookkeeping, static shapes and tensor ops only (compiled whole in tests/test_compiled.py):
+    the k best children of each of k expanded nodes. logp [B, k, Vd]: their children's log-probs; parent_values
+    [B, k]: their path log-values. -> the children's target ids, path values and own log-probs [B, k*k] (parent
+    by parent), and which k of them expand next [B, k] (best by value, or by own confidence; ties: earlier)."""
+    own, tokens = top_tokens(logp, k, order)
+    values = parent_values[:, :, None] + own
+    score = values if by_value else own
+    pick = torch.sort(-score.flatten(1), dim=1, stable=True).indices[:, :k]
+    return tokens.flatten(1), values.flatten(1), own.flatten(1), pick
 
 
 @lru_cache(maxsize=64)
@@ -147,7 +171,7 @@ def _static_plan(paths: tuple[tuple[int, ...], ...]) -> tuple[list[tuple], list[
     return plan, [index[p[:-1]] if len(p) > 1 else -1 for p in paths], [len(p) for p in paths]
 
 
-def draft_static(feeder: TreeFeeder, paths) -> list[DraftTree]:
+def draft_static(feeder: TreeFeeder, paths) -> TreeBatch:
     """EAGLE-1: the tree shape is fixed; a node of rank r is the parent's r-th most likely token. One top-k over the
     draft vocabulary per level, on the device."""
     paths = check_paths(paths)
@@ -165,11 +189,11 @@ def draft_static(feeder: TreeFeeder, paths) -> list[DraftTree]:
         if fed_nodes:
             fed = torch.tensor(fed_parents, device=device).expand(b, -1)
             rows = torch.cat([rows, feeder.feed(fed, tokens[:, fed_nodes], depth)], 1)
-    as_rows = lambda x: torch.tensor(x, device=device).expand(b, -1)  # noqa: E731
-    return _split(tokens, as_rows(parents), as_rows(depths), probs)
+    as_rows = lambda x: torch.tensor(x, device=device).expand(b, -1)  # noqa: E731 (host constants of the plan)
+    return TreeBatch.full_rows(tokens, as_rows(parents), as_rows(depths), probs, len(plan))
 
 
-def draft_chain(feeder: TreeFeeder, depth: int) -> list[DraftTree]:
+def draft_chain(feeder: TreeFeeder, depth: int) -> TreeBatch:
     """Top-1 for `depth` steps."""
     return draft_static(feeder, chain_paths(depth))
 
@@ -177,7 +201,7 @@ def draft_chain(feeder: TreeFeeder, depth: int) -> list[DraftTree]:
 def draft_dynamic(
     feeder: TreeFeeder, depth: int, top_k: int, total_tokens: int, expand_by: str = "value", rerank: bool = True,
     budget=None, extra: torch.Tensor | None = None,
-) -> list[DraftTree]:
+) -> TreeBatch:
     """EAGLE-2: grow `depth` levels, expanding the top_k newest nodes by path value (sum of draft log-probs) or by
     their own confidence; then keep the `total_tokens` best candidates by value (ties prefer shallower, then earlier
     nodes, so every kept node's parent is kept), or without rerank the expanded nodes level by level. Every row
@@ -204,7 +228,7 @@ def draft_dynamic(
     for d in range(2, depth + 1):
         if budget is not None:
             values = torch.cat(c_val + others, 1)
-            mass = float(c_own[-1].exp().view(b, -1, k).sum(-1).mean())  # top-k children's mass per expanded node
+            mass = c_own[-1].exp().view(b, -1, k).sum(-1).mean()  # top-k children's mass per expanded node
             if not budget.draft_on(values, values.gather(1, frontier), d - 1, mass):
                 break
         all_tok, all_par = torch.cat(c_tok, 1), torch.cat(c_par, 1)
@@ -213,15 +237,14 @@ def draft_dynamic(
         first = feeder.fed
         logp = feeder.feed(parent_slots, all_tok.gather(1, frontier), d - 1)
         slot_of.scatter_(1, frontier, torch.arange(first, first + k, device=device).expand(b, k))
-        lp, tok = feeder.top(logp, k)  # [B, k, k]
-        val = torch.cat(c_val, 1).gather(1, frontier)[:, :, None] + lp
-        c_tok.append(tok.flatten(1))
+        tok, val, own, pick = expand_level(logp, torch.cat(c_val, 1).gather(1, frontier), k, feeder.head.vocab_order,
+                                           expand_by == "value")
+        c_tok.append(tok)
         c_par.append(frontier.repeat_interleave(k, dim=1))
         c_dep.append(torch.full((b, k * k), d, dtype=torch.long, device=device))
-        c_val.append(val.flatten(1))
-        c_own.append(lp.flatten(1))
-        score = val.flatten(1) if expand_by == "value" else lp.flatten(1)
-        frontier = n_cand + torch.sort(-score, dim=1, stable=True).indices[:, :k]
+        c_val.append(val)
+        c_own.append(own)
+        frontier = n_cand + pick
         chosen.append(frontier)
         n_cand += k * k
     values = torch.cat(c_val, 1)
@@ -235,7 +258,7 @@ def draft_dynamic(
     new_index.scatter_(1, keep, torch.arange(keep.shape[1], device=device).expand(b, -1))
     parents = torch.cat(c_par, 1).gather(1, keep)
     parents = torch.where(parents < 0, parents, new_index.gather(1, parents.clamp(min=0)))
-    return _split(
+    return TreeBatch.full_rows(
         torch.cat(c_tok, 1).gather(1, keep), parents, torch.cat(c_dep, 1).gather(1, keep),
-        torch.cat(c_own, 1).gather(1, keep).exp(),
+        torch.cat(c_own, 1).gather(1, keep).exp(), len(chosen),
     )

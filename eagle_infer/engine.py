@@ -9,8 +9,8 @@ Batches (`generate_batch`): up to `batch_size` requests decode together, each in
 length, tree, accepted length and stop condition; the rest wait and take the row of a request that finishes
 (continuous batching), and when none is waiting, finished rows are dropped so they stop costing compute. A new
 request is prefilled alone in its row; every cycle then drafts all rows in one batched head forward per tree level
-and verifies all trees in one batched target forward. Trees of one cycle have the same size for the built-in
-drafters; a custom drafter's smaller trees are padded with masked slots. `generate` is a batch of one.
+and verifies all trees in one batched target forward, the trees passed as one TreeBatch of [B, N] tensors (smaller
+trees padded with masked slots) and accepted and committed on the device with one read back per cycle. `generate` is a batch of one.
 
 Where the parts live: the settings (config.InferConf), the drafters behind one protocol (drafters), the head as it
 drafts (head_runner), the cycle's steps propose -> verify -> commit -> record (cycle), the requests' rows and queue
@@ -35,7 +35,7 @@ from .kv_cache import KVCache
 from .platform import available_memory, sync
 from .records import BatchResult, GenerationResult
 from .scheduler import BatchRun, Call
-from .tree import DraftTree
+from .tree import DraftTree, TreeBatch
 from .verify import SamplingParams
 
 
@@ -44,14 +44,15 @@ class Engine:
     HeadRunner built for the target, or a runner).
 
     config: the InferConf (its "auto" settings resolved here). drafter: replaces the method's drafter with any
-    Drafter (drafters.Drafter: `propose(DraftInput) -> list[DraftTree]`) or callable TreeFeeder -> list[DraftTree]
-    (one tree per batch row; tests use oracles that know the target's continuation); with lookup its trees are
-    merged with the copies. cost: the cost model of an auto budget (default: this machine's, measured once and
+    Drafter (drafters.Drafter: `propose(DraftInput) -> TreeBatch`, or a list of DraftTrees) or callable
+    TreeFeeder -> TreeBatch or list[DraftTree] (one tree per batch row; tests use oracles that know the target's
+    continuation); with lookup its trees are merged with the copies. cost: the cost model of an auto budget (default: this machine's, measured once and
     cached)."""
 
     def __init__(
         self, target, head: DraftHead | HeadRunner | None, config: InferConf,
-        drafter: Drafter | Callable[[TreeFeeder], list[DraftTree]] | None = None, cost: CostModel | None = None,
+        drafter: Drafter | Callable[[TreeFeeder], TreeBatch | list[DraftTree]] | None = None,
+        cost: CostModel | None = None,
     ):
         config = config.resolved()
         config.validate(target.vocab_size)

@@ -49,6 +49,11 @@ class HeadRunner:
         else:  # an EAGLE-3 head drafts with its own norm and LM head
             self.vocab_weight = module.lm_head.weight.detach()
         self.vocab_packed = PackedLinear(self.vocab_weight) if self.packed else None
+        self.vocab_order = None  # [V]: the draft vocabulary's target ids, then every other id (drafting.top_tokens)
+        if module.draft_vocab is not None:
+            outside = torch.ones(self.config.vocab_size, dtype=torch.bool, device=module.draft_vocab.device)
+            outside[module.draft_vocab] = False
+            self.vocab_order = torch.cat([module.draft_vocab, outside.nonzero()[:, 0]])
         self.compiled = (CompiledForward(module, DraftHead.layers_forward, target.device, "the draft head's step")
                          if compile_step else None)
 
@@ -74,12 +79,13 @@ class HeadRunner:
         return KVCache(self.config.layers, *self.target.kv_shape(batch)[1:],
                        static_length(max_len) if static else max_len, weight.dtype, weight.device, static)
 
+    @torch.inference_mode()
     def __call__(self, features: torch.Tensor, tokens: torch.Tensor, positions: torch.Tensor, cache: KVCache,
                  mask: torch.Tensor | None) -> torch.Tensor:
         """features [B, T, H] (or [B, T, k*H] fused target features), tokens [B, T], positions [B, T] -> predicted
         features [B, T, H]; the T new keys/values are written after what `cache` holds (not committed). mask:
-        additive [B or 1, 1, T, held + T]. Inference only: callers run it without gradients (the engine decodes
-        under torch.inference_mode)."""
+        additive [B or 1, 1, T, held + T]. Inference only: it runs under torch.inference_mode, as Target.forward
+        does (the caches' per-layer views share one tensor, which autograd could not write in place)."""
         if cache.static:
             mask = cache.static_mask(mask, tokens.shape[1], features.dtype)
             if self.compiled is None:

@@ -1,14 +1,17 @@
 """Preallocated KV cache shared by the target and the draft head, with one committed length per batch row.
 
-Keys and values live in two lists `k`, `v` of one tensor per layer, [batch, kv_heads, max_len, head_dim] (separate
-tensors, so a compiled forward writes each in place). Row b holds committed tokens at positions [0, lengths[b]). A
+Keys and values live in two tensors [layers, batch, kv_heads, max_len, head_dim], read as two lists `k`, `v` of
+per-layer views [batch, kv_heads, max_len, head_dim] (a compiled forward writes each in place; compacting every
+layer at once is one index op over the whole tensor). Row b holds committed tokens at positions [0, lengths[b]). A
 forward of T new tokens writes row b's at [lengths[b], lengths[b] + T) and every layer's attention sees keys
 [0, span(T)) with span(T) = max(lengths) + T: the caller's mask hides, in each row, the slots past that row's own
 new tokens. A `static` cache (the compiled forward's, eagle_infer/compiled.py) instead always attends over all
 max_len slots, and writes where `static_mask(...)`, called before the forward, put the slots as tensors: shapes
 and Python state then stay the same from step to step. `advance` commits what the last forward wrote,
-`keep(row, start, idx)` keeps only some of it (a tree's accepted path) by gathering it into contiguous positions,
-`select_rows` drops finished rows, and `row(b)` is a one-row view sharing the storage.
+`keep_paths` keeps only some of it in every row (the trees' accepted paths) by gathering it into contiguous positions
+on the device, `select_rows` drops finished rows, and `row(b)` is a one-row view sharing the storage. The rows'
+lengths live on the host (`lengths`) and, for the cycle, on the device too (`device_lengths`): operations that
+know the new lengths on the device keep that copy, so a cycle never copies lengths from the host.
 """
 from __future__ import annotations
 
@@ -66,13 +69,18 @@ class KVCache:
 
     def __init__(self, layers: int, batch: int, kv_heads: int, head_dim: int, max_len: int, dtype, device,
                  static: bool = False):
-        shape = (batch, kv_heads, max_len, head_dim)
-        new = lambda: [torch.zeros(shape, dtype=dtype, device=device) for _ in range(layers)]  # noqa: E731
+        shape = (layers, batch, kv_heads, max_len, head_dim)
+        new = lambda: torch.zeros(shape, dtype=dtype, device=device)  # noqa: E731
         self._attach(new(), new(), max_len, [0] * batch, static)
 
-    def _attach(self, k: list[torch.Tensor], v: list[torch.Tensor], max_len: int, lengths: list[int],
+    def _attach(self, keys: torch.Tensor, values: torch.Tensor, max_len: int, lengths: list[int],
                 static: bool) -> None:
-        self.k, self.v, self.max_len, self.lengths, self.static = k, v, max_len, lengths, static
+        """keys, values: [layers, batch, kv_heads, max_len, head_dim] (views of a larger cache's storage for `row`)."""
+        self.keys, self.values, self.max_len, self.lengths, self.static = keys, values, max_len, lengths, static
+        # one view per layer by plain indexing (unbind's views could not be written in place under grad mode)
+        self.k, self.v = [keys[i] for i in range(keys.shape[0])], [values[i] for i in range(values.shape[0])]
+        k, v = self.k, self.v
+        self._device_lengths: tuple[tuple[int, ...], torch.Tensor] | None = None
         if static:  # one compiled graph serves every cache length
             for x in k + v:
                 torch._dynamo.maybe_mark_dynamic(x, 2)
@@ -109,7 +117,7 @@ class KVCache:
         device = self.k[0].device
         if mask is None:
             mask = causal_mask(self.lengths, n, dtype, device)
-        starts = torch.tensor(self.lengths, device=device)[:, None]
+        starts = self.device_lengths()[:, None]
         self.static_slots = (torch.arange(self.batch, device=device)[:, None], starts + torch.arange(n, device=device))
         if n > 1:  # one compiled graph for any number of new tokens (as for the forward's inputs)
             torch._dynamo.maybe_mark_dynamic(self.static_slots[1], 1)
@@ -124,59 +132,69 @@ class KVCache:
                 plan = (self.lengths[0], None, None)
             else:
                 device = self.k[0].device
-                starts = torch.tensor(self.lengths, device=device)[:, None]
+                starts = self.device_lengths()[:, None]
                 plan = (None, torch.arange(self.batch, device=device)[:, None], starts + torch.arange(n, device=device))
             self._plans = {key: plan}  # lengths change every forward: keep only the newest plan
         return self._plans[key]
 
-    def advance(self, n: int | list[int]) -> None:
-        """Commit n positions of every row (or n[b] of row b) from what the last forward wrote."""
+    def device_lengths(self) -> torch.Tensor:
+        """LongTensor [B]: `lengths` on the cache's device (copied there only when no operation kept it current)."""
+        key = tuple(self.lengths)
+        if self._device_lengths is None or self._device_lengths[0] != key:
+            self._device_lengths = (key, torch.tensor(self.lengths, dtype=torch.long, device=self.keys.device))
+        return self._device_lengths[1]
+
+    def _set_lengths(self, lengths: list[int], on_device: torch.Tensor | None) -> None:
+        """New host lengths and, when the caller computed them there, the same on the device."""
+        self.lengths = lengths
+        self._device_lengths = None if on_device is None else (tuple(lengths), on_device)
+
+    def advance(self, n: int | list[int], on_device: torch.Tensor | None = None) -> None:
+        """Commit n positions of every row (or n[b] of row b; on_device: the same counts as a LongTensor [B]) from
+        what the last forward wrote."""
         counts = n if isinstance(n, list) else [n] * self.batch
-        self.lengths = [length + c for length, c in zip(self.lengths, counts)]
+        before = self._device_lengths
+        if isinstance(n, int) and before is not None and before[0] == tuple(self.lengths):
+            on_device = before[1] + n
+        elif on_device is not None:
+            on_device = self.device_lengths() + on_device
+        self._set_lengths([length + c for length, c in zip(self.lengths, counts)], on_device)
 
-    def truncate(self, lengths: int | list[int]) -> None:
-        """Forget everything at or after lengths (one value for every row, or one per row)."""
-        self.lengths = list(lengths) if isinstance(lengths, list) else [lengths] * self.batch
+    def truncate(self, lengths: int | list[int], on_device: torch.Tensor | None = None) -> None:
+        """Forget everything at or after lengths (one value for every row, or one per row; on_device: the same as a
+        LongTensor [B])."""
+        self._set_lengths(list(lengths) if isinstance(lengths, list) else [lengths] * self.batch, on_device)
 
-    def keep(self, row: int, start: int, idx) -> None:
-        """Keep row `row`'s written positions start + idx (idx ascending, idx[i] >= i) at start, start+1, ...; commit
-        them. idx: offsets relative to `start` (a list or LongTensor [m])."""
-        self.keep_rows([row], [start], [idx.tolist() if isinstance(idx, torch.Tensor) else list(idx)])
-
-    def keep_rows(self, rows: list[int], starts: list[int], kept: list[list[int]]) -> None:
-        """`keep` for several rows at once: one gather per layer's keys and values for every row whose kept offsets
-        are not already contiguous (a chain accepted from its first child moves nothing)."""
-        moves = [(r, s, idx) for r, s, idx in zip(rows, starts, kept) if idx != list(range(len(idx)))]
-        for r, s, idx in zip(rows, starts, kept):
-            self.lengths[r] = s + len(idx)
-        if not moves:
-            return
-        width = max(len(idx) for _, _, idx in moves)  # pad by repeating each row's last move (same value twice)
-        src = [[s + i for i in idx] + [s + idx[-1]] * (width - len(idx)) for _, s, idx in moves]
-        dst = [[s + j for j in range(len(idx))] + [s + len(idx) - 1] * (width - len(idx)) for _, s, idx in moves]
-        device = self.k[0].device
-        r = torch.tensor([m[0] for m in moves], device=device)[:, None]
-        src, dst = torch.tensor(src, device=device), torch.tensor(dst, device=device)
-        for layer in self.k + self.v:
-            layer[r, :, dst] = layer[r, :, src]
+    def keep_paths(self, kept: torch.Tensor, counts: list[int], on_device: torch.Tensor) -> None:
+        """Keep, in every row b, the written positions start_b + kept[b, :counts[b]] (offsets ascending from 0,
+        kept[b, i] >= i) at start_b, start_b + 1, ... and commit them, start_b being the row's committed length;
+        on_device: counts as a LongTensor [B]. One gather and one write over all layers' keys and values, every
+        row at once (slots past a row's count copy onto themselves)."""
+        b, width = kept.shape
+        starts = self.device_lengths()
+        column = torch.arange(width, device=kept.device)[None]
+        dst = starts[:, None] + column
+        src = starts[:, None] + torch.where(column < on_device[:, None], kept, column)
+        rows = torch.arange(b, device=kept.device)[:, None]
+        for store in (self.keys, self.values):
+            store[:, rows, :, dst] = store[:, rows, :, src]
+        self._set_lengths([s + c for s, c in zip(self.lengths, counts)], starts + on_device)
 
     def select_rows(self, rows: list[int]) -> None:
         """Keep only these rows, in this order (finished requests stop costing attention and memory)."""
-        index = torch.tensor(rows, dtype=torch.long, device=self.k[0].device)
-        self._attach([x.index_select(0, index) for x in self.k], [x.index_select(0, index) for x in self.v],
-                     self.max_len, [self.lengths[r] for r in rows], self.static)
+        index = torch.tensor(rows, dtype=torch.long, device=self.keys.device)
+        self._attach(self.keys.index_select(1, index), self.values.index_select(1, index), self.max_len,
+                     [self.lengths[r] for r in rows], self.static)
 
     def row(self, b: int) -> "KVCache":
         """A one-row cache over row b's storage (writes land in this cache); its length starts at lengths[b] and
         is not shared: after writing through the view, set `self.lengths[b]`."""
         view = KVCache.__new__(KVCache)
-        view._attach([x[b : b + 1] for x in self.k], [x[b : b + 1] for x in self.v], self.max_len, [self.lengths[b]],
-                     self.static)
+        view._attach(self.keys[:, b : b + 1], self.values[:, b : b + 1], self.max_len, [self.lengths[b]], self.static)
         return view
 
     def copy(self) -> "KVCache":
         """An independent cache holding the same keys, values and lengths."""
         twin = KVCache.__new__(KVCache)
-        twin._attach([x.clone() for x in self.k], [x.clone() for x in self.v], self.max_len, list(self.lengths),
-                     self.static)
+        twin._attach(self.keys.clone(), self.values.clone(), self.max_len, list(self.lengths), self.static)
         return twin

@@ -137,9 +137,10 @@ class RopeTable:
     def __init__(self, rotary: nn.Module):
         self.rotary, self.table = rotary, None
 
-    def take(self, positions: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-        """positions [B, T] -> [2, B, T, D] (cos, signed sin) in like's dtype."""
-        need = int(positions.max()) + 1
+    def take(self, positions: torch.Tensor, like: torch.Tensor, bound: int | None = None) -> torch.Tensor:
+        """positions [B, T] -> [2, B, T, D] (cos, signed sin) in like's dtype. bound: a host bound on the positions
+        (> every one; e.g. the cache's length), so the table's size needs no read of the device."""
+        need = bound if bound is not None else int(positions.max()) + 1
         stale = self.table is None or self.table.dtype != like.dtype or self.table.device != like.device
         if stale or self.table.shape[1] < need:
             size = max(need, 2 * (0 if self.table is None else self.table.shape[1]), 256)
@@ -199,7 +200,8 @@ def run(layers: list[LeanLayer], rope: RopeTable, hidden: torch.Tensor, position
     """A decoder stack's lean steps: hidden [B, T, H] at positions [B, T] through every layer, layer i writing and
     reading kv_layers[i] (mask and embeds as in `step`) -> (hidden [B, T, H], {i: the hidden after layer i} for i
     in taps)."""
-    table, tapped = rope.take(positions, hidden), {}
+    store = getattr(kv_layers[0], "store", None) if kv_layers else None  # a KVCache's layer: positions < max_len
+    table, tapped = rope.take(positions, hidden, None if store is None else store.max_len), {}
     for index, (layer, kv) in enumerate(zip(layers, kv_layers)):
         hidden = step(layer, hidden, table, kv, mask, embeds)
         if index in taps:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 
 from .config import LookupConf
-from .tree import DraftTree
+from .tree import TreeBatch
 
 PRIOR_HITS, PRIOR_TRIES = 1.0, 2.0  # a rate of 0.5 before any copied token was tested, weighing two tests
 
@@ -53,23 +53,49 @@ class CopyRates:
         """Rates at depths 1..length."""
         return [(self.hits[j] + PRIOR_HITS) / (self.tries[j] + PRIOR_TRIES) for j in range(1, length + 1)]
 
-    def update(self, tree: DraftTree, tested: list[int], path: list[int]) -> None:
-        """Count the tested copied nodes of a verified tree and which were accepted (on `path`)."""
-        copied, depths, kept = tree.copied.tolist(), tree.depths.tolist(), set(path)
+    def update(self, tested: list[int], accepted: set[int], copied: list[bool], depths: list[int]) -> None:
+        """Count the tested copied nodes of a verified tree (node indices `tested`, their copied flags and depths
+        indexed by node) and which were accepted."""
         for i in tested:
             if copied[i]:
                 self.tries[depths[i]] += 1
-                self.hits[depths[i]] += i in kept
+                self.hits[depths[i]] += i in accepted
 
 
-def lookup_chains(context: list[int], conf: LookupConf, rates: CopyRates, device) -> list[DraftTree]:
-    """One chain DraftTree per continuation of `context`, its probs the request's copy rates, every node copied."""
-    chains = []
+def copy_trie(context: list[int], conf: LookupConf, rates: CopyRates) -> tuple[list[int], list[int], list[int]]:
+    """A context's continuations as one trie on the host, breadth-first (siblings in order of first appearance):
+    (tokens, parents, depths) of its nodes; a continuation sharing a prefix with an earlier one adds only its rest."""
+    index: dict[tuple[int, int], int] = {}  # (parent, token) -> node, in order of first appearance
+    parents, depths = [], []
+    tokens: list[int] = []
     for cont in continuations(context, conf):
-        n = len(cont)
-        chains.append(DraftTree(
-            torch.tensor(cont, dtype=torch.long, device=device), torch.arange(-1, n - 1, device=device),
-            torch.arange(1, n + 1, device=device), torch.tensor(rates.rates(n), device=device),
-            torch.ones(n, dtype=torch.bool, device=device),
-        ))
-    return chains
+        up = -1
+        for tok in cont:
+            j = index.setdefault((up, tok), len(tokens))
+            if j == len(tokens):
+                tokens.append(tok)
+                parents.append(up)
+                depths.append(1 if up < 0 else depths[up] + 1)
+            up = j
+    order = sorted(range(len(tokens)), key=lambda j: (depths[j], j))
+    new = {j: i for i, j in enumerate(order)}
+    return ([tokens[j] for j in order], [-1 if parents[j] < 0 else new[parents[j]] for j in order],
+            [depths[j] for j in order])
+
+
+def copy_batch(contexts: list[list[int]], conf: LookupConf, rates: list[CopyRates], device) -> TreeBatch:
+    """Every row's prompt-lookup trie as one TreeBatch (padded to the largest, at least one slot), built on the host
+    from the contexts (host data) and copied to the device in one transfer. A node's prob is the row's copy rate at
+    its depth; every node is copied."""
+    tries = [copy_trie(c, conf, r) for c, r in zip(contexts, rates)]
+    width = max([len(t[0]) for t in tries] + [1])
+    fields = []  # [B, 4, width]: tokens, parents, depths, probs (float64 holds each exactly): one host tensor
+    for (tokens, parents, depths), r in zip(tries, rates):
+        pad = width - len(tokens)
+        probs = [r.rates(max(depths, default=0))[d - 1] for d in depths]
+        fields.append([tokens + [0] * pad, parents + [-1] * pad, depths + [0] * pad, probs + [0.0] * pad])
+    host = torch.tensor(fields, dtype=torch.float64).to(device, non_blocking=True)  # [B, 4, width]
+    ids = host[:, :3].long()
+    copied = ids[:, 2] > 0  # the real nodes (depth >= 1)
+    return TreeBatch(ids[:, 0], ids[:, 1], ids[:, 2], host[:, 3].float(), copied, copied.sum(1),
+                     max([max(t[2], default=0) for t in tries] + [0]))

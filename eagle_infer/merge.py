@@ -1,49 +1,65 @@
-"""Merging draft trees that hang below the same root (a head's tree and prompt lookup branches) into one tree.
+"""Merging and cutting draft trees on the device: a head's trees and prompt lookup's copies, one batch of rows each,
+become one tree per row, cut to a budget by EAGLE-2's path value.
 
-Nodes with the same token under the same merged parent become one node, so siblings stay distinct, as the
-verifier's sequential rejection over deterministically chosen candidates requires. A merged node's prob is the
-highest own prob over the input trees that hold it, and its value is EAGLE-2's path value in the merged tree (the
-product of the probs from depth 1 down to it, `tree.path_values`); the `budget` highest values survive, ties
-going to the shallower, then the earlier node. Values never grow down a path, so every survivor's parent survives,
-and cutting a merged tree again (`merge_trees([tree], n)`) keeps the n best by the same values.
+Nodes with the same path of tokens from the root become one node, so siblings stay distinct, as the verifier's
+sequential rejection over deterministically chosen candidates requires. A merged node's prob is the highest own
+prob over the trees that hold it, and its value is EAGLE-2's path value in the merged tree (the product of the
+probs from depth 1 down to it, `TreeBatch.values`); the `budget` highest values survive, ties going to the
+shallower, then the earlier node (the first tree's nodes before the second's). Values never grow down a path, so
+every survivor's parent survives, and cutting a merged tree again (`cut`) keeps the n best by the same values.
+Everything is tensor ops over [B, N] (no per-node or per-row Python, no host read).
 """
 from __future__ import annotations
 
 import torch
 
-from .tree import DraftTree, path_values
+from .tree import TreeBatch, ancestor_masks
 
 
-def merge_trees(trees: list[DraftTree], budget: int, device) -> DraftTree:
-    """The union of `trees` cut to at most `budget` nodes, breadth-first, siblings in the order of the first tree
-    that holds them (earlier trees first). probs: the highest own prob over the trees holding a node; copied: True
-    where any tree holding the node marks it copied (None when no input tree says)."""
-    index: dict[tuple[int, int], int] = {}  # (merged parent, token) -> merged node
-    tokens, parents, depths, probs, copied = [], [], [], [], []
-    for tree in trees:
-        marks = tree.copied.tolist() if tree.copied is not None else [False] * len(tree)
-        where = []
-        for tok, par, own, mark in zip(tree.tokens.tolist(), tree.parents.tolist(), tree.probs.tolist(), marks):
-            up = -1 if par < 0 else where[par]
-            j = index.setdefault((up, tok), len(tokens))
-            if j == len(tokens):
-                tokens.append(tok)
-                parents.append(up)
-                depths.append(1 if up < 0 else depths[up] + 1)
-                probs.append(own)
-                copied.append(mark)
-            else:
-                probs[j], copied[j] = max(probs[j], own), copied[j] or mark
-            where.append(j)
-    values = path_values(parents, probs)  # parents precede children in the union too
-    best = sorted(range(len(tokens)), key=lambda j: (-values[j], depths[j], j))[:budget]
-    keep = sorted(best, key=lambda j: (depths[j], j))
-    new = {j: i for i, j in enumerate(keep)}
-    return DraftTree(
-        torch.tensor([tokens[j] for j in keep], dtype=torch.long, device=device),
-        torch.tensor([-1 if parents[j] < 0 else new[parents[j]] for j in keep], dtype=torch.long, device=device),
-        torch.tensor([depths[j] for j in keep], dtype=torch.long, device=device),
-        torch.tensor([probs[j] for j in keep], dtype=torch.float32, device=device),
-        None if all(t.copied is None for t in trees) else torch.tensor([copied[j] for j in keep], dtype=torch.bool,
-                                                                        device=device),
-    )
+def best(tree: TreeBatch, candidates: torch.Tensor, budget: int, depth: int) -> TreeBatch:
+    """The at most `budget` candidates (bool [B, N], parents among them) of highest path value per row, ties to the
+    shallower then the earlier slot, kept in (depth, slot) order."""
+    b, n = tree.tokens.shape
+    keep = min(budget, n)
+    slots = torch.arange(n, device=tree.tokens.device)
+    values = tree.values(candidates)
+    order = slots.expand(b, n)
+    for key in (tree.depths, -values, ~candidates):  # stable sorts: the last key is the first criterion
+        order = order.gather(1, key.gather(1, order).sort(dim=1, stable=True).indices)
+    chosen = order[:, :keep]
+    sizes = candidates.sum(1).clamp(max=keep)
+    real = torch.arange(keep, device=chosen.device)[None] < sizes[:, None]
+    rank = torch.where(real, tree.depths.gather(1, chosen) * n + chosen, (depth + 1) * n)  # padding after the rest
+    return tree.select(chosen.gather(1, rank.sort(dim=1).indices), sizes, depth)
+
+
+def cut(tree: TreeBatch, budget: int) -> TreeBatch:
+    """Every row cut to its `budget` best nodes by path value (a row within the budget keeps all of them)."""
+    if tree.width <= budget:
+        return tree
+    return best(tree, tree.valid(), budget, tree.depth)
+
+
+def merge(first: TreeBatch, second: TreeBatch, budget: int) -> TreeBatch:
+    """Row b: the union of first's and second's trees, cut to at most `budget` nodes. probs: the highest own prob
+    over the trees holding a node; copied: True where any of them marks it copied."""
+    n1, depth = first.width, max(first.depth, second.depth)
+    parents = torch.cat([first.parents, torch.where(second.parents < 0, -1, second.parents + n1)], 1)
+    tokens, depths = torch.cat([first.tokens, second.tokens], 1), torch.cat([first.depths, second.depths], 1)
+    valid = torch.cat([first.valid(), second.valid()], 1)
+    b, m = tokens.shape
+    # Path of tokens from depth 1 to each node, [B, M, depth]: its ancestors' (and its own) tokens by depth.
+    ancestors = ancestor_masks(parents, depth)[:, 1:, 1:].double()
+    by_depth = torch.nn.functional.one_hot((depths - 1).clamp(min=0), depth).double() * (tokens[:, :, None] + 1)
+    paths = ancestors @ by_depth  # token + 1 at each depth on the path (exact in float64), 0 below the node
+    same = (paths[:, :, None] == paths[:, None]).all(-1) & valid[:, None]
+    slots = torch.arange(m, device=tokens.device)
+    rep = torch.where(same, slots, m).amin(-1).clamp(max=m - 1)  # [B, M] first slot holding each node's path
+    is_rep = valid & (rep == slots)
+    probs = torch.cat([first.probs, second.probs], 1).float()
+    merged_probs = torch.zeros_like(probs).scatter_reduce(1, rep, torch.where(valid, probs, 0.0), "amax")
+    copied = torch.cat([first.copied, second.copied], 1)
+    merged_copied = torch.zeros_like(copied).scatter_reduce(1, rep, copied & valid, "amax")
+    union = TreeBatch(tokens, torch.where(parents < 0, -1, rep.gather(1, parents.clamp(min=0))), depths, merged_probs,
+                      merged_copied, valid.sum(1), depth)
+    return best(union, is_rep, budget, depth)

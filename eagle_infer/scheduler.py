@@ -17,7 +17,7 @@ from .lookup import CopyRates
 from .platform import sync
 from .records import GenerationResult
 from .tree import causal_mask
-from .verify import SamplingParams, sample_tokens
+from .verify import SamplingParams, sample_device
 
 
 class Output:
@@ -55,9 +55,7 @@ class Request:
     start: float
     prefill_s: float = 0.0
     cycles: list = field(default_factory=list)
-    root: int = 0  # the newest emitted token, not yet in the target's cache
-    feature: torch.Tensor | None = None  # [H] the head's predicted feature after the committed context
-    pending: tuple | None = None  # (target features [m, H], pair tokens [m]) committed, not yet fed to the head
+    root: int = 0  # the newest emitted token, not yet in the target's cache (on the device: BatchRun.roots)
     rates: CopyRates | None = None  # acceptance of copied tokens per depth, when drafting with lookup
 
 
@@ -79,7 +77,9 @@ class Call:
 
 
 class BatchRun:
-    """The state of one generate_batch call: caches whose rows hold the decoding requests, and the queue."""
+    """The state of one generate_batch call: caches whose rows hold the decoding requests, and the queue. Beside the
+    caches, row for row on the device: roots [B] (each row's newest token), features [B, H] (the head's predicted
+    feature after the committed context) and pending (cycle.Pending: the head's inputs not yet fed)."""
 
     def __init__(self, engine, call: Call):
         self.engine, self.call = engine, call
@@ -91,6 +91,10 @@ class BatchRun:
         self.cache = self.target.new_cache(call.size, call.max_len)
         self.head_cache = self.head.new_cache(call.size, call.max_len + config.feed_budget()) if self.head else None
         self.rows: list[Request | None] = [None] * call.size
+        device = self.target.device
+        self.roots = torch.zeros(call.size, dtype=torch.long, device=device)
+        self.features = self.head.module.weight.new_zeros(call.size, self.head.config.hidden_size) if self.head else None
+        self.pending: cycle.Pending | None = None
         self.waiting = deque(range(len(call.prompts)))
         self.results: list[GenerationResult | None] = [None] * len(call.prompts)
         self.carry_s = 0.0  # head time spent after the last verification, counted in the next cycle's draft time
@@ -116,8 +120,15 @@ class BatchRun:
         keep = [b for b, r in enumerate(self.rows) if r is not None]
         if keep and len(keep) < len(self.rows):
             self.cache.select_rows(keep)
+            index = torch.tensor(keep, device=self.target.device)
+            self.roots = self.roots.index_select(0, index)
             if self.head is not None:
                 self.head_cache.select_rows(keep)
+                self.features = self.features.index_select(0, index)
+                if self.pending is not None:
+                    self.pending = self.pending.select(index, keep)
+        if not keep:  # every request is done: nothing left to feed the head
+            self.pending = None
         self.rows = [self.rows[b] for b in keep]
 
     def admit(self, b: int, i: int) -> None:
@@ -135,7 +146,11 @@ class BatchRun:
         logits, feats = target.forward(torch.tensor([prompt], device=device), positions, self.cache.row(b),
                                        last_only=True, feature_layers=self.feature_layers)
         self.cache.lengths[b] = n
-        request.root = sample_tokens(logits[0, -1:], call.sampling, [generator])[0]
+        root = sample_device(logits[0, -1:], call.sampling, [generator])
+        request.root = int(root[0])
+        self.roots[b] = root[0]
+        if self.pending is not None:
+            self.pending.clear(b)
         done = request.out.emit([request.root])
         if self.head is not None and not done:
             self.head_cache.lengths[b] = 0
@@ -143,7 +158,7 @@ class BatchRun:
             pairs = torch.tensor([seq[shift : shift + n]], device=device)
             predicted = self.head(feats, pairs, positions, self.head_cache.row(b), causal_mask(0, n, feats.dtype, device))
             self.head_cache.lengths[b] = n
-            request.feature = predicted[0, -1]
+            self.features[b] = predicted[0, -1]
         sync(device)
         request.prefill_s = time.perf_counter() - request.start
         if done:

@@ -7,7 +7,9 @@ from the residual distribution when every candidate child was rejected). A cycle
 Greedy: follow the child equal to the target's argmax. Sampling: candidates are chosen deterministically (top-k),
 so at a node the children x1, x2, ... are tried in order: accept x with probability p(x) under the current p; on
 rejection set p(x) = 0 and renormalise; if all are rejected the bonus is drawn from what is left. The emitted token
-is then distributed exactly as p, whatever the draft proposed (EAGLE appendix A.2 / SpecInfer).
+is then distributed exactly as p, whatever the draft proposed (EAGLE appendix A.2 / SpecInfer); `verify_sampled`
+does this for a whole batch by tensor ops (its docstring says why one draw per node is the same thing; the per-node
+loop is tests/oracles.verify_sampling, which the exact-enumeration tests hold it to).
 """
 from __future__ import annotations
 
@@ -16,7 +18,6 @@ from dataclasses import dataclass
 import torch
 
 from .errors import EagleError
-from .tree import DraftTree
 
 
 @dataclass(frozen=True)
@@ -90,20 +91,20 @@ def argmax(logits: torch.Tensor) -> torch.Tensor:
 
 
 def sample_tokens(logits: torch.Tensor, params: SamplingParams, generators: list[torch.Generator]) -> list[int]:
-    """One token per row of float logits [B, V]: the argmax when greedy, else an inverse-CDF draw from row b's
-    target_probs with one uniform from generators[b], so a row's draw depends only on its logits and its generator
-    and the whole batch costs one host sync, where a per-row torch.multinomial synced B times (batch-256 prompt
-    sampling on an H100 took ~137 ms a step that way, docs/gpu.md). The CDF is float64; only tokens of probability
-    > 0 are drawn."""
+    """sample_device's tokens on the host (one host read)."""
+    return sample_device(logits, params, generators).tolist()
+
+
+def sample_device(logits: torch.Tensor, params: SamplingParams, generators: list[torch.Generator]) -> torch.Tensor:
+    """One token per row of float logits [B, V], LongTensor [B] on their device: the argmax when greedy, else an
+    inverse-CDF draw from row b's target_probs with one uniform from generators[b], so a row's draw depends only on
+    its logits and its generator and the whole batch reads nothing back, where a per-row torch.multinomial synced
+    B times (batch-256 prompt sampling on an H100 took ~137 ms a step that way, docs/gpu.md). The CDF is float64;
+    only tokens of probability > 0 are drawn."""
     if params.greedy:
-        return argmax(logits).tolist()
-    probs = target_probs(logits, params).double()
-    cdf = probs.cumsum(dim=-1)
+        return argmax(logits)
     u = torch.stack([torch.rand((), generator=g, device=logits.device, dtype=torch.float64) for g in generators])
-    total = cdf[:, -1:].contiguous()
-    drawn = torch.searchsorted(cdf, u[:, None] * total, right=True)
-    last = torch.searchsorted(cdf, total)  # where the CDF first reaches its total: a token of probability > 0
-    return torch.minimum(drawn, last)[:, 0].tolist()  # u * total rounded up to the total falls back to it
+    return inverse_cdf(target_probs(logits, params), u)
 
 
 @dataclass
@@ -117,8 +118,9 @@ class Acceptance:
 
 
 @dataclass
-class GreedyBatch:
-    """Greedy acceptance of a batch of padded trees, as tensors on the device (nothing per node in Python).
+class BatchAcceptance:
+    """Acceptance of a batch of padded trees, greedy or sampled, as tensors on the device (nothing per node or per
+    row in Python).
 
     accepted: [B] draft tokens kept; bonus: [B] the target's token after them; on_path: bool [B, N] nodes accepted
     (their indices ascending are the path, root to leaf); tested: bool [B, N] nodes whose parent is the root or on
@@ -132,14 +134,54 @@ class GreedyBatch:
 
 def verify_greedy(
     tokens: torch.Tensor, parents: torch.Tensor, sizes: torch.Tensor, allowed: torch.Tensor, logits: torch.Tensor
-) -> GreedyBatch:
+) -> BatchAcceptance:
     """Follow, from the root, the child whose token is the target's argmax, in every row at once.
 
     tokens, parents: [B, N] padded trees (slots at or past sizes[b] are padding); allowed: bool [B, N+1, N+1] ancestor
     masks (tree.ancestor_masks); logits: [B, N+1, V] target logits at [root, nodes...]. Among siblings carrying the
     same token the first is followed, as a walk down the tree would."""
+    return follow(tokens, parents, sizes, allowed, argmax(logits))
+
+
+def verify_sampled(tokens: torch.Tensor, parents: torch.Tensor, sizes: torch.Tensor, allowed: torch.Tensor,
+                   logits: torch.Tensor, params: SamplingParams, generators: list[torch.Generator],
+                   draws: int = 0) -> BatchAcceptance:
+    """The exact tree rejection sampler for a batch, by tensor ops: every flattened node j of row b draws y_j from
+    the target's distribution there (target_probs of logits [B, N+1, V]; uniform j of `draws` >= N + 1 taken from
+    generators[b] (default N + 1), inverse CDF as sample_device), and the walk follows, from the root, the first
+    child whose token is its parent's draw; the bonus is the draw at the last accepted node. The engine takes the
+    same number of uniforms every cycle (its largest tree + 1), so a row's draws never depend on the other rows'
+    trees and a request samples in a batch what it samples alone.
+
+    Why it is exact: the draft's candidates are fixed (top-k, copies), so sequential rejection at a node (accept
+    child x with p(x), else zero it, renormalise, try the next; draw from what is left when all fail; verify_sampling,
+    the per-node definition, kept as the tests' oracle) accepts child x with probability p(x) and emits a token y
+    outside the children with probability p(y): exactly one draw y ~ p, descended into when a child carries it.
+    Draws at nodes off the accepted path are never read, and each node's draw is independent, so every emitted
+    token is distributed as the target's, given the ones before it."""
+    probs = target_probs(logits, params)
+    count = max(draws, probs.shape[1])
+    uniforms = torch.stack([torch.rand(count, generator=g, device=probs.device, dtype=torch.float64)
+                            for g in generators])[:, : probs.shape[1]]
+    return follow(tokens, parents, sizes, allowed, inverse_cdf(probs, uniforms))
+
+
+def inverse_cdf(probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
+    """probs [..., V] (rows summing to ~1), uniforms [...] in [0, 1) -> LongTensor [...]: the token whose float64
+    CDF interval holds u x total; only tokens of probability > 0 are drawn."""
+    cdf = probs.double().cumsum(dim=-1)
+    total = cdf[..., -1:].contiguous()
+    drawn = torch.searchsorted(cdf, uniforms[..., None] * total, right=True)
+    last = torch.searchsorted(cdf, total)  # where the CDF first reaches its total: a token of probability > 0
+    return torch.minimum(drawn, last)[..., 0]  # u * total rounded up to the total falls back to it
+
+
+def follow(tokens: torch.Tensor, parents: torch.Tensor, sizes: torch.Tensor, allowed: torch.Tensor,
+           chosen: torch.Tensor) -> BatchAcceptance:
+    """The walk from the root down the children whose token is the token chosen at their parent (chosen: [B, N+1]
+    at [root, nodes...]; the first such sibling), every row at once; the bonus is the choice at its end."""
     b, n = tokens.shape
-    best = argmax(logits)  # [B, N+1]
+    best = chosen
     valid = torch.arange(n, device=tokens.device)[None] < sizes[:, None]
     hit = valid & (tokens == best.gather(1, parents + 1))
     earlier_sibling = (parents[:, :, None] == parents[:, None, :]) & torch.ones(n, n, dtype=torch.bool,
@@ -150,26 +192,4 @@ def verify_greedy(
     flat = torch.where(on_path, torch.arange(1, n + 1, device=tokens.device), 0)
     leaf = torch.cat([flat.new_zeros(b, 1), flat], 1).amax(-1, keepdim=True)  # [B, 1] flattened index, 0 = root
     parent_on_path = on_path.gather(1, parents.clamp(min=0)) & (parents >= 0)
-    return GreedyBatch(accepted, best.gather(1, leaf)[:, 0], on_path, valid & ((parents < 0) | parent_on_path))
-
-
-def verify_sampling(tree: DraftTree, probs: torch.Tensor, generator: torch.Generator | None) -> Acceptance:
-    """probs: [N+1, V] target sampling distributions at the flattened tree (row 0 = root)."""
-    tokens, children = tree.tokens.tolist(), tree.children()
-    path, tested, row = [], [], 0
-    while True:
-        p = probs[row].clone()
-        hit = None
-        for c in children[row]:
-            tested.append(c)
-            x = tokens[c]
-            px = p[x]
-            if px > 0 and (torch.rand((), generator=generator, device=p.device) < px or p.sum() - px <= 0):
-                hit = c
-                break
-            p[x] = 0
-            p /= p.sum()
-        if hit is None:
-            return Acceptance(path, int(torch.multinomial(p, 1, generator=generator)), tested)
-        path.append(hit)
-        row = hit + 1
+    return BatchAcceptance(accepted, best.gather(1, leaf)[:, 0], on_path, valid & ((parents < 0) | parent_on_path))

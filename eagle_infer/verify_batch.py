@@ -1,71 +1,86 @@
-"""A cycle's trees as one verification batch: padded to [B, N] on the device, the target's input built from them,
-greedy acceptance of every row at once, and the one device-to-host copy a greedy cycle makes."""
+"""A cycle's TreeBatch verified as one batch on the device: the target's input built from it, greedy acceptance of
+every row at once, what commits the accepted paths (cache compaction, the head's next inputs), and the cycle's one
+device-to-host copy."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import torch
 
-from .tree import DraftTree, ancestor_masks
-from .verify import Acceptance, verify_greedy
+from .tree import TreeBatch, ancestor_masks
+from .verify import Acceptance, BatchAcceptance
 
 
 @dataclass
-class TreeBatch:
-    """A cycle's trees padded to [B, N] on the device and the target's verification input built from them."""
+class VerifyInput:
+    """The target's verification input for a TreeBatch of width N: ids and positions [B, 1 + N] (the root, then the
+    slots; a padding slot sits at the root's position), allowed: bool [B, 1 + N, 1 + N] tree attention (ancestors
+    and self; a padding slot sees only the root and itself)."""
 
-    tokens: torch.Tensor  # [B, N]; padding slots hold the root token
-    parents: torch.Tensor  # [B, N]; padding slots are children of the root
-    sizes: torch.Tensor  # [B] real nodes per row
-    ids: torch.Tensor  # [B, 1 + N] root then nodes
-    positions: torch.Tensor  # [B, 1 + N]
-    allowed: torch.Tensor  # bool [B, 1 + N, 1 + N] tree attention (ancestors and self)
-    probs: torch.Tensor  # [B, N] draft probabilities (padding: 0)
+    ids: torch.Tensor
+    positions: torch.Tensor
+    allowed: torch.Tensor
 
 
-def verification_input(trees: list[DraftTree], roots: list[int], bases: list[int], device, width: int) -> TreeBatch:
-    """Each row's [root, tree...] padded to `width` nodes (>= the largest tree); roots[b] is row b's root token at
-    sequence position bases[b]. A padding slot sits at the root's position and sees only the root and itself.
-    Built-in drafters give every row the same size, so without padding this is one stack per field."""
-    b, sizes = len(trees), [len(t) for t in trees]
-    n = width
-    root_ids = torch.tensor(roots, dtype=torch.long, device=device)[:, None]
-    if min(sizes) == n:
-        stack = lambda field: torch.stack([getattr(t, field).to(device) for t in trees])  # noqa: E731
-        tokens, parents, depths, probs = stack("tokens"), stack("parents"), stack("depths"), stack("probs").float()
-    else:
-        tokens = root_ids.repeat(1, n)
-        parents = torch.full((b, n), -1, dtype=torch.long, device=device)
-        depths = torch.zeros(b, n, dtype=torch.long, device=device)
-        probs = torch.zeros(b, n, device=device)
-        for i, t in enumerate(trees):
-            k = len(t)
-            tokens[i, :k], parents[i, :k], depths[i, :k], probs[i, :k] = t.tokens, t.parents, t.depths, t.probs
-    ids = torch.cat([root_ids, tokens], 1)
-    base = torch.tensor(bases, dtype=torch.long, device=device)[:, None]
-    positions = base + torch.cat([depths.new_zeros(b, 1), depths], 1)
-    return TreeBatch(tokens=tokens, parents=parents, sizes=torch.tensor(sizes, device=device), ids=ids,
-                     positions=positions, allowed=ancestor_masks(parents), probs=probs)
+def verification_input(tree: TreeBatch, roots: torch.Tensor, bases: torch.Tensor) -> VerifyInput:
+    """roots, bases: LongTensor [B], each row's root token and its sequence position."""
+    ids = torch.cat([roots[:, None], tree.tokens], 1)
+    positions = bases[:, None] + torch.cat([tree.depths.new_zeros(tree.batch, 1), tree.depths], 1)
+    return VerifyInput(ids, positions, ancestor_masks(tree.parents, tree.depth))
 
 
-def host_rows(batch: TreeBatch, first: list[torch.Tensor]) -> tuple[list[list[float]], list[list[int]], list[list[float]]]:
-    """One device-to-host copy of `first` (tensors [B, *]) and the trees' tokens and probabilities: (the rows of
-    `first` concatenated, tokens [B][N], probs [B][N]); float64 holds every token id exactly."""
-    n = batch.tokens.shape[1]
-    host = torch.cat([x.double() for x in first] + [batch.tokens.double(), batch.probs.double()], 1).tolist()
-    m = len(host[0]) - 2 * n
-    return [r[:m] for r in host], [[int(x) for x in r[m : m + n]] for r in host], [r[m + n :] for r in host]
+@dataclass
+class Commit:
+    """What the accepted paths commit, on the device, W = 1 + the tree's depth bound: kept [B, W] flattened indices
+    (0 = root, then the accepted nodes root to leaf; slots past 1 + accepted[b] are arbitrary); sequence [B, W + 1]:
+    the root, the accepted tokens, the bonus token (then arbitrary); counts [B] = accepted + 1."""
+
+    kept: torch.Tensor
+    sequence: torch.Tensor
+    counts: torch.Tensor
 
 
-def greedy_outcomes(batch: TreeBatch, logits: torch.Tensor):
-    """Batched greedy acceptance (verify.verify_greedy) of logits [B, 1 + N, V] and the trees, copied to the host in
-    one transfer: one Acceptance per row (path and tested node indices ascending = root-to-leaf and visiting order),
-    tokens [B][N], probs [B][N]."""
-    g = verify_greedy(batch.tokens, batch.parents, batch.sizes, batch.allowed, logits)
-    n = batch.tokens.shape[1]
-    head, tokens, probs = host_rows(batch, [g.bonus[:, None], g.on_path, g.tested])
-    outcomes = [
-        Acceptance([i for i in range(n) if row[1 + i]], int(row[0]), [i for i in range(n) if row[1 + n + i]])
-        for row in head
-    ]
-    return outcomes, tokens, probs
+def commit_paths(ids: torch.Tensor, tree: TreeBatch, on_path: torch.Tensor, accepted: torch.Tensor,
+                 bonus: torch.Tensor) -> Commit:
+    """ids [B, 1 + N] verified tokens; on_path bool [B, N]; accepted, bonus [B]."""
+    n = tree.width
+    w = 1 + min(tree.depth, n)
+    flat = torch.arange(1, n + 1, device=ids.device)
+    path = torch.where(on_path, flat, n).sort(dim=1).values[:, : w - 1]  # accepted nodes ascending, then n
+    kept = torch.cat([path.new_zeros(tree.batch, 1), path], 1)
+    column = torch.arange(w + 1, device=ids.device)[None]
+    sequence = torch.cat([ids.gather(1, kept), bonus[:, None]], 1)
+    sequence = torch.where(column == accepted[:, None] + 1, bonus[:, None], sequence)
+    return Commit(kept, sequence, accepted + 1)
+
+
+@dataclass
+class HostRow:
+    """One row's verdict on the host: its Acceptance, and the tree's size, tokens, draft probabilities, copied flags
+    and depths (lists over its nodes)."""
+
+    acceptance: Acceptance
+    size: int
+    tokens: list[int]
+    probs: list[float]
+    copied: list[bool]
+    depths: list[int]
+
+
+def to_host(tree: TreeBatch, accepted: BatchAcceptance) -> list[HostRow]:
+    """The cycle's one device-to-host copy: every row's acceptance (bonus, accepted and tested nodes) and its tree,
+    as one float64 tensor (which holds every token id exactly)."""
+    n = tree.width
+    fields = [accepted.bonus[:, None], tree.sizes[:, None], accepted.on_path, accepted.tested, tree.tokens, tree.probs,
+              tree.copied, tree.depths]
+    host = torch.cat([x.double() for x in fields], 1).tolist()
+    rows = []
+    for row in host:
+        size = int(row[1])
+        part = lambda i: row[2 + i * n : 2 + i * n + size]  # noqa: E731 (field i over the row's nodes)
+        on_path, tested = part(0), part(1)
+        acceptance = Acceptance([i for i in range(size) if on_path[i]], int(row[0]),
+                                [i for i in range(size) if tested[i]])
+        rows.append(HostRow(acceptance, size, [int(x) for x in part(2)], part(3), [bool(x) for x in part(4)],
+                            [int(x) for x in part(5)]))
+    return rows

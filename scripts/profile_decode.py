@@ -10,19 +10,32 @@ first), and prints the compile seconds, each side's ms a step and new tokens/s, 
 the same tokens (greedy: in float32 they must; in bfloat16 fused kernels may round a near tie the other way).
 Its last line, "compiled / eager: R x", is what scripts/gpu_self_data.sh reads to choose featurize.compile.
 
+--cycles counts instead what one EAGLE decoding cycle dispatches on the eager path: for eagle2 and eagle2+lookup
+(shipped head, float32, the auto budget over a fixed cost model and the fixed budget) at batch 1 and 8, the aten
+operators a cycle dispatches inside the target's forward, inside the head's layer steps (HeadRunner calls) and
+elsewhere (drafting, acceptance, bookkeeping), and its host syncs (item, bool, tolist, equal, nonzero, ... of
+tensors: each one waits for the device on a GPU), prefills excluded; with --baseline DIR the same for another
+checkout (its own eagle_infer, run in a subprocess), side by side. Operator counts, not timings: they do not
+depend on what else runs on the machine.
+
 usage: python scripts/profile_decode.py [--model smollm2-135m] [--batch 256] [--new-tokens 32] [--rows 15]
        [--threads 4] [--compiled] [--rounds 2]
+       python scripts/profile_decode.py --cycles [--baseline DIR] [--new-tokens 32]
 """
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import torch
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(os.environ.get("PROFILE_REPO") or Path(__file__).resolve().parent.parent)  # --cycles' checkout
 sys.path.insert(0, str(REPO))
 
 from eagle_infer.config import InferConf  # noqa: E402
@@ -42,8 +55,17 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=4)
     ap.add_argument("--compiled", action="store_true", help="then time the compiled target against the eager one")
     ap.add_argument("--rounds", type=int, default=2, help="timed rounds of --compiled")
+    ap.add_argument("--cycles", action="store_true", help="count operators and host syncs per EAGLE cycle instead")
+    ap.add_argument("--baseline", default="", help="with --cycles: another checkout counted alongside")
+    ap.add_argument("--worker", default="", help=argparse.SUPPRESS)  # one --cycles case, JSON out (a subprocess)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
+    if args.worker:
+        print(json.dumps(count_case(json.loads(args.worker))))
+        return
+    if args.cycles:
+        compare_cycles(args)
+        return
     try:
         if args.new_tokens < 2 or args.rounds < 1:
             raise EagleError(f"--new-tokens {args.new_tokens} / --rounds {args.rounds}: expected >= 2 (a step after "
@@ -105,6 +127,131 @@ def compare_compiled(args, eager: Engine, prompt: list[int]) -> None:
         print(f"{side}: {s / steps * 1e3:.1f} ms a step, {new / s:.0f} new tokens/s")
     print(f"same tokens: {outputs['eager'] == outputs['compiled']}")
     print(f"compiled / eager: {seconds['eager'] / seconds['compiled']:.2f} x")
+
+
+CYCLE_PROMPTS = [  # user turns; some repeat text, so prompt lookup finds copies
+    "Write a short poem about the sea.",
+    "Repeat this list twice: apples, pears, plums, figs, dates, limes.",
+    "Explain what a hash table is in three sentences.",
+    "def add(a, b):\n    return a + b\n\nWrite a function sub like add above, then one called mul.",
+    "Give three tips for learning a new language.",
+    "Copy this sentence exactly: the quick brown fox jumps over the lazy dog.",
+    "What is the capital of France? Answer and explain briefly.",
+    "List the first ten even numbers, separated by commas.",
+]
+# Dispatched operators whose result the host reads (a GPU would be waited for): besides them, Tensor.tolist.
+SYNC_OPS = ("aten.item.", "aten._local_scalar_dense.", "aten.is_nonzero.", "aten.equal.", "aten.nonzero.",
+            "aten.masked_select.", "aten.unique", "aten.allclose.")
+
+
+def count_case(case: dict) -> dict:
+    """One --cycles case in this process (its eagle_infer is PROFILE_REPO's): {cycles, ops per region, syncs}."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    import eagle_infer.cycle as cycle_mod
+    from eagle_infer.build import build_head
+    from eagle_infer.cost import CostModel
+    from eagle_infer.head_runner import HeadRunner
+    from eagle_infer.scheduler import BatchRun
+    from eagle_infer.target import Target
+
+    class Counting(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.region, self.ops, self.syncs, self.cycles, self.names = "elsewhere", Counter(), 0, 0, Counter()
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops[self.region] += 1
+            if self.region == "elsewhere":
+                self.names[str(func)] += 1
+            if self.region != "prefill" and str(func).startswith(SYNC_OPS):
+                self.syncs += 1
+            return func(*args, **(kwargs or {}))
+
+    counter = Counting()
+
+    def within(owner, name, region):
+        original = getattr(owner, name)
+
+        def wrapper(*a, **k):
+            before = counter.region
+            counter.region = before if before == "prefill" else region
+            try:
+                return original(*a, **k)
+            finally:
+                counter.region = before
+        setattr(owner, name, wrapper)
+
+    within(Target, "forward", "target")
+    within(HeadRunner, "__call__", "head")
+    within(BatchRun, "admit", "prefill")
+    tolist = torch.Tensor.tolist
+
+    def counted_tolist(self):
+        counter.syncs += counter.region != "prefill"
+        return tolist(self)
+    torch.Tensor.tolist = counted_tolist
+    draft_cycle = cycle_mod.draft_cycle
+
+    def counted_cycle(run):
+        counter.cycles += 1
+        return draft_cycle(run)
+    cycle_mod.draft_cycle = counted_cycle
+
+    from eagle_infer.config import InferConf
+    from eagle_infer.engine import Engine
+    from eagle_infer.target import load_target
+
+    target = load_target(case["model"], dtype="float32")
+    conf = InferConf(method="eagle2", lookup=case["lookup"], budget=case["budget"], max_batch_size=case["batch"])
+    # A fixed cost model (no timing): a forward of t tokens costs 25 + 0.4 t ms, a draft level 3 ms.
+    sizes = [1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128]
+    cost = CostModel({"fixed": True}, sizes, [25 + 0.4 * t for t in sizes], 3.0)
+    engine = Engine(target, build_head(conf, target), conf, cost=cost)
+    tok = target.tokenizer
+    prompts = [tok.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True, tokenize=True)
+               for p in CYCLE_PROMPTS[: case["batch"]]]
+    prompts = [list(p["input_ids"]) if hasattr(p, "keys") else list(p) for p in prompts]
+    engine.generate_batch(prompts, case["new_tokens"])  # warm-up (caches, lazily built state)
+    counter.ops.clear()
+    counter.syncs = counter.cycles = 0
+    with counter:
+        result = engine.generate_batch(prompts, case["new_tokens"])
+    torch.Tensor.tolist = tolist
+    return {"cycles": counter.cycles, "ops": dict(counter.ops), "syncs": counter.syncs,
+            "tau": sum(r.tau for r in result.results) / len(result.results),
+            "elsewhere": dict(counter.names.most_common(12))}
+
+
+def compare_cycles(args) -> None:
+    """--cycles: every case in a subprocess per checkout (this one, and --baseline), one table."""
+    sides = {"this": Path(__file__).resolve().parent.parent}
+    if args.baseline:
+        if not (Path(args.baseline) / "eagle_infer" / "cycle.py").exists():
+            raise SystemExit(f"error: --baseline {args.baseline!r} has no eagle_infer/cycle.py: expected a checkout "
+                             "of this repository")
+        sides["baseline"] = Path(args.baseline).resolve()
+    print(f"machine: {cpu().label}, {args.threads} threads; {args.model} float32, eager, shipped head, "
+          f"{args.new_tokens} new tokens per prompt, prefills excluded; per cycle (one target verification):")
+    print(f"{'checkout':9} {'method':14} {'budget':6} {'batch':>5} {'cycles':>6} {'tau':>5} {'target':>7} "
+          f"{'head':>6} {'elsewhere':>9} {'syncs':>6}")
+    for lookup in (False, True):
+        for budget in ("auto", "fixed"):
+            for batch in (1, 8):
+                for side, repo in sides.items():
+                    case = {"model": args.model, "lookup": lookup, "budget": budget, "batch": batch,
+                            "new_tokens": args.new_tokens}
+                    env = dict(os.environ, PROFILE_REPO=str(repo), PYTHONPATH=str(repo))
+                    out = subprocess.run([sys.executable, __file__, "--threads", str(args.threads), "--worker",
+                                          json.dumps(case)], env=env, capture_output=True, text=True)
+                    if out.returncode:
+                        raise SystemExit(f"error: the {side} case {case} failed: {out.stderr.strip()[-2000:]}")
+                    r = json.loads(out.stdout.strip().splitlines()[-1])
+                    n = max(r["cycles"], 1)
+                    per = {k: r["ops"].get(k, 0) / n for k in ("target", "head", "elsewhere")}
+                    print(f"{side:9} {'eagle2+lookup' if lookup else 'eagle2':14} {budget:6} {batch:5d} "
+                          f"{r['cycles']:6d} {r['tau']:5.2f} {per['target']:7.0f} {per['head']:6.0f} "
+                          f"{per['elsewhere']:9.0f} {r['syncs'] / n:6.1f}", flush=True)
 
 
 if __name__ == "__main__":

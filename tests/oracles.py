@@ -15,7 +15,8 @@ import torch
 
 from eagle_infer.config import InferConf
 from eagle_infer.engine import Engine
-from eagle_infer.tree import DraftTree
+from eagle_infer.tree import DraftTree, path_values
+from eagle_infer.verify import Acceptance
 from tests.tiny import tiny_target
 
 
@@ -204,3 +205,62 @@ def chain_mask(n: int, step: int, dtype, device) -> torch.Tensor:
     j = torch.arange(n, device=device)[None]
     allowed = torch.cat([j <= i - step] + [j == i - step + k for k in range(1, step + 1)], dim=1)
     return torch.zeros(n, (step + 1) * n, dtype=dtype, device=device).masked_fill_(~allowed, torch.finfo(dtype).min)[None, None]
+
+
+def merge_oracle(trees: list[DraftTree], budget: int, device="cpu") -> DraftTree:
+    """The per-row definition eagle_infer.merge batches, node by node on the host: the union of `trees` cut to at most `budget` nodes, breadth-first, siblings in the order of the first tree
+    that holds them (earlier trees first). probs: the highest own prob over the trees holding a node; copied: True
+    where any tree holding the node marks it copied (None when no input tree says)."""
+    index: dict[tuple[int, int], int] = {}  # (merged parent, token) -> merged node
+    tokens, parents, depths, probs, copied = [], [], [], [], []
+    for tree in trees:
+        marks = tree.copied.tolist() if tree.copied is not None else [False] * len(tree)
+        where = []
+        for tok, par, own, mark in zip(tree.tokens.tolist(), tree.parents.tolist(), tree.probs.tolist(), marks):
+            up = -1 if par < 0 else where[par]
+            j = index.setdefault((up, tok), len(tokens))
+            if j == len(tokens):
+                tokens.append(tok)
+                parents.append(up)
+                depths.append(1 if up < 0 else depths[up] + 1)
+                probs.append(own)
+                copied.append(mark)
+            else:
+                probs[j], copied[j] = max(probs[j], own), copied[j] or mark
+            where.append(j)
+    values = path_values(parents, probs)  # parents precede children in the union too
+    best = sorted(range(len(tokens)), key=lambda j: (-values[j], depths[j], j))[:budget]
+    keep = sorted(best, key=lambda j: (depths[j], j))
+    new = {j: i for i, j in enumerate(keep)}
+    return DraftTree(
+        torch.tensor([tokens[j] for j in keep], dtype=torch.long, device=device),
+        torch.tensor([-1 if parents[j] < 0 else new[parents[j]] for j in keep], dtype=torch.long, device=device),
+        torch.tensor([depths[j] for j in keep], dtype=torch.long, device=device),
+        torch.tensor([probs[j] for j in keep], dtype=torch.float32, device=device),
+        None if all(t.copied is None for t in trees) else torch.tensor([copied[j] for j in keep], dtype=torch.bool,
+                                                                        device=device),
+    )
+
+
+def verify_sampling(tree: DraftTree, probs: torch.Tensor, generator: torch.Generator | None) -> Acceptance:
+    """Sequential rejection over one tree, node by node (the definition verify.verify_sampled batches; the exact
+    tests script its draws through this module's `torch`). probs: [N+1, V] target sampling distributions at the
+    flattened tree (row 0 = root)."""
+    tokens, children = tree.tokens.tolist(), tree.children()
+    path, tested, row = [], [], 0
+    while True:
+        p = probs[row].clone()
+        hit = None
+        for c in children[row]:
+            tested.append(c)
+            x = tokens[c]
+            px = p[x]
+            if px > 0 and (torch.rand((), generator=generator, device=p.device) < px or p.sum() - px <= 0):
+                hit = c
+                break
+            p[x] = 0
+            p /= p.sum()
+        if hit is None:
+            return Acceptance(path, int(torch.multinomial(p, 1, generator=generator)), tested)
+        path.append(hit)
+        row = hit + 1

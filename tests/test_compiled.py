@@ -161,3 +161,92 @@ def test_compiled_head_step_drafts_losslessly_with_no_graph_after_warm_up(pair):
     for engine in engines:
         assert [engine.generate(p, 15).tokens for p in prompts] == [vanilla_tokens(eager, p, 15) for p in prompts]
     assert head.compiled.compiles == warm
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The cycle's device steps compile whole: torch.compile(fullgraph=True) raises at the first graph break, so these
+# tests fail as soon as anything in the steps needs the host (an .item(), a .tolist(), a data-dependent shape).
+# Dynamo's "eager" backend checks the capture without paying for inductor.
+
+
+def _random_batch(gen: torch.Generator, b: int, n: int):
+    """A TreeBatch of b random breadth-first trees of up to n nodes (last row full), tokens < VOCAB."""
+    from eagle_infer.tree import DraftTree, TreeBatch
+
+    trees = []
+    for row in range(b):
+        size = n if row == b - 1 else int(torch.randint(1, n + 1, (), generator=gen))
+        parents = [int(torch.randint(-1, i, (), generator=gen)) if i else -1 for i in range(size)]
+        depths = []
+        for p in parents:
+            depths.append(1 if p < 0 else depths[p] + 1)
+        trees.append(DraftTree(torch.randint(0, VOCAB, (size,), generator=gen), torch.tensor(parents),
+                               torch.tensor(depths), torch.rand(size, generator=gen)))
+    return TreeBatch.of_trees(trees, "cpu")
+
+
+def test_verification_and_acceptance_compile_without_a_graph_break():
+    """The verification input, greedy and sampled acceptance and the commit's index ops, traced as one graph at a
+    padded width, give what the eager functions give."""
+    from eagle_infer.tree import TreeBatch
+    from eagle_infer.verify import SamplingParams, follow, inverse_cdf, target_probs, verify_greedy
+    from eagle_infer.verify_batch import commit_paths, verification_input
+
+    gen = torch.Generator().manual_seed(0)
+    tree = _random_batch(gen, 3, 8).padded(8)
+    roots, bases = torch.randint(0, VOCAB, (3,), generator=gen), torch.tensor([5, 9, 7])
+    logits = torch.randn(3, 9, VOCAB, generator=gen) * 3
+    uniforms = torch.rand(3, 9, generator=gen, dtype=torch.float64)
+    params = SamplingParams(temperature=0.8, sampling_top_k=5)
+
+    def step(tokens, parents, depths, sizes, roots, bases, logits, uniforms):
+        trees = TreeBatch(tokens, parents, depths, torch.zeros(tokens.shape), torch.zeros_like(tokens, dtype=torch.bool),
+                          sizes, tree.depth)
+        batch = verification_input(trees, roots, bases)
+        greedy = verify_greedy(tokens, parents, sizes, batch.allowed, logits)
+        sampled = follow(tokens, parents, sizes, batch.allowed, inverse_cdf(target_probs(logits, params), uniforms))
+        commit = commit_paths(batch.ids, trees, greedy.on_path, greedy.accepted, greedy.bonus)
+        return (batch.positions, greedy.on_path, greedy.bonus, greedy.tested, sampled.on_path, sampled.bonus,
+                commit.kept, commit.sequence)
+
+    args = (tree.tokens, tree.parents, tree.depths, tree.sizes, roots, bases, logits, uniforms)
+    torch._dynamo.reset()
+    compiled = torch.compile(step, fullgraph=True, backend="eager")
+    for got, want in zip(compiled(*args), step(*args)):
+        assert torch.equal(got, want)
+
+
+def test_a_draft_level_compiles_without_a_graph_break():
+    """One EAGLE-2 level of a head with a draft vocabulary smaller than top-k: the head's step over a static cache
+    (its decoder layer, as the compiled head step runs it), draft logits, log-softmax, top-k over the vocabulary
+    and the level's bookkeeping, traced as one graph, give what the eager level gives."""
+    from eagle_infer.drafting import expand_level
+    from eagle_infer.head_runner import HeadRunner
+    from eagle_infer.kv_cache import KVCache
+    from eagle_infer.tree import causal_mask
+
+    target = scaled_target(vocab=VOCAB, layers=2, seed=4, name="tiny-level")
+    runner = HeadRunner(random_head(target, seed=4, draft_vocab=torch.arange(0, VOCAB, 16)), target)  # 6 ids < top-k 8
+    gen = torch.Generator().manual_seed(1)
+    feats = torch.randn(2, 8, target.hidden_size, generator=gen)
+    tokens = torch.randint(0, VOCAB, (2, 8), generator=gen)
+    values = torch.randn(2, 8, generator=gen).clamp(max=0)
+    positions = (torch.tensor([[11], [14]]) + torch.zeros(2, 8, dtype=torch.long))
+
+    def level(cache, feats, tokens, positions, mask, values):
+        out = runner.module.layers_forward(feats, tokens, positions, mask, cache.hf)
+        logp = torch.log_softmax(runner.draft_logits(out), dim=-1)
+        return (out,) + expand_level(logp, values, 8, runner.vocab_order, True)
+
+    results = []
+    for fn in (level, torch.compile(level, fullgraph=True, backend="eager")):
+        # the compiled head step's cache: static (every slot attended, writes planned as tensors)
+        cache = KVCache(runner.config.layers, *target.kv_shape(2)[1:], 32, feats.dtype, "cpu", static=True)
+        cache.lengths = [11, 14]
+        mask = cache.static_mask(causal_mask([11, 14], 8, feats.dtype, "cpu"), 8, feats.dtype)
+        with torch.inference_mode():
+            results.append(fn(cache, feats, tokens, positions, mask, values))
+    torch._dynamo.reset()
+    for got, want in zip(*results):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    assert (results[0][1] >= 0).all() and (results[0][1] < VOCAB).all()

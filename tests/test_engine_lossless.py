@@ -386,28 +386,26 @@ def assert_cache_close(cache: KVCache, fresh: KVCache, n: int) -> None:
         torch.testing.assert_close(a[..., :n, :], b, rtol=1e-4, atol=1e-4)
 
 
-def test_kv_cache_keep_gathers_and_commits():
-    cache = KVCache(2, 1, 3, 4, 16, torch.float32, "cpu")
+def test_kv_cache_keep_paths_gathers_and_commits_every_row():
+    """keep_paths moves each row's kept offsets to contiguous positions after its own length, in every layer at once;
+    slots past a row's count (arbitrary offsets) move nothing."""
+    cache = KVCache(2, 2, 3, 4, 16, torch.float32, "cpu")
     pos = torch.arange(16.0)[None, None, :, None]
     for layer in range(2):
-        cache.k[layer] += 1000 * layer + pos
+        cache.k[layer] += 1000 * layer + pos + 100 * torch.arange(2.0)[:, None, None, None]
         cache.v[layer] -= 1000 * layer + pos
-    cache.truncate(5)
-    cache.keep(0, 5, torch.tensor([0, 2, 3, 7]))
-    assert cache.length == 9
-    expected = [0, 1, 2, 3, 4, 5, 7, 8, 12]
+    cache.truncate([5, 3])
+    kept = torch.tensor([[0, 2, 3, 7], [0, 1, 9, 9]])
+    cache.keep_paths(kept, [4, 2], torch.tensor([4, 2]))
+    assert cache.lengths == [9, 5] and cache.device_lengths().tolist() == [9, 5]
+    expected = [[0, 1, 2, 3, 4, 5, 7, 8, 12, 9, 10, 11, 12], [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]]
     for layer_i in range(2):
-        for p, src in enumerate(expected):
-            assert torch.all(cache.k[layer_i][:, :, p] == 1000 * layer_i + src)
-            assert torch.all(cache.v[layer_i][:, :, p] == -(1000 * layer_i + src))
-    # Keeping only the root, and keeping an already contiguous run, move nothing.
-    before = torch.stack(cache.k)
-    cache.keep(0, 9, torch.tensor([0]))
-    assert cache.length == 10 and torch.equal(torch.stack(cache.k), before)
-    cache.keep(0, 10, torch.tensor([0, 1, 2]))
-    assert cache.length == 13 and torch.equal(torch.stack(cache.k), before)
+        for b in range(2):
+            for p, src in enumerate(expected[b]):
+                assert torch.all(cache.k[layer_i][b, :, p] == 1000 * layer_i + src + 100 * b)
+                assert torch.all(cache.v[layer_i][b, :, p] == -(1000 * layer_i + src))
     cache.truncate(4)
-    assert cache.length == 4
+    assert cache.length == 4 and cache.device_lengths().tolist() == [4, 4]
 
 
 def reference_walk(tokens: list[int], parents: list[int], best: list[int]) -> tuple[list[int], int, list[int]]:

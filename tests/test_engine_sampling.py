@@ -1,9 +1,11 @@
 """Sampling is lossless: the engine's output is distributed exactly as the target's own samples.
 
 Two levels:
-* verify_sampling alone, exactly: every random draw it makes is turned into a branch point (a scripted stand-in
-  for torch inside eagle_infer.verify), so the probability of each (accepted path, bonus) outcome is computed
-  exactly and compared with the target's autoregressive probability of the same tokens.
+* the verifiers alone, exactly: the per-node sequential rejection (tests/oracles.verify_sampling) with every random
+  draw it makes turned into a branch point (a scripted stand-in for torch inside tests/oracles), and the engine's
+  batched sampler (verify.verify_sampled) with every node draw it reads enumerated, so the probability of each
+  (accepted path, bonus) outcome is computed exactly and compared with the target's autoregressive probability of
+  the same tokens.
 * the whole engine, statistically: on a target with an 8-token vocabulary the joint distribution of the first three
   generated tokens is enumerated exactly with the target's own forward and target_probs, and compared by a
   chi-square test with the tokens of many seeded generate() calls, for every drafter and several sampling settings.
@@ -21,13 +23,14 @@ import torch
 
 import eagle_infer.cycle as engine_module
 import eagle_infer.verify as verify
+import tests.oracles as oracles
 from eagle_infer.draft_head import random_head
 from eagle_infer.config import InferConf
 from eagle_infer.engine import Engine
 from eagle_infer.target import compile_target
-from eagle_infer.tree import DraftTree
-from eagle_infer.verify import SamplingParams, target_probs, verify_sampling
-from tests.oracles import one_thread, oracle_drafter, scaled_target, vanilla_tokens  # noqa: F401 (fixture)
+from eagle_infer.tree import DraftTree, TreeBatch, ancestor_masks
+from eagle_infer.verify import SamplingParams, follow, inverse_cdf, target_probs, verify_sampled
+from tests.oracles import one_thread, oracle_drafter, scaled_target, vanilla_tokens, verify_sampling  # noqa: F401
 
 
 
@@ -48,7 +51,7 @@ class _Uniform:
 
 
 class _ScriptedTorch:
-    """Stands in for the `torch` module inside eagle_infer.verify. Each draw (torch.rand, torch.multinomial) is a
+    """Stands in for the `torch` module inside tests/oracles (verify_sampling's). Each draw (torch.rand, torch.multinomial) is a
     branch point: its outcome is taken from `script` (indices into the list of positive-probability outcomes;
     past the script, the first outcome), and `trace` records every branch point met."""
 
@@ -78,12 +81,12 @@ def exact_outcomes(verifier, tree: DraftTree, probs: torch.Tensor) -> dict[tuple
     """{(accepted path, bonus): probability} of `verifier(tree, probs, None)`, enumerating every branch of its draws."""
     out: dict[tuple, float] = {}
     stack = [[]]
-    original = verify.torch
+    original = oracles.torch
     try:
         while stack:
             script = stack.pop()
             fake = _ScriptedTorch(script)
-            verify.torch = fake
+            oracles.torch = fake
             acc = verifier(tree, probs, None)
             prob = 1.0
             for options, k in fake.trace:
@@ -95,7 +98,44 @@ def exact_outcomes(verifier, tree: DraftTree, probs: torch.Tensor) -> dict[tuple
                 prefix = [kk for _, kk in fake.trace[:depth]]
                 stack += [prefix + [alt] for alt in range(k + 1, len(options))]
     finally:
-        verify.torch = original
+        oracles.torch = original
+    return out
+
+
+def batched_outcome(tree: DraftTree, draws: dict[int, int], filler: int = -1) -> tuple[tuple, int]:
+    """(accepted path, bonus) of verify.follow, the batched sampler's walk, on one tree whose flattened node j drew
+    draws[j] (the other nodes draw `filler`)."""
+    batch = TreeBatch.of_trees([tree], "cpu")
+    chosen = torch.full((1, len(tree) + 1), filler, dtype=torch.long)
+    for j, v in draws.items():
+        chosen[0, j] = v
+    g = follow(batch.tokens, batch.parents, batch.sizes, ancestor_masks(batch.parents), chosen)
+    return tuple(g.on_path[0].nonzero()[:, 0].tolist()), int(g.bonus[0])
+
+
+def exact_batched_outcomes(tree: DraftTree, probs: torch.Tensor) -> dict[tuple, float]:
+    """{(accepted path, bonus): probability} of the batched sampler when node j draws v with probability probs[j, v]
+    (inverse_cdf's exactness is tested apart): the draws an outcome reads (the root's and each accepted node's) are
+    enumerated, and the outcome must not change whatever the unread ones drew (two fillers: no token, and the
+    first child's token at every node)."""
+    out: dict[tuple, float] = {}
+    first_child = {}
+    for i, p in enumerate(tree.parents.tolist()):
+        first_child.setdefault(p + 1, int(tree.tokens[i]))
+
+    def walk(draws: dict[int, int], prob: float) -> None:
+        path, bonus = batched_outcome(tree, draws)
+        missing = [j for j in [0] + [i + 1 for i in path] if j not in draws]
+        if missing:
+            for v, pv in enumerate(probs[missing[0]].tolist()):
+                if pv > 0:
+                    walk({**draws, missing[0]: v}, prob * pv)
+            return
+        adversarial = {j: first_child.get(j, 0) for j in range(len(tree) + 1)} | draws
+        assert batched_outcome(tree, adversarial) == (path, bonus)
+        out[(path, bonus)] = out.get((path, bonus), 0.0) + prob
+
+    walk({}, 1.0)
     return out
 
 
@@ -178,7 +218,7 @@ def broken_accept_always(tree, probs, generator):
         hit = next((c for c in children[row] if probs[row, tokens[c]] > 0), None)
         if hit is None:
             p = probs[row]
-            return verify.Acceptance(path, int(verify.torch.multinomial(p, 1, generator=generator)), [])
+            return verify.Acceptance(path, int(oracles.torch.multinomial(p, 1, generator=generator)), [])
         path.append(hit)
         row = hit + 1
 
@@ -192,11 +232,11 @@ def broken_bonus_from_p(tree, probs, generator):
         hit = None
         for c in children[row]:
             px = p[tokens[c]]
-            if px > 0 and verify.torch.rand((), generator=generator) < px:
+            if px > 0 and oracles.torch.rand((), generator=generator) < px:
                 hit = c
                 break
         if hit is None:
-            return verify.Acceptance(path, int(verify.torch.multinomial(p, 1, generator=generator)), [])
+            return verify.Acceptance(path, int(oracles.torch.multinomial(p, 1, generator=generator)), [])
         path.append(hit)
         row = hit + 1
 
@@ -210,12 +250,12 @@ def broken_no_renormalise(tree, probs, generator):
         hit = None
         for c in children[row]:
             px = probs[row, tokens[c]]
-            if px > 0 and verify.torch.rand((), generator=generator) < px:
+            if px > 0 and oracles.torch.rand((), generator=generator) < px:
                 hit = c
                 break
             p[tokens[c]] = 0
         if hit is None:
-            return verify.Acceptance(path, int(verify.torch.multinomial(p / p.sum(), 1, generator=generator)), [])
+            return verify.Acceptance(path, int(oracles.torch.multinomial(p / p.sum(), 1, generator=generator)), [])
         path.append(hit)
         row = hit + 1
 
@@ -276,6 +316,87 @@ def test_verify_sampling_draws_match_exact_outcomes():
         acc = verify_sampling(tree, probs, gen)
         counts[(tuple(acc.path), acc.bonus)] += 1
     assert same_distribution(counts, exact)[0]
+
+
+@pytest.mark.parametrize("name", HAND_TREES)
+def test_batched_sampler_exact_on_hand_trees(name):
+    """The batched sampler's walk, every draw it reads enumerated, emits exactly the target's distribution, as the
+    per-node oracle does on the same trees (one-hot and zero-probability rows included)."""
+    tree = make_tree(*HAND_TREES[name])
+    gen = torch.Generator().manual_seed(len(name))
+    for zero_frac in (0.0, 0.4):
+        probs = random_rows(len(tree) + 1, 5, gen, zero_frac)
+        got, want = exact_batched_outcomes(tree, probs), target_outcomes(tree, probs)
+        assert same_outcomes(got, want), (name, got, want)
+    probs = torch.zeros(len(tree) + 1, 5)
+    probs[:, 2] = 1.0
+    assert same_outcomes(exact_batched_outcomes(tree, probs), target_outcomes(tree, probs))
+
+
+def test_batched_sampler_exact_on_random_trees():
+    gen = torch.Generator().manual_seed(321)
+    for _ in range(25):
+        tree = random_tree(gen, 6, 10)
+        probs = random_rows(len(tree) + 1, 6, gen, 0.25)
+        assert same_outcomes(exact_batched_outcomes(tree, probs), target_outcomes(tree, probs))
+
+
+def test_inverse_cdf_draws_each_token_with_its_probability():
+    """Exactly: the uniforms mapped to token v fill an interval of length p(v) / total (float64 CDF), and a token
+    of probability 0 is never drawn, not even at the ends of [0, 1)."""
+    gen = torch.Generator().manual_seed(4)
+    probs = random_rows(6, 7, gen, 0.4)
+    cdf = probs.double().cumsum(-1)
+    total = cdf[:, -1]
+    for row in range(6):
+        for v in range(7):
+            low = (cdf[row, v - 1] if v else torch.tensor(0.0, dtype=torch.float64)) / total[row]
+            high = cdf[row, v] / total[row]
+            if probs[row, v] > 0:
+                inside = torch.stack([low, (low + high) / 2, torch.nextafter(high, low)])
+                assert inverse_cdf(probs[row].expand(3, -1), inside).tolist() == [v] * 3
+    edges = torch.tensor([0.0, 1.0 - 2**-53], dtype=torch.float64)
+    for row in range(6):
+        drawn = inverse_cdf(probs[row].expand(2, -1), edges).tolist()
+        assert all(probs[row, t] > 0 for t in drawn)
+
+
+def broken_sampled_parent_rows(tokens, parents, sizes, allowed, logits, params, generators, draws=0):
+    """Wrong on purpose: each node's children are judged with its parent's row."""
+    return verify_sampled(tokens, parents, sizes, allowed, torch.cat([logits[:, :1], logits[:, :-1]], 1), params,
+                          generators, draws)
+
+
+def broken_sampled_greedy_bonus(tokens, parents, sizes, allowed, logits, params, generators, draws=0):
+    """Wrong on purpose: accepts by sampling but emits the target's argmax as the bonus."""
+    g = verify_sampled(tokens, parents, sizes, allowed, logits, params, generators, draws)
+    n = tokens.shape[1]
+    leaf = torch.where(g.on_path, torch.arange(1, n + 1), 0).amax(-1, keepdim=True)
+    return verify.BatchAcceptance(g.accepted, logits.argmax(-1).gather(1, leaf)[:, 0], g.on_path, g.tested)
+
+
+def broken_sampled_accept_first_child(tokens, parents, sizes, allowed, logits, params, generators, draws=0):
+    """Wrong on purpose: every node draws its first child's token when it has one (never rejects)."""
+    b, n = tokens.shape
+    draws = inverse_cdf(target_probs(logits, params), torch.rand(b, n + 1, dtype=torch.float64))
+    slot = torch.arange(n).expand(b, n)
+    first = torch.full((b, n + 2), n, dtype=torch.long).scatter_reduce(1, parents + 1, slot, "amin")[:, : n + 1]
+    has = first < n
+    draws = torch.where(has, tokens.gather(1, first.clamp(max=n - 1)), draws)
+    return follow(tokens, parents, sizes, allowed, draws)
+
+
+def test_batched_sampler_draws_match_exact_outcomes():
+    """Real draws: 6000 rows of one tree, each row with its own generator, follow the exact outcome probabilities."""
+    tree = make_tree(*HAND_TREES["branchy"])
+    probs = random_rows(len(tree) + 1, 5, torch.Generator().manual_seed(3), 0.2)
+    n = 6000
+    batch = TreeBatch.of_trees([tree] * n, "cpu")
+    g = verify_sampled(batch.tokens, batch.parents, batch.sizes, ancestor_masks(batch.parents),
+                       probs.log()[None].expand(n, -1, -1), SamplingParams(temperature=1.0),
+                       [torch.Generator().manual_seed(i) for i in range(n)])
+    counts = Counter((tuple(row.nonzero()[:, 0].tolist()), int(bonus)) for row, bonus in zip(g.on_path, g.bonus))
+    assert same_distribution(counts, target_outcomes(tree, probs))[0]
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -445,10 +566,11 @@ def test_engine_samples_follow_the_target(name, params, path):
         assert all(exact.get(k, 0) > 0 for k in counts)  # nothing outside the filtered support
 
 
-@pytest.mark.parametrize("broken", [broken_accept_always, broken_bonus_from_p, broken_parent_rows])
+@pytest.mark.parametrize("broken", [broken_sampled_accept_first_child, broken_sampled_greedy_bonus,
+                                    broken_sampled_parent_rows])
 def test_engine_check_detects_a_broken_verifier(monkeypatch, broken):
     params = SamplingParams(temperature=0.7)
-    monkeypatch.setattr(engine_module, "verify_sampling", broken)
+    monkeypatch.setattr(engine_module, "verify_sampled", broken)
     counts, _ = engine_counts("oracle", params)
     same, p_value, _ = same_distribution(counts, exact_joint(params))
     assert not same and p_value < ALPHA * 1e-3, p_value

@@ -15,14 +15,17 @@ from eagle_infer.config import InferConf, LookupConf
 from eagle_infer.cost import CostModel
 from eagle_infer.draft_head import random_head
 from eagle_infer.engine import Engine
-from eagle_infer.lookup import CopyRates, continuations, lookup_chains
-from eagle_infer.merge import merge_trees
-from eagle_infer.tree import DraftTree
-from eagle_infer.verify import SamplingParams, verify_sampling
-from tests.oracles import one_thread, oracle_drafter, scaled_target, vanilla_tokens  # noqa: F401 (fixture)
+from eagle_infer.lookup import CopyRates, continuations, copy_batch
+from eagle_infer.merge import cut, merge
+from eagle_infer.tree import DraftTree, TreeBatch
+from eagle_infer.verify import SamplingParams
+from tests.oracles import (  # noqa: F401 (one_thread is an autouse fixture)
+    merge_oracle, one_thread, oracle_drafter, scaled_target, vanilla_tokens, verify_sampling,
+)
 from tests.test_engine_errors import one_line_error
 from tests.test_engine_sampling import (
-    GENERATED, N_SAMPLES, exact_joint, exact_outcomes, make_tree, random_rows, random_tree, same_distribution,
+    GENERATED, N_SAMPLES, exact_batched_outcomes, exact_joint, exact_outcomes, make_tree, random_rows, random_tree,
+    same_distribution,
     same_outcomes, small, target_outcomes,
 )
 
@@ -33,6 +36,16 @@ def tree_of(parents, tokens, probs, copied=None) -> DraftTree:
     t = make_tree(parents, tokens)
     return DraftTree(t.tokens, t.parents, t.depths, torch.tensor(probs, dtype=torch.float32),
                      None if copied is None else torch.tensor(copied))
+
+
+def merge_trees(trees: list[DraftTree], budget: int) -> DraftTree:
+    """eagle_infer.merge over one row: the trees merged in order (the last merge, or a tree alone, cut to the budget),
+    as a DraftTree."""
+    batches = [TreeBatch.of_trees([t], "cpu") for t in trees]
+    merged = batches[0]
+    for i, more in enumerate(batches[1:], start=2):
+        merged = merge(merged, more, budget if i == len(batches) else merged.width + more.width)
+    return cut(merged, budget).row(0)
 
 
 def paths(tree: DraftTree) -> set[tuple[int, ...]]:
@@ -93,24 +106,33 @@ def test_continuations_longest_match_then_branches():
 def test_merge_dedupes_prefixes_and_keeps_the_best_values():
     head = tree_of([-1, -1, 0, 0, 1], [4, 7, 5, 6, 2], [0.6, 0.3, 0.5, 0.2, 0.9])
     chain = tree_of([-1, 0, 1, 2], [4, 5, 9, 9], [0.8, 0.8, 0.8, 0.8], [True] * 4)
-    merged = merge_trees([head, chain], 100, "cpu")
+    merged = merge_trees([head, chain], 100)
     check_well_formed(merged)
     assert paths(merged) == paths(head) | paths(chain)
     assert len(merged) == 5 + 2  # (4,) and (4, 5) are shared
     assert merged.copied.tolist() == [True, False, True, False, False, True, True]
     assert merged.probs.tolist() == pytest.approx([0.8, 0.3, 0.8, 0.2, 0.9, 0.8, 0.8])  # the highest own prob
     # Values: (4,) .8, (7,) .3, (4,5) .64, (4,6) .16, (7,2) .27, (4,5,9) .512, (4,5,9,9) .4096.
-    cut = merge_trees([head, chain], 5, "cpu")
+    cut = merge_trees([head, chain], 5)
     check_well_formed(cut)
     assert paths(cut) == {(4,), (7,), (4, 5), (4, 5, 9), (4, 5, 9, 9)}
-    assert paths(merge_trees([head, chain], 3, "cpu")) == {(4,), (4, 5), (4, 5, 9)}
+    assert paths(merge_trees([head, chain], 3)) == {(4,), (4, 5), (4, 5, 9)}
     # A head tree alone comes back unchanged; no trees give an empty tree.
-    alone = merge_trees([head], 5, "cpu")
+    alone = merge_trees([head], 5)
     assert alone.tokens.tolist() == head.tokens.tolist() and alone.parents.tolist() == head.parents.tolist()
-    assert alone.copied is None and len(merge_trees([], 4, "cpu")) == 0
+    assert not alone.copied.any()
+
+
+def same_tree(tree: DraftTree, oracle: DraftTree) -> None:
+    """Node for node the oracle's tree (copied flags: where the oracle has them)."""
+    assert tree.tokens.tolist() == oracle.tokens.tolist() and tree.parents.tolist() == oracle.parents.tolist()
+    assert tree.depths.tolist() == oracle.depths.tolist() and tree.probs.tolist() == oracle.probs.tolist()
+    assert tree.copied.tolist() == (oracle.copied.tolist() if oracle.copied is not None else [False] * len(oracle))
 
 
 def test_merged_random_trees_are_closed_and_distinct():
+    """The batched merge on random head trees and copied chains: closed, distinct, node for node the per-row
+    oracle's union cut to the budget (tests/oracles.merge_oracle)."""
     gen = torch.Generator().manual_seed(1)
     for _ in range(40):
         head = random_tree(gen, 6, 12)
@@ -118,33 +140,36 @@ def test_merged_random_trees_are_closed_and_distinct():
         chains = [tree_of(list(range(-1, n - 1)), torch.randint(0, 6, (n,), generator=gen).tolist(), [0.7] * n, [True] * n)
                   for n in torch.randint(1, 6, (2,), generator=gen).tolist()]
         budget = int(torch.randint(1, 16, (), generator=gen))
-        merged = merge_trees([head] + chains, budget, "cpu")
+        merged = merge_trees([head] + chains, budget)
         check_well_formed(merged)
+        same_tree(merged, merge_oracle([head] + chains, budget))
         assert len(merged) == min(budget, len(paths(head) | set().union(*map(paths, chains))))
         assert paths(merged) <= paths(head) | set().union(*map(paths, chains))
 
 
-def test_verify_sampling_exact_on_merged_trees():
-    """Sequential rejection over a merged tree (head tree + copied chains sharing prefixes with it) emits exactly the
+def test_sampling_exact_on_merged_trees():
+    """Sequential rejection (the per-node oracle and the engine's batched sampler) over a merged tree (head tree + copied chains sharing prefixes with it) emits exactly the
     target's distribution: every outcome's probability, enumerated exactly, equals the target's own."""
     gen = torch.Generator().manual_seed(5)
     for _ in range(20):
         head = random_tree(gen, 5, 8)
         chain = tree_of([-1, 0, 1], torch.randint(0, 5, (3,), generator=gen).tolist(), [0.9] * 3, [True] * 3)
-        merged = merge_trees([head, chain], int(torch.randint(2, 12, (), generator=gen)), "cpu")
+        merged = merge_trees([head, chain], int(torch.randint(2, 12, (), generator=gen)))
         probs = random_rows(len(merged) + 1, 5, gen, 0.2)
-        assert same_outcomes(exact_outcomes(verify_sampling, merged, probs), target_outcomes(merged, probs))
+        want = target_outcomes(merged, probs)
+        assert same_outcomes(exact_outcomes(verify_sampling, merged, probs), want)
+        assert same_outcomes(exact_batched_outcomes(merged, probs), want)
 
 
 def test_copy_rates_count_tested_copied_nodes():
     rates = CopyRates(3)
     assert rates.rates(3) == [0.5, 0.5, 0.5]
     tree = tree_of([-1, -1, 0, 2], [4, 7, 5, 6], [0.5] * 4, [True, False, True, True])
-    rates.update(tree, tested=[0, 1, 2, 3], path=[0, 2])  # depth 1 hit, depth 2 hit, depth 3 missed; node 1 not copied
+    rates.update([0, 1, 2, 3], {0, 2}, tree.copied.tolist(), tree.depths.tolist())  # depth 1 hit, depth 2 hit, depth 3 missed; node 1 not copied
     assert rates.rates(3) == [pytest.approx(2 / 3), pytest.approx(2 / 3), pytest.approx(1 / 3)]
-    chain = lookup_chains([1, 2, 3, 1, 2], LookupConf(num_tokens=3), rates, "cpu")
-    assert len(chain) == 1 and chain[0].tokens.tolist() == [3, 1, 2]
-    assert chain[0].probs.tolist() == pytest.approx(rates.rates(3)) and chain[0].copied.all()
+    chain = copy_batch([[1, 2, 3, 1, 2]], LookupConf(num_tokens=3), [rates], "cpu").row(0)
+    assert chain.tokens.tolist() == [3, 1, 2] and chain.parents.tolist() == [-1, 0, 1]
+    assert chain.probs.tolist() == pytest.approx(rates.rates(3)) and chain.copied.all()
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -219,7 +219,7 @@ def test_draft_dynamic_properties(input_mode, depth, top_k, total, expand_by, re
     target, head = setup(input_mode)
     feeder = committed_feeder(head, target)
     prefix = feeder.cache.length
-    tree = draft_dynamic(feeder, depth, top_k, total, expand_by, rerank)[0]
+    tree = draft_dynamic(feeder, depth, top_k, total, expand_by, rerank).row(0)
     check_tree_shape(tree, depth)
     candidates = top_k + (depth - 1) * top_k * top_k
     if rerank:
@@ -232,7 +232,7 @@ def test_draft_dynamic_properties(input_mode, depth, top_k, total, expand_by, re
     feeder.reset()
     assert feeder.cache.length == prefix
     check_against_head(feeder, tree, top_k)
-    again = draft_dynamic(committed_feeder(head, target), depth, top_k, total, expand_by, rerank)[0]
+    again = draft_dynamic(committed_feeder(head, target), depth, top_k, total, expand_by, rerank).row(0)
     assert all(torch.equal(getattr(tree, f), getattr(again, f)) for f in ("tokens", "parents", "depths"))
     if rerank:
         # The root's children are the head's top tokens, in order.
@@ -245,7 +245,7 @@ def test_draft_dynamic_rerank_keeps_the_best_paths():
     target, head = setup()
     depth, top_k, total = 3, 4, 9
     feeder = committed_feeder(head, target)
-    tree = draft_dynamic(feeder, depth, top_k, total, "value", True)[0]
+    tree = draft_dynamic(feeder, depth, top_k, total, "value", True).row(0)
     feeder.reset()
     logp_sum = {}
     tokens, parents = tree.tokens.tolist(), tree.parents.tolist()
@@ -274,7 +274,7 @@ def test_draft_dynamic_with_a_draft_vocabulary():
     target, head = setup(draft_vocab=ids)
     for rerank in (True, False):
         feeder = committed_feeder(head, target)
-        tree = draft_dynamic(feeder, 3, 6, 40, "value", rerank)[0]
+        tree = draft_dynamic(feeder, 3, 6, 40, "value", rerank).row(0)
         feeder.reset()
         check_tree_shape(tree, 3)
         assert not torch.isnan(tree.probs).any()
@@ -286,7 +286,7 @@ def test_draft_dynamic_with_a_draft_vocabulary():
 def test_draft_static_follows_the_paths(paths):
     target, head = setup()
     feeder = committed_feeder(head, target)
-    tree = draft_static(feeder, paths)[0]
+    tree = draft_static(feeder, paths).row(0)
     feeder.reset()
     check_tree_shape(tree, max(len(p) for p in paths))
     norm = check_paths(paths)
@@ -296,7 +296,7 @@ def test_draft_static_follows_the_paths(paths):
     ranks = {i: p[-1] for i, p in enumerate(norm)}
     check_against_head(feeder, tree, max(ranks.values()) + 1, ranks)
     if paths == chain_paths(4):
-        chain = draft_chain(committed_feeder(head, target), 4)[0]
+        chain = draft_chain(committed_feeder(head, target), 4).row(0)
         assert torch.equal(chain.tokens, tree.tokens) and torch.equal(chain.parents, tree.parents)
 
 
@@ -361,12 +361,12 @@ def test_batched_drafting_equals_each_row_alone(input_mode, kind):
         "chain": lambda f: draft_chain(f, 5),
     }[kind]
     feeder = batch_feeder(head, target)
-    trees = draft(feeder)
+    trees = draft(feeder).rows()
     feeder.reset()
     assert feeder.cache.lengths == [len(p) for p in PROMPTS]
     assert len(trees) == len(PROMPTS)
     for b, tree in enumerate(trees):
-        alone = draft(single_feeder(feeder, b))[0]
+        alone = draft(single_feeder(feeder, b)).row(0)
         assert tree.tokens.tolist() == alone.tokens.tolist()
         assert tree.parents.tolist() == alone.parents.tolist() and tree.depths.tolist() == alone.depths.tolist()
         torch.testing.assert_close(tree.probs, alone.probs, rtol=1e-4, atol=1e-6)
@@ -379,6 +379,15 @@ def test_ancestor_masks_match_walking_up_the_parents():
         parents = torch.stack([torch.tensor([int(torch.randint(-1, i, (), generator=gen)) if i else -1
                                              for i in range(n)]) for _ in range(3)] + [torch.arange(-1, n - 1)])
         masks = ancestor_masks(parents)
+        depth = 0
+        for row in parents.tolist():
+            depths = []
+            for p in row:
+                depths.append(1 if p < 0 else depths[p] + 1)
+            depth = max(depth, max(depths))
+        assert torch.equal(ancestor_masks(parents, depth), masks)  # squarings for the depth bound only
+        if depth > 2:
+            assert not torch.equal(ancestor_masks(parents, 1), masks)  # too few: the bound matters
         for b, row in enumerate(parents.tolist()):
             for i in range(n):
                 expected, j = {0, i + 1}, row[i]
