@@ -143,7 +143,7 @@ def _qwen3(messages: list[Message], add_generation_prompt: bool) -> RenderedChat
     b = _Builder()
     for m in messages:
         b.add(f"<|im_start|>{m.role}\n" + ("<think>\n\n</think>\n\n" if m.role == "assistant" else ""))
-        b.add(m.content + "<|im_end|>", assistant=m.role == "assistant")
+        b.add(m.content + "<|im_end|>", assistant=m.role == "assistant", content=len(m.content))
         b.add("\n")
     if add_generation_prompt:
         b.add("<|im_start|>assistant\n<think>\n\n</think>\n\n")

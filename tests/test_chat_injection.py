@@ -30,6 +30,10 @@ STAND_INS = {  # registered model -> (special tokens added to SmolLM2's tokenize
     "llama2-chat-13b": (LLAMA_SPECIALS, "<s>", None),
     "llama3-8b-instruct": (["<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"],
                            "<|begin_of_text|>", LLAMA3_TEMPLATE),
+    # Llama 3.1 has Llama 3's markers; its own template adds a dated system header around the same turns
+    "llama3.1-8b-instruct": (["<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"],
+                             "<|begin_of_text|>", LLAMA3_TEMPLATE),
+    "qwen3-8b": ([], None, None),  # ChatML markers, which SmolLM2's tokenizer has as special tokens
 }
 CASES = [(name, spec.template) for name, spec in MODELS.items()] + [("smollm2-135m", t) for t in NAMED_TEMPLATES]
 
