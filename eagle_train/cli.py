@@ -42,7 +42,7 @@ from .prompt_categories import category_report
 from .provenance import checkout_commit, shown_path
 from .regenerate import first_turn_questions
 from .self_prompts import SelfPromptConf, read_self_prompts, write_self_prompts
-from .states import resolve_mode
+from .states import check_mode
 from .train import HeadConf, TrainConfig, read_ds_config, train
 
 log = logging.getLogger("eagle_train")
@@ -346,7 +346,7 @@ def main(cfg) -> None:
     conf: TrainRunConf = OmegaConf.to_object(cfg)
     if conf.stage not in STAGES:
         raise EagleError(f"unknown stage {conf.stage!r}: expected one of {', '.join(STAGES)}")
-    conf.train = resolve_mode(conf.train)
+    check_mode(conf.train.features)
     conf.train.check()  # before featurizing: `make train` featurizes first
     _check_self_answers(conf)
     if conf.data.template is not None:

@@ -31,15 +31,11 @@ MODES = ("offline", "online", "cached")
 CACHE_DIR = "states"  # under the run's out_dir
 
 
-def resolve_mode(cfg):
-    """cfg (a TrainConfig) with train.features one of MODES: a directory given as train.features (the setting's
-    meaning before the modes) is read offline as train.features_dir; anything else is a one-line error."""
-    if cfg.features in MODES:
-        return cfg
-    if "/" in cfg.features or Path(cfg.features).is_dir():
-        return dataclasses.replace(cfg, features="offline", features_dir=cfg.features)
-    raise EagleError(f"unknown train.features {cfg.features!r}: expected one of {', '.join(MODES)} (the feature "
-                     "directory is train.features_dir)")
+def check_mode(mode: str) -> None:
+    """train.features must be one of MODES (the feature directory is train.features_dir): else a one-line error."""
+    if mode not in MODES:
+        raise EagleError(f"unknown train.features {mode!r}: expected one of {', '.join(MODES)} (the feature "
+                         "directory is train.features_dir)")
 
 
 def check_directory(mode: str, manifest: Manifest, directory) -> None:

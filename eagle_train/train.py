@@ -29,7 +29,7 @@ from eagle_infer.platform import resolve_dtype
 from .disk import ID_BYTES, check_disk
 from .features import Manifest, Sample, read_samples
 from .objective import Objective, chain_acceptance, collate, compile_layers, frequent_tokens, losses, with_target_top
-from .states import (CACHE_DIR, check_directory, read_cached, resolve_mode, states_in_batches, with_states,
+from .states import (CACHE_DIR, check_directory, check_mode, read_cached, states_in_batches, with_states,
                      write_cached)
 from .train_numbers import check_train_numbers
 
@@ -310,7 +310,7 @@ def _run_id(cfg: TrainConfig) -> str:
 def train(cfg: TrainConfig, target, head_shape: HeadConf = HeadConf(), provenance: dict | None = None) -> dict:
     """Train (or resume) a head for `target`; writes checkpoints and the engine-format head to out_dir/head, with its
     model card (eagle_infer.head_card; `provenance`: what the caller knows of the data, e.g. its source and recipe)."""
-    cfg = resolve_mode(cfg)
+    check_mode(cfg.features)
     cfg.check()
     try:
         import deepspeed  # optional (the `train` extra): inference installs without it

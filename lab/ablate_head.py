@@ -213,7 +213,7 @@ def row_overrides(spec: dict, name: str, row: dict) -> tuple[list[str], list[Pat
                                  "self-written prompts' further parts); neither the row nor the spec names any")
             feats.extend(features_dir(part) / "train" for part in _self_more(spec, row))
     if feats[0] != features_dir(name) / "train":
-        args.append(f"train.features={feats[0]}")
+        args.append(f"train.features_dir={feats[0]}")
     if len(feats) > 1:
         args.append(f"train.extra_features=[{','.join(str(f) for f in feats[1:])}]")
     if "self" in words or ("self-only" in words and len(feats) > 1):

@@ -159,18 +159,18 @@ def test_self_rows_take_equal_shares_of_two_directories(out, monkeypatch):
     half = {"name": "half", "loss_tokens": 1200, "overrides": ["self"]}
     assert ab.train_row(out, spec, "smollm2-135m", half).startswith("pending") and not runs  # 2 x 500 < 1200
     assert ab.train_row(out, spec, "smollm2-135m", {**half, "loss_tokens": 1000}) == "done"
-    assert "train.equal_shares=true" in runs[0] and not any(a.startswith("train.features=") for a in runs[0])
+    assert "train.equal_shares=true" in runs[0] and not any(a.startswith("train.features_dir=") for a in runs[0])
     assert [a for a in runs[0] if a.startswith("train.extra_features=")][0].endswith("smollm2-135m-self/train]")
     both = {"name": "both", "loss_tokens": 1400, "overrides": ["self-only", "more"]}
     assert ab.train_row(out, spec, "smollm2-135m", both) == "done"
-    assert any(a.startswith("train.features=") and a.endswith("smollm2-135m-self/train") for a in runs[1])
+    assert any(a.startswith("train.features_dir=") and a.endswith("smollm2-135m-self/train") for a in runs[1])
     extra = [a for a in runs[1] if a.startswith("train.extra_features=")][0]
     assert extra.endswith("smollm2-135m-self-openers-part2/train]")
     assert "train.equal_shares=true" in runs[1]
     only = {"name": "only", "loss_tokens": 700, "self_features": "smollm2-135m-self-pilot", "overrides": ["self-only"]}
     assert ab.train_row(out, spec, "smollm2-135m", {**only, "loss_tokens": 701}).startswith("pending")
     assert ab.train_row(out, spec, "smollm2-135m", only) == "done"
-    assert any(a.startswith("train.features=") and a.endswith("smollm2-135m-self-pilot/train") for a in runs[2])
+    assert any(a.startswith("train.features_dir=") and a.endswith("smollm2-135m-self-pilot/train") for a in runs[2])
     assert not any(a.startswith(("train.extra_features=", "train.equal_shares")) for a in runs[2])
     parts = ["smollm2-135m-self-openers-part2", "smollm2-135m-self-openers-part3"]  # a row's own further parts
     three = {"name": "three", "loss_tokens": 2100, "self_more_features": parts, "overrides": ["self-only", "more"]}

@@ -143,9 +143,13 @@ def test_online_trains_on_regenerated_answers(tiny_smol, deepspeed_cpu_env, tmp_
     assert train(cfg, tiny_smol)["step"] == 2
 
 
-def test_a_directory_given_as_train_features_is_read_offline(last_dirs):
-    """train.features=<directory>, the setting's meaning before the modes (eval/ablate_head.py still passes it)."""
-    from eagle_train.states import resolve_mode
+def test_a_directory_given_as_train_features_is_a_one_line_error(last_dirs):
+    """train.features names a mode; a feature directory there (its meaning before the modes) is refused in one
+    line pointing to train.features_dir."""
+    from eagle_train.states import check_mode
 
-    cfg = resolve_mode(TrainConfig(features=str(last_dirs["offline"] / "train")))
-    assert (cfg.features, cfg.features_dir) == ("offline", str(last_dirs["offline"] / "train"))
+    for mode in ("offline", "online", "cached"):
+        check_mode(mode)
+    with pytest.raises(EagleError, match=r"^unknown train.features '.*/train': expected one of offline, online, "
+                                         r"cached \(the feature directory is train.features_dir\)$"):
+        check_mode(str(last_dirs["offline"] / "train"))
