@@ -39,7 +39,7 @@ def test_plan_of_the_8b_eagle3_recipes(name, vocab, layers, monkeypatch):
     device, nothing downloaded; the recipes train EAGLE-3's block online with the reference settings."""
     conf = recipe(name, "plan.ranks=8", "plan.time_steps=0")
     assert (conf.head.block, conf.train.features, conf.train.ttt_steps + 1, conf.train.draft_vocab_size,
-            conf.featurize.max_length) == ("eagle3", "online", 7, 32000, 2048)
+            conf.featurize.max_length) == ("eagle3", "online", 7, 32000, 4096)
     text = plan(conf)
     assert "cost (8 ranks; data estimated at 4 characters a token):" in text
     tokens = float(re.search(r"data: [\d,]+ training conversations, ([\d.]+)M tokens", text).group(1)) * 1e6
