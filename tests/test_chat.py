@@ -1,5 +1,6 @@
 """Chat templates: rendered text, assistant spans and the loss mask, checked against hand-written literals."""
 
+import copy
 import importlib.util
 import os
 from types import SimpleNamespace
@@ -57,6 +58,30 @@ def test_tokenizer_template_chatml(tok):
     assert trained_text(tok, WITH_SYSTEM, "tokenizer") == expected
     # Without a system message SmolLM2's template inserts its default one; spans still line up.
     assert trained_text(tok, CONVERSATION, "tokenizer") == expected
+
+
+def test_llama31_template_with_its_dated_system_header(tok):
+    """llama3.1-8b-instruct's own template (a stand-in with its layout on SmolLM2's tokenizer): the system header it
+    writes before every conversation (dates, then the system text) stays outside the loss, the answers and their
+    <|eot_id|> are the spans, and the rendering is prefix-stable with and without a system message."""
+    from tests.test_chat_injection import LLAMA31_TEMPLATE
+
+    tok = copy.deepcopy(tok)
+    tok.chat_template, tok.bos_token = LLAMA31_TEMPLATE, "<|im_start|>"  # any token: SmolLM2 has no <|begin_of_text|>
+    rendered = render(WITH_SYSTEM, tok, "tokenizer", add_generation_prompt=False)
+    header = "<|im_start|><|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: December 2023\n"
+    assert rendered.text == (
+        header + "Today Date: 26 Jul 2024\n\nBe brief.<|eot_id|>"
+        "<|start_header_id|>user<|end_header_id|>\n\nHi there<|eot_id|>"
+        "<|start_header_id|>assistant<|end_header_id|>\n\nHello! How can I help?<|eot_id|>"
+        "<|start_header_id|>user<|end_header_id|>\n\nName a color.<|eot_id|>"
+        "<|start_header_id|>assistant<|end_header_id|>\n\nBlue.<|eot_id|>"
+    )
+    expected = ["Hello! How can I help?<|eot_id|>", "Blue.<|eot_id|>"]
+    assert span_texts(rendered) == expected
+    assert span_texts(render(CONVERSATION, tok, "tokenizer", add_generation_prompt=False)) == expected
+    prompt = render(WITH_SYSTEM[:2], tok, "tokenizer", add_generation_prompt=True).text
+    assert rendered.text.startswith(prompt) and prompt.endswith("<|start_header_id|>assistant<|end_header_id|>\n\n")
 
 
 def test_tokenizer_template_eos_after_space(tok, monkeypatch):

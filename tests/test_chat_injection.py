@@ -21,6 +21,18 @@ LLAMA3_TEMPLATE = (  # Meta-Llama-3-8B-Instruct's tokenizer_config.json chat_tem
     "{% set content = bos_token + content %}{% endif %}{{ content }}{% endfor %}{% if add_generation_prompt %}"
     "{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}"
 )
+# Llama 3.1 Instruct's layout (its tokenizer_config.json template, reduced to what it renders without tools): the
+# system header always comes first and opens with the knowledge and today's dates, then the first message's system
+# text if there is one; every turn as in Llama 3, contents trimmed.
+LLAMA31_TEMPLATE = (
+    "{{ bos_token }}{% if messages[0]['role'] == 'system' %}{% set system = messages[0]['content'] | trim %}"
+    "{% set turns = messages[1:] %}{% else %}{% set system = '' %}{% set turns = messages %}{% endif %}"
+    "{{ '<|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: December 2023\n"
+    "Today Date: 26 Jul 2024\n\n' + system + '<|eot_id|>' }}{% for message in turns %}"
+    "{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n' + message['content'] | trim + "
+    "'<|eot_id|>' }}{% endfor %}{% if add_generation_prompt %}"
+    "{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}"
+)
 LLAMA_SPECIALS = ["<s>", "</s>", "<unk>"]
 STAND_INS = {  # registered model -> (special tokens added to SmolLM2's tokenizer, bos, its own chat template)
     "smollm2-135m": ([], None, None),
@@ -30,9 +42,8 @@ STAND_INS = {  # registered model -> (special tokens added to SmolLM2's tokenize
     "llama2-chat-13b": (LLAMA_SPECIALS, "<s>", None),
     "llama3-8b-instruct": (["<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"],
                            "<|begin_of_text|>", LLAMA3_TEMPLATE),
-    # Llama 3.1 has Llama 3's markers; its own template adds a dated system header around the same turns
     "llama3.1-8b-instruct": (["<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"],
-                             "<|begin_of_text|>", LLAMA3_TEMPLATE),
+                             "<|begin_of_text|>", LLAMA31_TEMPLATE),
     "qwen3-8b": ([], None, None),  # ChatML markers, which SmolLM2's tokenizer has as special tokens
 }
 CASES = [(name, spec.template) for name, spec in MODELS.items()] + [("smollm2-135m", t) for t in NAMED_TEMPLATES]
