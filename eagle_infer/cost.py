@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -59,7 +60,7 @@ class CostModel:
 
     def save(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".partial")
+        tmp = path.with_suffix(f".{os.getpid()}.partial")  # processes measuring at once each write whole
         tmp.write_text(json.dumps(asdict(self), indent=1) + "\n")
         tmp.rename(path)
 

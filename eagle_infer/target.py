@@ -7,6 +7,7 @@ head, the outputs of a few decoder layers side by side.
 """
 from __future__ import annotations
 
+import fcntl
 import importlib.util
 import logging
 import pickle
@@ -77,7 +78,8 @@ def _quiet_transformers() -> None:
 
 
 def converted_gguf_dir(name: str, package: str, filename: str) -> Path:
-    """Convert a GGUF shipped in a PyPI package to a safetensors directory once; return that directory."""
+    """Convert a GGUF shipped in a PyPI package to a safetensors directory once; return that directory. Processes
+    that ask at the same time (parallel test workers, ranks) convert once: the first holds a lock, the others wait."""
     out = cache_root() / "models" / name
     if (out / "model.safetensors").exists() and (out / "tokenizer_config.json").exists():
         return out
@@ -89,6 +91,15 @@ def converted_gguf_dir(name: str, package: str, filename: str) -> Path:
         raise EagleError(f"model {name!r}: {src / filename} is missing from the installed package {package!r}")
     # float32 weights of a ~5-bit GGUF (x 6.4), with room to spare
     writable_cache(8 * (src / filename).stat().st_size, f"the float32 conversion of {filename}")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out.with_name(out.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if not (out / "model.safetensors").exists():  # another process may have converted it while this one waited
+            _convert_gguf(src, filename, out)
+    return out
+
+
+def _convert_gguf(src: Path, filename: str, out: Path) -> None:
     _quiet_transformers()
     tokenizer = AutoTokenizer.from_pretrained(str(src), gguf_file=filename)
     gguf_model = AutoModelForCausalLM.from_pretrained(str(src), gguf_file=filename, dtype=torch.float32)
@@ -97,12 +108,13 @@ def converted_gguf_dir(name: str, package: str, filename: str) -> Path:
     model = AutoModelForCausalLM.from_config(config)
     model.load_state_dict(gguf_model.state_dict(), strict=True)
     tmp = out.with_name(out.name + ".partial")
+    if tmp.exists():  # an interrupted conversion's
+        shutil.rmtree(tmp)
     model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
     if out.exists():
         shutil.rmtree(out)
     tmp.rename(out)
-    return out
 
 
 def resolve_source(model: str) -> tuple[str, str, str]:
