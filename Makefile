@@ -33,8 +33,11 @@ $(STAMP): pyproject.toml constraints.txt
 SPECULATORS = speculators==0.9.0 hs-connectors==0.9.0 loguru==0.7.3 pydantic-settings==2.16.3 python-dotenv==1.2.4 \
   openai==2.54.0 jiter==0.19.0
 
+# The suite on TEST_WORKERS processes (pytest-xdist; a test module stays on one worker, so its fixtures are built
+# once); TEST_WORKERS=0 runs it in this process.
+TEST_WORKERS ?= 2
 test: $(STAMP)
-	$(PY) -m pytest -q -x --durations=15 tests
+	$(PY) -m pytest -q -x --durations=15 $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile) tests
 
 # make chat CHAT="any text, as typed" (CHAT=- reads standard input); without CHAT an interactive chat. CHAT reaches
 # the command through the environment, verbatim (no make or shell expansion); settings go in ARGS.
@@ -44,14 +47,14 @@ chat: $(STAMP)
 
 # Featurize, then train, each on NGPU ranks of this machine (DeepSpeed's launcher; gloo on a CPU), or on the nodes
 # of a DeepSpeed hostfile (HOSTFILE=<file>: "<host> slots=<GPUs>" a line). DRY_RUN=1 prints the plan for NGPU ranks
-# instead (with a hostfile: ARGS=plan.ranks=<all GPUs>).
+# instead (with a hostfile: ARGS=plan.ranks=<all GPUs>). STAGES=train trains on what an earlier featurize wrote.
 HOSTFILE ?=
+STAGES ?= featurize train
 LAUNCH = $(CPU_ENV) .venv/bin/deepspeed $(if $(HOSTFILE),--hostfile $(HOSTFILE),--num_gpus $(NGPU)) --no_local_rank \
 	--module eagle_train.cli recipes=$(MODEL) $(if $(BLOCK),block=$(BLOCK))
 train: $(STAMP)
 ifeq ($(DRY_RUN),)
-	$(LAUNCH) stage=featurize $(ARGS)
-	$(LAUNCH) stage=train $(ARGS)
+	for stage in $(STAGES); do $(LAUNCH) stage=$$stage $(ARGS) || exit 1; done
 else
 	$(PY) -m eagle_train.cli recipes=$(MODEL) $(if $(BLOCK),block=$(BLOCK)) stage=plan plan.ranks=$(NGPU) $(ARGS)
 endif

