@@ -52,14 +52,15 @@ def vanilla_answers(smol):
 
 @pytest.mark.parametrize("method", ["chain", "eagle1", "eagle2"])
 def test_greedy_lossless_random_head(smol, vanilla_answers, method):
-    """float32 greedy output equals vanilla's, 64 new tokens, on several chat prompts, with an untrained head (it
-    accepts almost nothing, so every token is a cycle: 64 cycles of drafting, verifying and rolling back the cache;
-    the shipped head's test below covers long accepted paths)."""
+    """float32 greedy output equals vanilla's, 32 new tokens, on two chat prompts, with an untrained head (it accepts
+    almost nothing, so every token is a cycle: 32 cycles of drafting, verifying and rolling back the cache; the tiny
+    targets' suites (test_engine_lossless.py) cover every tree shape, the shipped head's test below long accepted
+    paths on this target)."""
     head = random_head(smol)
     stops = stop_ids(smol)
     engine = Engine(smol, head, InferConf(method=method, depth=5, top_k=6, total_tokens=24))
-    for text in PROMPTS:
-        assert engine.generate(_ids(smol, text), 64, stop_ids=stops).tokens == vanilla_answers[text][:64]
+    for text in PROMPTS[:2]:
+        assert engine.generate(_ids(smol, text), 32, stop_ids=stops).tokens == vanilla_answers[text][:32]
 
 
 def shipped_head(target):
