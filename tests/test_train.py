@@ -473,3 +473,19 @@ def test_training_samples_in_equal_shares(monkeypatch):
     assert [int(s.input_ids[0]) for s in shares] == [0, 1, 9, 9]
     with pytest.raises(EagleError, match="train.equal_shares splits train.max_loss_tokens"):
         dataclasses.replace(cfg, equal_shares=True, max_loss_tokens=None).check()
+
+
+def test_stale_extension_build_locks_are_removed_fresh_ones_kept(tmp_path, monkeypatch):
+    """A killed DeepSpeed extension build leaves its lock, and torch waits for it for ever: the suite's first process
+    removes locks older than a build takes, and leaves a build in progress alone."""
+    from tests.conftest import STALE_LOCK_S, remove_stale_build_locks
+
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    old, fresh = tmp_path / "py311_cpu" / "fused_adam" / "lock", tmp_path / "py311_cpu" / "shm_comm" / "lock"
+    for lock in (old, fresh):
+        lock.parent.mkdir(parents=True)
+        lock.touch()
+    now = fresh.stat().st_mtime + 60
+    os.utime(old, (now - STALE_LOCK_S - 1, now - STALE_LOCK_S - 1))
+    assert remove_stale_build_locks(now) == [old]
+    assert not old.exists() and fresh.exists()
