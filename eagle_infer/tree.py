@@ -93,7 +93,7 @@ class TreeBatch:
     def full_rows(cls, tokens, parents, depths, probs, depth: int, copied=None) -> "TreeBatch":
         """Trees of N nodes in every row ([B, N] tensors, no padding) drafted `depth` levels deep."""
         b, n = tokens.shape
-        return cls(tokens, parents, depths, probs.float(),
+        return cls(tokens, parents, depths, probs if probs.dtype == torch.float32 else probs.float(),
                    torch.zeros(b, n, dtype=torch.bool, device=tokens.device) if copied is None else copied,
                    torch.full((b,), n, dtype=torch.long, device=tokens.device), depth, True)
 
