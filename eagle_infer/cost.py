@@ -126,17 +126,21 @@ class Budget:
         """How many nodes per row to verify (one host read)."""
         return int(self._best(values, levels)[2]) + 1
 
+    def decision(self, values: torch.Tensor, frontier: torch.Tensor, levels: int,
+                 mass: torch.Tensor | float = 1.0) -> torch.Tensor:
+        """`decide`'s answer on the device, tensor ops only: LongTensor [1], 2 x (n - 1) + (1 if drafting on)."""
+        tokens, ratio, best = self._best(values, levels)
+        gain = frontier.double().exp().sum() * mass  # (a float32 mass is promoted to float64 inside the product)
+        grown_ms = self._table(levels, tokens.shape[0], frontier.shape[-1], values.device)[best]
+        return best * 2 + ((tokens[best] + gain) / grown_ms > ratio)
+
     def decide(self, values: torch.Tensor, frontier: torch.Tensor, levels: int, mass: torch.Tensor | float = 1.0
                ) -> tuple[bool, int]:
         """Whether one more level pays, and the nodes per row to verify if drafting stops now (one host read for
         both). One more level's children are expected to add `mass` x the frontier's [B, F] path probabilities
         (mass: the mean probability the head gave its top-k children at the last level, at most 1) and to join
         the verified nodes, at the cost of one more level and a larger verification forward."""
-        tokens, ratio, best = self._best(values, levels)
-        gain = torch.as_tensor(mass, dtype=torch.float64, device=frontier.device) * frontier.double().exp().sum()
-        grown_ms = self._table(levels, tokens.shape[0], frontier.shape[-1], values.device)[best]
-        more = (tokens[best] + gain) / grown_ms > ratio
-        code = int(best * 2 + more)  # the one host read
+        code = int(self.decision(values, frontier, levels, mass))  # the one host read
         return bool(code % 2), code // 2 + 1
 
 
@@ -151,4 +155,5 @@ def cut_trees(trees: TreeBatch, budget: Budget, levels: int) -> TreeBatch:
     `levels` draft levels paid (one host read)."""
     if trees.depth == 0:  # no row holds a node
         return trees
-    return cut(trees, budget.nodes(trees.values().log(), levels))
+    values = trees.values()
+    return cut(trees, budget.nodes(values.log(), levels), values)

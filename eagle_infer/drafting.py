@@ -73,16 +73,22 @@ class TreeFeeder:
         width = max(self.prefix) + cap  # the head's keys when every slot is fed: row b's slot j is key prefix[b] + j
         rel = torch.arange(width, device=device) - self._prefix_ids[:, None]  # [B, W] key's slot (< 0: prefix)
         self._own = rel[:, None, :] == torch.arange(cap, device=device)[:, None]  # [B, cap, W] slot j's own key
-        masks = torch.full((b, 1 + cap, width), torch.finfo(dtype).min, dtype=dtype, device=device)
-        masks[:, 0].masked_fill_(rel < 0, 0.0)  # the root's row: its prefix
+        low = torch.finfo(dtype).min
+        masks = torch.empty(b, 1 + cap, width, dtype=dtype, device=device)  # a slot's row is written when it is fed
+        masks[:, 0] = (rel >= 0).to(dtype).mul_(low)  # the root's row: its prefix
         outputs = root.feature.new_empty(b, 1 + cap, root.feature.shape[1])
         outputs[:, 0] = root.feature
-        tokens = torch.empty(b, 1 + cap, dtype=torch.long, device=device)  # read when the head is fed parents' tokens
-        tokens[:, 0] = root.token_ids
+        tokens = None
+        if self.head.config.token_shift == 0:  # a head fed (feature, parent's token) reads the parents' tokens
+            tokens = torch.empty(b, 1 + cap, dtype=torch.long, device=device)
+            tokens[:, 0] = root.token_ids
         if self._cap:  # growing: keep what earlier levels wrote
             n = 1 + self.fed
             masks[:, :n, : self._masks.shape[2]] = self._masks[:, :n]
-            outputs[:, :n], tokens[:, :n] = self._outputs[:, :n], self._tokens[:, :n]
+            masks[:, :n, self._masks.shape[2] :] = low  # keys past every fed row's own
+            outputs[:, :n] = self._outputs[:, :n]
+            if tokens is not None:
+                tokens[:, :n] = self._tokens[:, :n]
         self._masks, self._outputs, self._tokens, self._cap = masks, outputs, tokens, cap
         self._rows = torch.arange(b, device=device)[:, None]  # [B, 1]: row index beside a [B, m] slot index
         self._bases = root.positions[:, None]
@@ -107,11 +113,10 @@ class TreeFeeder:
         if f + m > self._cap:
             self._build(max(f + m, 2 * self._cap, self._capacity))
         up = parents + 1  # [B, m] rows of [root, fed...]
-        parent_feat = self._outputs[self._rows, up]
+        parent_feat, rows, mask = level_inputs(self._outputs, self._masks, self._rows, up, self._own[:, f : f + m],
+                                               max(self.prefix) + f + m)
         fed_tokens = self._tokens[self._rows, up] if self.head.config.token_shift == 0 else tokens
-        rows = self._masks[self._rows, up].masked_fill_(self._own[:, f : f + m], 0.0)  # parent's row, own key seen
         self._masks[:, 1 + f : 1 + f + m] = rows
-        mask = rows[:, None, :, : max(self.prefix) + f + m]
         out = self.head(parent_feat, fed_tokens, (self._bases + (depth - 1)).expand(b, m), self.cache, mask)
         self.cache.advance(m)
         self.levels += 1
@@ -125,6 +130,16 @@ class TreeFeeder:
         """Drop every fed node from the head's cache."""
         if self.cache is not None:
             self.cache.truncate(self.prefix, self._prefix_ids)
+
+
+def level_inputs(outputs: torch.Tensor, masks: torch.Tensor, rows: torch.Tensor, up: torch.Tensor, own: torch.Tensor,
+                 width: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """What a level of nodes below rows `up` [B, m] of a feeder's buffers (outputs [B, R, H], masks [B, R, W]; rows:
+    arange(B) [B, 1]) feeds the head, by index ops: their parents' predicted features [B, m, H], their attention rows
+    [B, m, W] (the parent's, with each node's own key `own` bool [B, m, W] seen) and the head's mask, those rows cut
+    to the keys a forward attends [B, 1, m, width]. Static shapes, tensor ops only (tests/test_compiled.py)."""
+    attention = masks[rows, up].masked_fill_(own, 0.0)
+    return outputs[rows, up], attention, attention[:, None, :, :width]
 
 
 def top_tokens(logp: torch.Tensor, k: int, order: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -224,7 +239,8 @@ def draft_dynamic(
     b, k = root_lp.shape[0], min(top_k, feeder.head.config.vocab_size)
     lp, tok = feeder.top(root_lp, k)  # [B, k]
     toks, vals, owns = [tok], [lp], [lp]  # per level: candidates' target ids, path log-values, own log-probs
-    fronts = [torch.arange(k, device=device).expand(b, k)]  # per level: the numbers of the k it expands
+    fronts = [torch.arange(-1, k, device=device).expand(b, k + 1)]  # the root (-1), then per level the numbers of
+    # the k it expands: candidate c's parent is fronts[c // k] of them all
     front_tok, front_val, parents = tok, lp, torch.full((b, k), -1, device=device)  # parents: fed slots
     others = [] if extra is None else [extra.to(device)]
     nodes = None
@@ -246,11 +262,9 @@ def draft_dynamic(
     if rerank:
         keep = torch.sort(values, dim=1, descending=True, stable=True).indices[:, :total_tokens].sort(dim=1).values
     else:
-        keep = torch.cat(fronts, 1)[:, :total_tokens].sort(dim=1).values
-    # candidate c > k: depth 2 + (c - k) // k², child of expanded node (c - k) // k of all levels' expanded nodes
-    child, deep = (keep - k).clamp(min=0), keep >= k
-    parents = torch.cat(fronts[: levels - 1], 1).gather(1, child // k) if levels > 1 else child
-    parents = torch.where(deep, torch.searchsorted(keep, parents), -1)  # renumbered among the kept (ascending)
-    depths = torch.where(deep, child // (k * k) + 2, 1)
+        keep = torch.cat(fronts, 1)[:, 1 : 1 + total_tokens].sort(dim=1).values
+    # candidate c < k: depth 1; c >= k: depth 2 + (c - k) // k²; parents renumbered among the kept (ascending)
+    parents = torch.searchsorted(keep, torch.cat(fronts, 1).gather(1, keep // k), right=True) - 1
+    depths = (keep + (k * k - k)) // (k * k) + 1
     return TreeBatch.full_rows(torch.cat(toks, 1).gather(1, keep), parents, depths,
                                torch.cat(owns, 1).gather(1, keep).exp(), levels)

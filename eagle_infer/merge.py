@@ -16,16 +16,17 @@ import torch
 from .tree import TreeBatch, ancestor_masks
 
 
-def best(tree: TreeBatch, candidates: torch.Tensor, budget: int, depth: int) -> TreeBatch:
+def best(tree: TreeBatch, candidates: torch.Tensor, budget: int, depth: int,
+         values: torch.Tensor | None = None) -> TreeBatch:
     """The at most `budget` candidates (bool [B, N], parents among them) of highest path value per row, ties to the
-    shallower then the earlier slot, kept in (depth, slot) order."""
+    shallower then the earlier slot, kept in (depth, slot) order. values: tree.values(candidates) where the caller
+    has them."""
     b, n = tree.tokens.shape
     keep = min(budget, n)
-    slots = torch.arange(n, device=tree.tokens.device)
-    values = tree.values(candidates)
-    order = slots.expand(b, n)
-    for key in (tree.depths, -values, ~candidates):  # stable sorts: the last key is the first criterion
-        order = order.gather(1, key.gather(1, order).sort(dim=1, stable=True).indices)
+    values = tree.values(candidates) if values is None else values
+    order = tree.depths.sort(dim=1, stable=True).indices  # stable sorts: the last key is the first criterion
+    key = torch.where(candidates, -values, 1.0)  # by value, every other slot after the candidates (-values <= 0)
+    order = order.gather(1, key.gather(1, order).sort(dim=1, stable=True).indices)
     chosen = order[:, :keep]
     sizes = candidates.sum(1).clamp(max=keep)
     real = torch.arange(keep, device=chosen.device)[None] < sizes[:, None]
@@ -33,11 +34,12 @@ def best(tree: TreeBatch, candidates: torch.Tensor, budget: int, depth: int) -> 
     return tree.select(chosen.gather(1, rank.sort(dim=1).indices), sizes, depth)
 
 
-def cut(tree: TreeBatch, budget: int) -> TreeBatch:
-    """Every row cut to its `budget` best nodes by path value (a row within the budget keeps all of them)."""
+def cut(tree: TreeBatch, budget: int, values: torch.Tensor | None = None) -> TreeBatch:
+    """Every row cut to its `budget` best nodes by path value (a row within the budget keeps all of them); values:
+    tree.values() where the caller has them."""
     if tree.width <= budget:
         return tree
-    return best(tree, tree.valid(), budget, tree.depth)
+    return best(tree, tree.valid(), budget, tree.depth, values)
 
 
 def merge(first: TreeBatch, second: TreeBatch, budget: int) -> TreeBatch:
