@@ -80,47 +80,69 @@ class Budget:
     """Per-cycle choices of an auto budget for `batch` rows: how many candidates to verify, whether to draft on.
     Built once per (batch, max_nodes): verify_ms[n - 1] is the forward of batch x (1 + n) tokens, or with
     `padded` trees of batch x (1 + tree.padded_width(n)) tokens (so n stops only at the top of a bucket, where the
-    padding it would carry costs the same as real nodes)."""
+    padding it would carry costs the same as real nodes). The cycle costs of every n are host arithmetic, kept on
+    the device per (levels, candidates[, frontier]) so a decision is a few tensor ops and one host read."""
 
     cost: CostModel
     batch: int
     max_nodes: int
     padded: bool = False
-    verify_ms: torch.Tensor = field(init=False)
+    verify_ms: list[float] = field(init=False)
 
     def __post_init__(self):
         width = (lambda n: padded_width(n, self.max_nodes)) if self.padded else (lambda n: n)
-        self.verify_ms = torch.tensor(
-            [self.cost.forward(self.batch * (1 + width(n))) for n in range(1, self.max_nodes + 1)], dtype=torch.float64)
+        self.verify_ms = [self.cost.forward(self.batch * (1 + width(n))) for n in range(1, self.max_nodes + 1)]
+        self._tables: dict[tuple, torch.Tensor] = {}
+
+    def _table(self, levels: int, m: int, grown: int, device) -> torch.Tensor:
+        """float64 [m] on `device`: ms of a cycle verifying n = 1..m nodes with `levels` draft levels paid; with
+        grown > 0, of the cycle after one more level whose `grown` children join the n (at most max_nodes)."""
+        key = (levels, m, grown, str(device))
+        if key not in self._tables:
+            v, level = self.verify_ms, self.cost.level_ms
+            ms = [level * levels + v[n - 1] for n in range(1, m + 1)]
+            if grown:
+                ms = [now + (level + v[min(n + grown, self.max_nodes) - 1] - v[n - 1]) for n, now in enumerate(ms, 1)]
+            self._tables[key] = torch.tensor(ms, dtype=torch.float64, device=device)
+        return self._tables[key]
+
+    def _best(self, values: torch.Tensor, levels: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """-> (expected tokens per cycle over the batch with n = 1, 2, ... [m], the best ratio tokens / ms [1], its
+        index n - 1 [1]: the first best, fewer nodes on a tie), on the values' device (one-element tensors index
+        without a host read, where a 0-dim index would be read as a Python int)."""
+        m = min(values.shape[-1], self.max_nodes)
+        probs = values.double().exp().topk(m, dim=-1).values  # each row's m best, descending
+        tokens = self.batch + probs.sum(0).cumsum(0)  # expected tokens with n = 1, 2, ...
+        ratio, best = (tokens / self._table(levels, m, 0, values.device)).max(0, keepdim=True)
+        return tokens, ratio, best
 
     def plan(self, values: torch.Tensor, levels: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """values: [B, M] path log-values of every candidate so far. -> (n nodes per row, expected tokens per
         cycle over the batch, cycle ms) of the best n <= max_nodes, with `levels` draft levels paid, as float64
         scalars on the values' device (no host read)."""
-        probs = values.double().exp().sort(dim=-1, descending=True).values[:, : self.max_nodes]
-        tokens = self.batch + probs.sum(0).cumsum(0)  # expected tokens with n = 1, 2, ...
-        verify_ms = self.verify_ms.to(tokens.device)
-        ms = self.cost.level_ms * levels + verify_ms[: tokens.numel()]
-        best = (tokens / ms).argmax().view(1)  # the first best: fewer nodes on a tie (indexed by index_select:
-        return best[0] + 1.0, tokens.index_select(0, best)[0], ms.index_select(0, best)[0]  # no host read)
+        tokens, _, best = self._best(values, levels)
+        return (best + 1.0)[0], tokens[best][0], self._table(levels, tokens.shape[0], 0, values.device)[best][0]
 
     def nodes(self, values: torch.Tensor, levels: int) -> int:
         """How many nodes per row to verify (one host read)."""
-        return int(self.plan(values, levels)[0])
+        return int(self._best(values, levels)[2]) + 1
 
-    def draft_on(self, values: torch.Tensor, frontier: torch.Tensor, levels: int, mass: torch.Tensor | float = 1.0
-                 ) -> bool:
-        """Whether one more level pays (one host read): its children are expected to add `mass` x the frontier's
-        path probabilities (mass: the mean probability the head gave its top-k children at the last level, at most
-        1, a scalar tensor) and to join the verified nodes, at the cost of one more level and a larger
-        verification forward."""
-        n, tokens, ms = self.plan(values, levels)
-        gain = torch.as_tensor(mass, dtype=torch.float64, device=frontier.device) * frontier.double().exp().sum()
-        verify_ms = self.verify_ms.to(tokens.device)
-        at = torch.stack([(n + frontier.shape[-1]).clamp(max=self.max_nodes), n]).long() - 1  # grown, now
-        grown_ms, now_ms = verify_ms.index_select(0, at)
-        more_ms = self.cost.level_ms + grown_ms - now_ms
-        return bool((tokens + gain) / (ms + more_ms) > tokens / ms)
+    def decision(self, values: torch.Tensor, frontier: torch.Tensor, levels: int,
+                 mass: torch.Tensor | float = 1.0) -> torch.Tensor:
+        """`decide`'s answer on the device, tensor ops only: LongTensor [1], 2 x (n - 1) + (1 if drafting on)."""
+        tokens, ratio, best = self._best(values, levels)
+        gain = frontier.double().exp().sum() * mass  # (a float32 mass is promoted to float64 inside the product)
+        grown_ms = self._table(levels, tokens.shape[0], frontier.shape[-1], values.device)[best]
+        return best * 2 + ((tokens[best] + gain) / grown_ms > ratio)
+
+    def decide(self, values: torch.Tensor, frontier: torch.Tensor, levels: int, mass: torch.Tensor | float = 1.0
+               ) -> tuple[bool, int]:
+        """Whether one more level pays, and the nodes per row to verify if drafting stops now (one host read for
+        both). One more level's children are expected to add `mass` x the frontier's [B, F] path probabilities
+        (mass: the mean probability the head gave its top-k children at the last level, at most 1) and to join
+        the verified nodes, at the cost of one more level and a larger verification forward."""
+        code = int(self.decision(values, frontier, levels, mass))  # the one host read
+        return bool(code % 2), code // 2 + 1
 
 
 def cache_path(key: dict) -> Path:
@@ -134,4 +156,5 @@ def cut_trees(trees: TreeBatch, budget: Budget, levels: int) -> TreeBatch:
     `levels` draft levels paid (one host read)."""
     if trees.depth == 0:  # no row holds a node
         return trees
-    return cut(trees, budget.nodes(trees.values().log(), levels))
+    values = trees.values()
+    return cut(trees, budget.nodes(values.log(), levels), values)

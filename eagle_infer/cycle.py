@@ -205,8 +205,10 @@ def feed_pending(run) -> None:
     mask = causal_mask(lengths, width, feats.dtype, device, starts)
     predicted = run.head(feats, tokens, positions, cache, mask)
     cache.advance(pending.counts, pending.on_device)
-    last = (pending.on_device - 1).clamp(min=0)[:, None, None].expand(-1, 1, predicted.shape[-1])
-    run.features = torch.where(pending.on_device[:, None] > 0, predicted.gather(1, last)[:, 0], run.features)
+    rows = torch.arange(predicted.shape[0], device=device)
+    last = predicted[rows, (pending.on_device - 1).clamp(min=0)]  # [B, H] each row's newest prediction
+    run.features = last if min(pending.counts) > 0 else torch.where((pending.on_device > 0)[:, None], last,
+                                                                    run.features)
     run.pending = None
     sync(device)
     run.carry_s, run.carry_forwards = time.perf_counter() - t0, 1

@@ -118,8 +118,9 @@ class HybridDrafter:
         heads = as_batch(self.head.propose(replace(inp, extra=copied.values().log()) if extra else inp), device)
         if heads.batch != copied.batch or not found:  # (a custom drafter's wrong count: the engine names it)
             return heads
-        trees = merge(heads, copied, inp.config.tree_size())
-        return trees if inp.budget is None else cut_trees(trees, inp.budget, 1 + inp.feeder.levels)
+        budget, levels = inp.budget, 1 + inp.feeder.levels
+        return merge(heads, copied, inp.config.tree_size(),
+                     None if budget is None else lambda values: budget.nodes(values.log(), levels))
 
 
 HEAD_DRAFTERS = {"chain": ChainDrafter, "eagle1": StaticDrafter, "eagle2": DynamicDrafter}

@@ -18,7 +18,7 @@ import torch
 
 from .head_runner import HeadRunner
 from .kv_cache import KVCache
-from .tree import TreeBatch, additive_mask, chain_paths, check_paths
+from .tree import TreeBatch, chain_paths, check_paths
 
 
 @dataclass
@@ -52,9 +52,10 @@ class TreeFeeder:
     row's committed length until `reset()`; a row's fed slots are numbered 0, 1, ... in feeding order. Headless
     methods (prompt lookup) get a feeder without head and cache: only `root` is meaningful.
 
-    What a level needs of earlier ones lives in buffers indexed [root, fed slot 0, 1, ...] (grown by doubling),
-    so a level gathers and writes slices instead of concatenating: predicted features, tokens, and each fed
-    node's ancestry (incl. itself) over fed slots."""
+    What a level needs of earlier ones lives in buffers indexed [root, fed slot 0, 1, ...] (built at the first
+    feed, grown by doubling), so a level reads its parents by one index op and writes its nodes in place: predicted
+    features, tokens (for heads fed the parent's token), and each node's additive attention row over the head's keys
+    (its prefix and its ancestors incl. itself visible), which a child copies and unmasks its own slot in."""
 
     def __init__(self, head: HeadRunner | None, cache: KVCache | None, root: DraftRoot, capacity: int = 64):
         self.head, self.cache, self.root = head, cache, root
@@ -62,27 +63,35 @@ class TreeFeeder:
         self.fed = 0  # nodes fed so far
         self.prefix = list(cache.lengths) if cache is not None else []
         self._prefix_ids = cache.device_lengths() if cache is not None else None
-        b, h = root.feature.shape
-        device = root.feature.device
-        self._outputs = root.feature.new_zeros(b, 1 + capacity, h)  # [B, 1 + cap, H] root feature, then fed nodes'
-        self._outputs[:, 0] = root.feature
-        self._tokens = torch.zeros(b, 1 + capacity, dtype=torch.long, device=device)  # [B, 1 + cap]
-        self._tokens[:, 0] = root.token_ids
-        self._anc = torch.zeros(b, 1 + capacity, capacity, dtype=torch.bool, device=device)  # row 0: the root's
-        self._bases = root.positions[:, None]
-        self._eye = torch.eye(capacity, dtype=torch.bool, device=device)  # a fed node's own bit in its ancestry
+        self._capacity = capacity
+        self._cap = 0  # fed slots the buffers hold (0: not built yet)
 
-    def _grow(self, need: int) -> None:
-        """Make room for `need` fed nodes."""
-        cap = self._anc.shape[2]
-        if need <= cap:
-            return
-        new = max(need, 2 * cap)
-        pad = lambda x, dims: torch.nn.functional.pad(x, dims)  # noqa: E731 (zeros/False after the used part)
-        self._outputs = pad(self._outputs, (0, 0, 0, new - cap))
-        self._tokens = pad(self._tokens, (0, new - cap))
-        self._anc = pad(self._anc, (0, new - cap, 0, new - cap))
-        self._eye = torch.eye(new, dtype=torch.bool, device=self._anc.device)
+    def _build(self, cap: int) -> None:
+        """Buffers for `cap` fed slots: [B, 1 + cap, ...] rows (root, then slots) and each slot's own key column."""
+        root, b = self.root, self.root.batch
+        device, dtype = root.feature.device, root.feature.dtype
+        width = max(self.prefix) + cap  # the head's keys when every slot is fed: row b's slot j is key prefix[b] + j
+        rel = torch.arange(width, device=device) - self._prefix_ids[:, None]  # [B, W] key's slot (< 0: prefix)
+        self._own = rel[:, None, :] == torch.arange(cap, device=device)[:, None]  # [B, cap, W] slot j's own key
+        low = torch.finfo(dtype).min
+        masks = torch.empty(b, 1 + cap, width, dtype=dtype, device=device)  # a slot's row is written when it is fed
+        masks[:, 0] = (rel >= 0).to(dtype).mul_(low)  # the root's row: its prefix
+        outputs = root.feature.new_empty(b, 1 + cap, root.feature.shape[1])
+        outputs[:, 0] = root.feature
+        tokens = None
+        if self.head.config.token_shift == 0:  # a head fed (feature, parent's token) reads the parents' tokens
+            tokens = torch.empty(b, 1 + cap, dtype=torch.long, device=device)
+            tokens[:, 0] = root.token_ids
+        if self._cap:  # growing: keep what earlier levels wrote
+            n = 1 + self.fed
+            masks[:, :n, : self._masks.shape[2]] = self._masks[:, :n]
+            masks[:, :n, self._masks.shape[2] :] = low  # keys past every fed row's own
+            outputs[:, :n] = self._outputs[:, :n]
+            if tokens is not None:
+                tokens[:, :n] = self._tokens[:, :n]
+        self._masks, self._outputs, self._tokens, self._cap = masks, outputs, tokens, cap
+        self._rows = torch.arange(b, device=device)[:, None]  # [B, 1]: row index beside a [B, m] slot index
+        self._bases = root.positions[:, None]
 
     def root_logp(self) -> torch.Tensor:
         """[B, Vd] log-probabilities of depth-1 tokens over the head's draft vocabulary (see `top`)."""
@@ -96,33 +105,41 @@ class TreeFeeder:
     def feed(self, parents: torch.Tensor, tokens: torch.Tensor, depth: int) -> torch.Tensor:
         """Feed m nodes per row, all at `depth`, whose parents are fed slots (or -1 for the root).
 
-        parents, tokens: LongTensor [B, m] on the feeder's device. The new slots are F..F+m-1 (F = nodes fed before). Returns [B, m, Vd]
-        log-probabilities of their children over the draft vocabulary (`top` maps them to target ids).
-        """
+        parents, tokens: LongTensor [B, m] on the feeder's device. The new slots are F..F+m-1 (F = nodes fed before).
+        Returns [B, m, Vd] log-probabilities of their children over the draft vocabulary (`top` maps them to target
+        ids)."""
         b, m = tokens.shape
         f = self.fed
-        self._grow(f + m)
-        device = self.root.feature.device
-        up = parents + 1  # [B, m] index into [root, fed...]
-        parent_feat = self._outputs.gather(1, up[:, :, None].expand(b, m, self._outputs.shape[-1]))
-        fed_tokens = self._tokens.gather(1, up) if self.head.config.token_shift == 0 else tokens
-        rows = self._anc.gather(1, up[:, :, None].expand(b, m, self._anc.shape[2]))  # parents' ancestry [B, m, cap]
-        rows[:, :, f : f + m] |= self._eye[:m, :m]
-        self._anc[:, 1 + f : 1 + f + m] = rows
-        mask = additive_mask(rows[:, :, : f + m], self.prefix, self.root.feature.dtype, device, self._prefix_ids)
-        positions = (self._bases + depth - 1).expand(b, m)
-        out = self.head(parent_feat, fed_tokens, positions, self.cache, mask)
+        if f + m > self._cap:
+            self._build(max(f + m, 2 * self._cap, self._capacity))
+        up = parents + 1  # [B, m] rows of [root, fed...]
+        parent_feat, rows, mask = level_inputs(self._outputs, self._masks, self._rows, up, self._own[:, f : f + m],
+                                               max(self.prefix) + f + m)
+        fed_tokens = self._tokens[self._rows, up] if self.head.config.token_shift == 0 else tokens
+        self._masks[:, 1 + f : 1 + f + m] = rows
+        out = self.head(parent_feat, fed_tokens, (self._bases + (depth - 1)).expand(b, m), self.cache, mask)
         self.cache.advance(m)
         self.levels += 1
         self.fed += m
         self._outputs[:, 1 + f : 1 + f + m] = out
-        self._tokens[:, 1 + f : 1 + f + m] = tokens
+        if self.head.config.token_shift == 0:
+            self._tokens[:, 1 + f : 1 + f + m] = tokens
         return torch.log_softmax(self.head.draft_logits(out), dim=-1)
 
     def reset(self) -> None:
         """Drop every fed node from the head's cache."""
         if self.cache is not None:
             self.cache.truncate(self.prefix, self._prefix_ids)
+
+
+def level_inputs(outputs: torch.Tensor, masks: torch.Tensor, rows: torch.Tensor, up: torch.Tensor, own: torch.Tensor,
+                 width: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """What a level of nodes below rows `up` [B, m] of a feeder's buffers (outputs [B, R, H], masks [B, R, W]; rows:
+    arange(B) [B, 1]) feeds the head, by index ops: their parents' predicted features [B, m, H], their attention rows
+    [B, m, W] (the parent's, with each node's own key `own` bool [B, m, W] seen) and the head's mask, those rows cut
+    to the keys a forward attends [B, 1, m, width]. Static shapes, tensor ops only (tests/test_compiled.py)."""
+    attention = masks[rows, up].masked_fill_(own, 0.0)
+    return outputs[rows, up], attention, attention[:, None, :, :width]
 
 
 def top_tokens(logp: torch.Tensor, k: int, order: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -143,10 +160,10 @@ def expand_level(logp: torch.Tensor, parent_values: torch.Tensor, k: int, order:
     [B, k]: their path log-values. -> the children's target ids, path values and own log-probs [B, k*k] (parent
     by parent), and which k of them expand next [B, k] (best by value, or by own confidence; ties: earlier)."""
     own, tokens = top_tokens(logp, k, order)
-    values = parent_values[:, :, None] + own
-    score = values if by_value else own
-    pick = torch.sort(-score.flatten(1), dim=1, stable=True).indices[:, :k]
-    return tokens.flatten(1), values.flatten(1), own.flatten(1), pick
+    values = (parent_values[:, :, None] + own).flatten(1)
+    own = own.flatten(1)
+    pick = torch.sort(values if by_value else own, dim=1, descending=True, stable=True).indices[:, :k]
+    return tokens.flatten(1), values, own, pick
 
 
 @lru_cache(maxsize=64)
@@ -208,6 +225,10 @@ def draft_dynamic(
     expands the same number of nodes per level, so the head sees one [B, top_k] batch per level. Everything stays
     on the device: one top-k over the draft vocabulary per level, no host copies.
 
+    Candidates are numbered level by level: the k children of the root, then k*k per level (the k children of each
+    expanded node, parent by parent), so a candidate's depth and parent follow from its number and the expanded
+    nodes' numbers, and a level only reads the newest one.
+
     budget (a cost.Budget, with rerank): per cycle, stop drafting before a level that cannot pay and keep the number
     of candidates that maximises expected tokens per second instead of total_tokens (one small host read per level).
     extra: [B, E] path log-values of candidates another drafter proposes for the same verification (prompt lookup's
@@ -217,48 +238,33 @@ def draft_dynamic(
     root_lp = feeder.root_logp()
     b, k = root_lp.shape[0], min(top_k, feeder.head.config.vocab_size)
     lp, tok = feeder.top(root_lp, k)  # [B, k]
-    c_tok, c_par, c_dep, c_val, c_own = (
-        [tok], [torch.full((b, k), -1, device=device)], [torch.ones(b, k, dtype=torch.long, device=device)], [lp], [lp]
-    )
-    n_all = k + (depth - 1) * k * k
-    slot_of = torch.full((b, n_all), -1, dtype=torch.long, device=device)  # fed slot of each expanded candidate
-    frontier = torch.arange(k, device=device).expand(b, k)  # [B, k] candidates chosen for expansion, newest level
-    chosen, n_cand = [frontier], k
+    toks, vals, owns = [tok], [lp], [lp]  # per level: candidates' target ids, path log-values, own log-probs
+    fronts = [torch.arange(-1, k, device=device).expand(b, k + 1)]  # the root (-1), then per level the numbers of
+    # the k it expands: candidate c's parent is fronts[c // k] of them all
+    front_tok, front_val, parents = tok, lp, torch.full((b, k), -1, device=device)  # parents: fed slots
     others = [] if extra is None else [extra.to(device)]
+    nodes = None
     for d in range(2, depth + 1):
         if budget is not None:
-            values = torch.cat(c_val + others, 1)
-            mass = c_own[-1].exp().view(b, -1, k).sum(-1).mean()  # top-k children's mass per expanded node
-            if not budget.draft_on(values, values.gather(1, frontier), d - 1, mass):
+            mass = owns[-1].exp().view(b, -1, k).sum(-1).mean()  # top-k children's mass per expanded node
+            more, nodes = budget.decide(torch.cat(vals + others, 1), front_val, d - 1, mass)
+            if not more:
                 break
-        all_tok, all_par = torch.cat(c_tok, 1), torch.cat(c_par, 1)
-        par = all_par.gather(1, frontier)
-        parent_slots = torch.where(par < 0, par, slot_of.gather(1, par.clamp(min=0)))
-        first = feeder.fed
-        logp = feeder.feed(parent_slots, all_tok.gather(1, frontier), d - 1)
-        slot_of.scatter_(1, frontier, torch.arange(first, first + k, device=device).expand(b, k))
-        tok, val, own, pick = expand_level(logp, torch.cat(c_val, 1).gather(1, frontier), k, feeder.head.vocab_order,
-                                           expand_by == "value")
-        c_tok.append(tok)
-        c_par.append(frontier.repeat_interleave(k, dim=1))
-        c_dep.append(torch.full((b, k * k), d, dtype=torch.long, device=device))
-        c_val.append(val)
-        c_own.append(own)
-        frontier = n_cand + pick
-        chosen.append(frontier)
-        n_cand += k * k
-    values = torch.cat(c_val, 1)
-    if budget is not None:
-        total_tokens = budget.nodes(torch.cat([values] + others, 1), len(chosen))
+            nodes = None  # decided before this level: counted again after it
+        logp = feeder.feed(parents, front_tok, d - 1)
+        tok, val, own, pick = expand_level(logp, front_val, k, feeder.head.vocab_order, expand_by == "value")
+        toks.append(tok), vals.append(val), owns.append(own)
+        fronts.append(pick + (k + (d - 2) * k * k))
+        front_tok, front_val, parents = tok.gather(1, pick), val.gather(1, pick), pick // k + (feeder.fed - k)
+    levels, values = len(toks), torch.cat(vals, 1)
+    if budget is not None:  # the count read with the decision to stop, or after the last level
+        total_tokens = nodes if nodes is not None else budget.nodes(torch.cat([values] + others, 1), levels)
     if rerank:
-        keep = torch.sort(-values, dim=1, stable=True).indices[:, :total_tokens].sort(dim=1).values
+        keep = torch.sort(values, dim=1, descending=True, stable=True).indices[:, :total_tokens].sort(dim=1).values
     else:
-        keep = torch.cat(chosen, 1)[:, :total_tokens].sort(dim=1).values
-    new_index = torch.full((b, n_cand), -1, dtype=torch.long, device=device)
-    new_index.scatter_(1, keep, torch.arange(keep.shape[1], device=device).expand(b, -1))
-    parents = torch.cat(c_par, 1).gather(1, keep)
-    parents = torch.where(parents < 0, parents, new_index.gather(1, parents.clamp(min=0)))
-    return TreeBatch.full_rows(
-        torch.cat(c_tok, 1).gather(1, keep), parents, torch.cat(c_dep, 1).gather(1, keep),
-        torch.cat(c_own, 1).gather(1, keep).exp(), len(chosen),
-    )
+        keep = torch.cat(fronts, 1)[:, 1 : 1 + total_tokens].sort(dim=1).values
+    # candidate c < k: depth 1; c >= k: depth 2 + (c - k) // k²; parents renumbered among the kept (ascending)
+    parents = torch.searchsorted(keep, torch.cat(fronts, 1).gather(1, keep // k), right=True) - 1
+    depths = (keep + (k * k - k)) // (k * k) + 1
+    return TreeBatch.full_rows(torch.cat(toks, 1).gather(1, keep), parents, depths,
+                               torch.cat(owns, 1).gather(1, keep).exp(), levels)

@@ -104,9 +104,13 @@ class HeadRunner:
         """Predicted features [..., H] -> float32 logits [..., Vd] over the draft vocabulary."""
         if self.module.norm is not None:
             predicted = self.module.norm(predicted)
-        if self.vocab_packed is not None and predicted.dtype == self.vocab_weight.dtype:
-            return self.vocab_packed(predicted).float()
-        return torch.nn.functional.linear(predicted, self.vocab_weight.to(predicted.dtype)).float()
+        weight = self.vocab_weight
+        if self.vocab_packed is not None and predicted.dtype == weight.dtype:
+            logits = self.vocab_packed(predicted)
+        else:
+            logits = torch.nn.functional.linear(predicted, weight if weight.dtype == predicted.dtype else
+                                                weight.to(predicted.dtype))
+        return logits if logits.dtype == torch.float32 else logits.float()  # (a no-op .float() still dispatches)
 
 
     def logits(self, predicted: torch.Tensor) -> torch.Tensor:

@@ -169,13 +169,12 @@ class KVCache:
         """Keep, in every row b, the written positions start_b + kept[b, :counts[b]] (offsets ascending from 0,
         kept[b, i] >= i) at start_b, start_b + 1, ... and commit them, start_b being the row's committed length;
         on_device: counts as a LongTensor [B]. One gather and one write over all layers' keys and values, every
-        row at once (slots past a row's count copy onto themselves)."""
-        b, width = kept.shape
+        row at once (slots past a row's count receive what kept[b] names there: they lie past the new length, so
+        nothing reads them before a forward writes them again)."""
         starts = self.device_lengths()
-        column = torch.arange(width, device=kept.device)[None]
-        dst = starts[:, None] + column
-        src = starts[:, None] + torch.where(column < on_device[:, None], kept, column)
-        rows = torch.arange(b, device=kept.device)[:, None]
+        dst = starts[:, None] + torch.arange(kept.shape[1], device=kept.device)
+        src = starts[:, None] + kept
+        rows = torch.arange(kept.shape[0], device=kept.device)[:, None]
         for store in (self.keys, self.values):
             store[:, rows, :, dst] = store[:, rows, :, src]
         self._set_lengths([s + c for s, c in zip(self.lengths, counts)], starts + on_device)

@@ -7,25 +7,28 @@ prob over the trees that hold it, and its value is EAGLE-2's path value in the m
 probs from depth 1 down to it, `TreeBatch.values`); the `budget` highest values survive, ties going to the
 shallower, then the earlier node (the first tree's nodes before the second's). Values never grow down a path, so
 every survivor's parent survives, and cutting a merged tree again (`cut`) keeps the n best by the same values.
-Everything is tensor ops over [B, N] (no per-node or per-row Python, no host read).
+Everything is tensor ops over [B, N] (no per-node or per-row Python, no host read but an auto budget's count).
 """
 from __future__ import annotations
+
+from typing import Callable
 
 import torch
 
 from .tree import TreeBatch, ancestor_masks
 
 
-def best(tree: TreeBatch, candidates: torch.Tensor, budget: int, depth: int) -> TreeBatch:
+def best(tree: TreeBatch, candidates: torch.Tensor, budget: int, depth: int,
+         values: torch.Tensor | None = None) -> TreeBatch:
     """The at most `budget` candidates (bool [B, N], parents among them) of highest path value per row, ties to the
-    shallower then the earlier slot, kept in (depth, slot) order."""
+    shallower then the earlier slot, kept in (depth, slot) order. values: tree.values(candidates) where the caller
+    has them."""
     b, n = tree.tokens.shape
     keep = min(budget, n)
-    slots = torch.arange(n, device=tree.tokens.device)
-    values = tree.values(candidates)
-    order = slots.expand(b, n)
-    for key in (tree.depths, -values, ~candidates):  # stable sorts: the last key is the first criterion
-        order = order.gather(1, key.gather(1, order).sort(dim=1, stable=True).indices)
+    values = tree.values(candidates) if values is None else values
+    order = tree.depths.sort(dim=1, stable=True).indices  # stable sorts: the last key is the first criterion
+    key = torch.where(candidates, -values, 1.0)  # by value, every other slot after the candidates (-values <= 0)
+    order = order.gather(1, key.gather(1, order).sort(dim=1, stable=True).indices)
     chosen = order[:, :keep]
     sizes = candidates.sum(1).clamp(max=keep)
     real = torch.arange(keep, device=chosen.device)[None] < sizes[:, None]
@@ -33,16 +36,20 @@ def best(tree: TreeBatch, candidates: torch.Tensor, budget: int, depth: int) -> 
     return tree.select(chosen.gather(1, rank.sort(dim=1).indices), sizes, depth)
 
 
-def cut(tree: TreeBatch, budget: int) -> TreeBatch:
-    """Every row cut to its `budget` best nodes by path value (a row within the budget keeps all of them)."""
+def cut(tree: TreeBatch, budget: int, values: torch.Tensor | None = None) -> TreeBatch:
+    """Every row cut to its `budget` best nodes by path value (a row within the budget keeps all of them); values:
+    tree.values() where the caller has them."""
     if tree.width <= budget:
         return tree
-    return best(tree, tree.valid(), budget, tree.depth)
+    return best(tree, tree.valid(), budget, tree.depth, values)
 
 
-def merge(first: TreeBatch, second: TreeBatch, budget: int) -> TreeBatch:
+def merge(first: TreeBatch, second: TreeBatch, budget: int,
+          nodes: Callable[[torch.Tensor], int] | None = None) -> TreeBatch:
     """Row b: the union of first's and second's trees, cut to at most `budget` nodes. probs: the highest own prob
-    over the trees holding a node; copied: True where any of them marks it copied."""
+    over the trees holding a node; copied: True where any of them marks it copied. nodes: given the union's path
+    values [B, M] (0 off its nodes), how many of the best to keep per row (an auto budget's choice, at most
+    `budget`): the union cut once, as `cut` would cut the merged tree."""
     n1, depth = first.width, max(first.depth, second.depth)
     parents = torch.cat([first.parents, torch.where(second.parents < 0, -1, second.parents + n1)], 1)
     tokens, depths = torch.cat([first.tokens, second.tokens], 1), torch.cat([first.depths, second.depths], 1)
@@ -62,4 +69,5 @@ def merge(first: TreeBatch, second: TreeBatch, budget: int) -> TreeBatch:
     merged_copied = torch.zeros_like(copied).scatter_reduce(1, rep, copied & valid, "amax")
     union = TreeBatch(tokens, torch.where(parents < 0, -1, rep.gather(1, parents.clamp(min=0))), depths, merged_probs,
                       merged_copied, valid.sum(1), depth)
-    return best(union, is_rep, budget, depth)
+    values = union.values(is_rep)
+    return best(union, is_rep, budget if nodes is None else min(budget, nodes(values)), depth, values)

@@ -93,7 +93,7 @@ class TreeBatch:
     def full_rows(cls, tokens, parents, depths, probs, depth: int, copied=None) -> "TreeBatch":
         """Trees of N nodes in every row ([B, N] tensors, no padding) drafted `depth` levels deep."""
         b, n = tokens.shape
-        return cls(tokens, parents, depths, probs.float(),
+        return cls(tokens, parents, depths, probs if probs.dtype == torch.float32 else probs.float(),
                    torch.zeros(b, n, dtype=torch.bool, device=tokens.device) if copied is None else copied,
                    torch.full((b,), n, dtype=torch.long, device=tokens.device), depth, True)
 
@@ -157,11 +157,11 @@ class TreeBatch:
     def values(self, valid: torch.Tensor | None = None) -> torch.Tensor:
         """float64 [B, N] EAGLE-2 path values: the product of probs from depth 1 down to each node, multiplied in
         the order path_values multiplies them; 0 outside `valid` (default: the padding slots)."""
-        probs = torch.where(self.valid() if valid is None else valid, self.probs.double(), 0.0)
-        has, up = self.parents >= 0, self.parents.clamp(min=0)
+        probs = self.probs.double() * (self.valid() if valid is None else valid)
+        up = self.parents + 1  # index into [1, values...]: a child of the root multiplies by 1
         values = probs
         for _ in range(max(self.depth - 1, 0)):  # after d steps, nodes at depth <= d + 1 hold their final value
-            values = probs * torch.where(has, values.gather(1, up), 1.0)
+            values = probs * torch.nn.functional.pad(values, (1, 0), value=1.0).gather(1, up)
         return values
 
 
@@ -179,14 +179,13 @@ def ancestor_masks(parents: torch.Tensor, depth: int | None = None) -> torch.Ten
 
     Tensor ops only (no per-node loop, no host sync): the reflexive parent relation closed transitively by boolean
     squarings, enough for paths of `depth` steps (a bound on every tree's depth; default N)."""
-    b, n = parents.shape
-    up = torch.cat([parents.new_zeros(b, 1), parents + 1], 1)  # flattened parent of each flattened index (root: 0)
-    eye = torch.eye(n + 1, dtype=torch.bool, device=parents.device)
-    step = eye.expand(b, -1, -1) | torch.nn.functional.one_hot(up, n + 1).bool()
-    closure = step.float()
+    n = parents.shape[1]
+    eye = torch.eye(n + 1, device=parents.device)
+    up = torch.nn.functional.pad(parents + 1, (1, 0))  # flattened parent of each flattened index (root: 0)
+    closure = eye[up] + eye  # > 0 at each index's parent and itself
     for _ in range(max(min(n, n if depth is None else depth), 1).bit_length()):  # 2^steps > depth
         closure = (closure @ closure).clamp_(max=1)
-    return closure.bool()
+    return closure > 0
 
 
 def additive_mask(allowed: torch.Tensor, prefix: int | list[int], dtype: torch.dtype, device,
@@ -211,12 +210,11 @@ def additive_mask(allowed: torch.Tensor, prefix: int | list[int], dtype: torch.d
         return torch.nn.functional.pad(blocked, (prefixes[0], 0))[:, None]
     if prefix_ids is None:
         prefix_ids = torch.tensor(prefixes, device=device)
-    rel = torch.arange(width, device=device)[None] - prefix_ids[:, None]  # [B, W]
-    padded = torch.cat([allowed, allowed.new_zeros(b, t, 1)], dim=-1)  # column s: "past the new block"
-    block = padded.gather(-1, rel.clamp(0, s)[:, None, :].expand(b, t, width))
-    full = (rel < 0)[:, None, :] | block
-    mask = torch.zeros(b, t, width, dtype=dtype, device=device)
-    return mask.masked_fill_(~full, low)[:, None]
+    # key column c of row b: its prefix (c < prefix), new key c - prefix, or past the new block: index [T, 1 + S + 1]
+    column = (torch.arange(width, device=device) - prefix_ids[:, None]).clamp_(-1, s) + 1  # [B, W]
+    seen = torch.nn.functional.pad(torch.nn.functional.pad(allowed, (1, 0), value=True), (0, 1), value=False)
+    seen = seen.gather(-1, column[:, None, :].expand(b, t, width))
+    return (~seen).to(dtype).mul_(low)[:, None]
 
 
 def causal_mask(prefix: int | list[int], t: int, dtype, device, prefix_ids: torch.Tensor | None = None) -> torch.Tensor:

@@ -181,15 +181,15 @@ def follow(tokens: torch.Tensor, parents: torch.Tensor, sizes: torch.Tensor, all
     """The walk from the root down the children whose token is the token chosen at their parent (chosen: [B, N+1]
     at [root, nodes...]; the first such sibling), every row at once; the bonus is the choice at its end."""
     b, n = tokens.shape
-    best = chosen
-    valid = torch.arange(n, device=tokens.device)[None] < sizes[:, None]
-    hit = valid & (tokens == best.gather(1, parents + 1))
-    earlier_sibling = (parents[:, :, None] == parents[:, None, :]) & torch.ones(n, n, dtype=torch.bool,
-                                                                                 device=tokens.device).tril(-1)
-    first = hit & ~(earlier_sibling & hit[:, None, :]).any(-1)
-    on_path = ~(allowed[:, 1:, 1:] & ~first[:, None, :]).any(-1)  # every ancestor (and itself) a first hit
-    accepted = on_path.sum(-1)
-    flat = torch.where(on_path, torch.arange(1, n + 1, device=tokens.device), 0)
-    leaf = torch.cat([flat.new_zeros(b, 1), flat], 1).amax(-1, keepdim=True)  # [B, 1] flattened index, 0 = root
-    parent_on_path = on_path.gather(1, parents.clamp(min=0)) & (parents >= 0)
-    return BatchAcceptance(accepted, best.gather(1, leaf)[:, 0], on_path, valid & ((parents < 0) | parent_on_path))
+    slots = torch.arange(n, device=tokens.device)
+    valid = slots < sizes[:, None]
+    up = parents + 1  # flattened index of each node's parent (0 = root)
+    hit = valid & (tokens == chosen.gather(1, up))
+    first_hit = torch.full((b, n + 1), n, device=tokens.device).scatter_reduce(1, up, torch.where(hit, slots, n),
+                                                                                "amin")  # per parent
+    first = hit & (first_hit.gather(1, up) == slots)
+    on_path = (allowed[:, 1:, 1:] <= first[:, None, :]).all(-1)  # every ancestor (and itself) a first hit
+    flat = on_path * (slots + 1)  # flattened index of the nodes on the path, 0 elsewhere
+    leaf = (flat.amax(-1, keepdim=True) if n else flat.new_zeros(b, 1))  # [B, 1] flattened index, 0 = root
+    tested = valid & torch.nn.functional.pad(on_path, (1, 0), value=True).gather(1, up)  # parent on the path
+    return BatchAcceptance(on_path.sum(-1), chosen.gather(1, leaf)[:, 0], on_path, tested)

@@ -25,7 +25,7 @@ class VerifyInput:
 def verification_input(tree: TreeBatch, roots: torch.Tensor, bases: torch.Tensor) -> VerifyInput:
     """roots, bases: LongTensor [B], each row's root token and its sequence position."""
     ids = torch.cat([roots[:, None], tree.tokens], 1)
-    positions = bases[:, None] + torch.cat([tree.depths.new_zeros(tree.batch, 1), tree.depths], 1)
+    positions = bases[:, None] + torch.nn.functional.pad(tree.depths, (1, 0))
     return VerifyInput(ids, positions, ancestor_masks(tree.parents, tree.depth))
 
 
@@ -45,12 +45,10 @@ def commit_paths(ids: torch.Tensor, tree: TreeBatch, on_path: torch.Tensor, acce
     """ids [B, 1 + N] verified tokens; on_path bool [B, N]; accepted, bonus [B]."""
     n = tree.width
     w = 1 + min(tree.depth, n)
-    flat = torch.arange(1, n + 1, device=ids.device)
-    path = torch.where(on_path, flat, n).sort(dim=1).values[:, : w - 1]  # accepted nodes ascending, then n
-    kept = torch.cat([path.new_zeros(tree.batch, 1), path], 1)
-    column = torch.arange(w + 1, device=ids.device)[None]
-    sequence = torch.cat([ids.gather(1, kept), bonus[:, None]], 1)
-    sequence = torch.where(column == accepted[:, None] + 1, bonus[:, None], sequence)
+    path = torch.where(on_path, torch.arange(1, n + 1, device=ids.device), n)  # accepted nodes, then n
+    kept = torch.nn.functional.pad(path, (1, 0)).sort(dim=1).values[:, :w]  # the root, the path ascending, then n
+    sequence = torch.nn.functional.pad(ids.gather(1, kept), (0, 1))
+    sequence.scatter_(1, (accepted + 1)[:, None], bonus[:, None])
     return Commit(kept, sequence, accepted + 1)
 
 
@@ -71,9 +69,9 @@ def to_host(tree: TreeBatch, accepted: BatchAcceptance) -> list[HostRow]:
     """The cycle's one device-to-host copy: every row's acceptance (bonus, accepted and tested nodes) and its tree,
     as one float64 tensor (which holds every token id exactly)."""
     n = tree.width
-    fields = [accepted.bonus[:, None], tree.sizes[:, None], accepted.on_path, accepted.tested, tree.tokens, tree.probs,
-              tree.copied, tree.depths]
-    host = torch.cat([x.double() for x in fields], 1).tolist()
+    fields = [accepted.bonus[:, None], tree.sizes[:, None], accepted.on_path, accepted.tested, tree.tokens,
+              tree.probs.double(), tree.copied, tree.depths]
+    host = torch.cat(fields, 1).tolist()  # (cat promotes every field to probs' float64)
     rows = []
     for row in host:
         size = int(row[1])

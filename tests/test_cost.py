@@ -48,18 +48,22 @@ def test_plan_maximises_expected_tokens_per_ms():
     assert Budget(cost(50.0), 2, 32).nodes(values, 3) == 1  # dear verification: the best node only
 
 
-def test_draft_on_stops_when_a_level_cannot_pay():
+def test_decide_stops_when_a_level_cannot_pay():
     values = torch.tensor([[-0.1, -2.0, -3.0]])
     likely, unlikely = torch.tensor([[-0.2]]), torch.tensor([[-9.0]])
-    assert Budget(cost(0.1, level_ms=1.0), 1, 8).draft_on(values, likely, 1)
-    assert not Budget(cost(0.1, level_ms=1.0), 1, 8).draft_on(values, unlikely, 1)
-    assert not Budget(cost(0.1, level_ms=1e4), 1, 8).draft_on(values, likely, 1)
+    assert Budget(cost(0.1, level_ms=1.0), 1, 8).decide(values, likely, 1)[0]
+    assert not Budget(cost(0.1, level_ms=1.0), 1, 8).decide(values, unlikely, 1)[0]
+    assert not Budget(cost(0.1, level_ms=1e4), 1, 8).decide(values, likely, 1)[0]
     # The children's expected mass scales the gain: a head spreading its probability thin stops sooner.
-    assert not Budget(cost(0.1, level_ms=1.0), 1, 8).draft_on(values, likely, 1, mass=0.01)
+    assert not Budget(cost(0.1, level_ms=1.0), 1, 8).decide(values, likely, 1, mass=0.01)[0]
     # Verifying the new level's nodes costs too: with dear tokens a doubtful level does not pay, with free ones it does.
     doubtful = torch.tensor([[-1.0]])
-    assert not Budget(cost(10.0, level_ms=0.0), 1, 8).draft_on(values, doubtful, 1)
-    assert Budget(cost(0.0, level_ms=0.0), 1, 8).draft_on(values, doubtful, 1)
+    assert not Budget(cost(10.0, level_ms=0.0), 1, 8).decide(values, doubtful, 1)[0]
+    assert Budget(cost(0.0, level_ms=0.0), 1, 8).decide(values, doubtful, 1)[0]
+    # The count read with the decision is what `nodes` chooses over the same candidates.
+    for per_token in (0.0, 0.1, 10.0):
+        budget = Budget(cost(per_token, level_ms=1.0), 1, 8)
+        assert budget.decide(values, unlikely, 2)[1] == budget.nodes(values, 2)
 
 
 @pytest.mark.parametrize("per_token,level_ms", [(0.0, 0.0), (0.3, 1.0), (50.0, 1.0), (0.1, 1e5)])

@@ -394,8 +394,9 @@ def assert_cache_close(cache: KVCache, fresh: KVCache, n: int) -> None:
 
 
 def test_kv_cache_keep_paths_gathers_and_commits_every_row():
-    """keep_paths moves each row's kept offsets to contiguous positions after its own length, in every layer at once;
-    slots past a row's count (arbitrary offsets) move nothing."""
+    """keep_paths moves each row's kept offsets to contiguous positions after its own length, in every layer at once,
+    and leaves everything before that alone (slots past a row's count land past its new length, where nothing is
+    read before a forward writes again)."""
     cache = KVCache(2, 2, 3, 4, 16, torch.float32, "cpu")
     pos = torch.arange(16.0)[None, None, :, None]
     for layer in range(2):
@@ -405,7 +406,7 @@ def test_kv_cache_keep_paths_gathers_and_commits_every_row():
     kept = torch.tensor([[0, 2, 3, 7], [0, 1, 9, 9]])
     cache.keep_paths(kept, [4, 2], torch.tensor([4, 2]))
     assert cache.lengths == [9, 5] and cache.device_lengths().tolist() == [9, 5]
-    expected = [[0, 1, 2, 3, 4, 5, 7, 8, 12, 9, 10, 11, 12], [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]]
+    expected = [[0, 1, 2, 3, 4, 5, 7, 8, 12], [0, 1, 2, 3, 4]]  # each row's new length
     for layer_i in range(2):
         for b in range(2):
             for p, src in enumerate(expected[b]):

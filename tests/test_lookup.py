@@ -147,6 +147,27 @@ def test_merged_random_trees_are_closed_and_distinct():
         assert paths(merged) <= paths(head) | set().union(*map(paths, chains))
 
 
+def test_merge_with_a_count_cuts_the_union_as_cut_cuts_the_merged_tree():
+    """merge(..., nodes=f): the union cut once to f(values) nodes is node for node the merged tree cut to that many
+    (how the hybrid drafter takes an auto budget's count), and f sees the union's values of the merged nodes."""
+    gen = torch.Generator().manual_seed(2)
+    for _ in range(30):
+        heads = [random_tree(gen, 6, 12) for _ in range(2)]
+        heads = [DraftTree(h.tokens, h.parents, h.depths, torch.rand(len(h), generator=gen)) for h in heads]
+        chains = [tree_of(list(range(-1, n - 1)), torch.randint(0, 6, (n,), generator=gen).tolist(), [0.7] * n,
+                          [True] * n) for n in torch.randint(1, 6, (2,), generator=gen).tolist()]
+        first, second = TreeBatch.of_trees(heads, "cpu"), TreeBatch.of_trees(chains, "cpu")
+        budget, count = int(torch.randint(2, 16, (), generator=gen)), int(torch.randint(1, 16, (), generator=gen))
+        merged = merge(first, second, budget)
+        seen = []
+        once = merge(first, second, budget, lambda values: seen.append(values) or count)
+        twice = cut(merged, count)
+        for a, b in zip(once.rows(), twice.rows()):
+            same_tree(a, b)
+        kept = torch.sort(seen[0], dim=1, descending=True).values[:, : merged.width]
+        assert torch.equal(kept, torch.sort(merged.values(), dim=1, descending=True).values)
+
+
 def test_sampling_exact_on_merged_trees():
     """Sequential rejection (the per-node oracle and the engine's batched sampler) over a merged tree (head tree + copied chains sharing prefixes with it) emits exactly the
     target's distribution: every outcome's probability, enumerated exactly, equals the target's own."""

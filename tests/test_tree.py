@@ -372,6 +372,25 @@ def test_batched_drafting_equals_each_row_alone(input_mode, kind):
         torch.testing.assert_close(tree.probs, alone.probs, rtol=1e-4, atol=1e-6)
 
 
+@pytest.mark.parametrize("input_mode", ["feature+shifted_token", "feature+token"])
+def test_feeder_buffers_grow_without_changing_the_trees(input_mode):
+    """A feeder whose buffers start with room for one fed node grows them level by level and drafts the trees a
+    roomy one drafts (batch rows of different lengths, so every row's attention row is shifted differently)."""
+    target, head = setup(input_mode)
+    first = batch_feeder(head, target)
+    for draft in (lambda f: draft_dynamic(f, 4, 4, 12, "value", True), lambda f: draft_static(f, DEFAULT_STATIC_PATHS)):
+        feeder = TreeFeeder(first.head, first.cache, first.root)  # (a feeder serves one cycle)
+        roomy = draft(feeder).rows()
+        feeder.reset()
+        small = TreeFeeder(first.head, first.cache, first.root, capacity=1)
+        grown = draft(small).rows()
+        small.reset()
+        assert small.fed > 2 and small._cap >= small.fed
+        for a, b in zip(roomy, grown):
+            assert a.tokens.tolist() == b.tokens.tolist() and a.parents.tolist() == b.parents.tolist()
+            torch.testing.assert_close(a.probs, b.probs, rtol=1e-5, atol=1e-6)
+
+
 def test_ancestor_masks_match_walking_up_the_parents():
     """The tensor closure equals the per-node definition on random breadth-first trees, deep chains included."""
     gen = torch.Generator().manual_seed(0)
