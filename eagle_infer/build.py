@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .config import HEADLESS, InferConf
+from .config import InferConf
 from .draft_head import random_head
 from .engine import Engine
 from .errors import EagleError
@@ -20,17 +20,22 @@ def shipped_head_dir(model_name: str) -> Path:
     if not (path / "config.json").exists():
         raise EagleError(
             f"no shipped draft head for model {model_name!r}: train one (make train MODEL={model_name}), "
-            "give infer.head=<directory>, or try infer.head=random"
+            "give infer.head=<directory>, try infer.head=random, or decode without a head: infer.method=lookup "
+            "(prompt lookup alone) or infer.method=vanilla"
         )
     return path
 
 
 def build_head(infer: InferConf, target) -> HeadRunner | None:
     """The draft head an InferConf asks for, ready to draft for `target` (None for the headless methods vanilla and
-    lookup): infer.head "shipped", "random" or a head directory, drafting from infer.draft_vocab. A synthetic
-    target's shipped head is a random head of its shape (its weights are random too)."""
-    if infer.method in HEADLESS:
-        return None
+    lookup: their registry entry needs none), else `load_head_for(infer, target)`."""
+    return load_head_for(infer, target) if infer.spec.head else None
+
+
+def load_head_for(infer: InferConf, target) -> HeadRunner:
+    """The draft head infer.head names ("shipped", "random" or a head directory), drafting from infer.draft_vocab,
+    whatever the method. A synthetic target's shipped head is a random head of its shape (its weights are random
+    too)."""
     if infer.head == "random" or (infer.head == "shipped" and is_synthetic(target.name)):
         module = random_head(target, seed=infer.seed)
     else:

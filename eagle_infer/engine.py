@@ -1,8 +1,9 @@
 """The one decoding engine: prefill, then cycles of draft -> verify -> accept -> compact, over a batch of requests.
 
-Methods: `vanilla` (one target forward per token, the baseline), `chain` (EAGLE without a tree), `eagle1` (static
-tree), `eagle2` (dynamic tree) and `lookup` (prompt lookup, no head); `lookup=True` merges prompt lookup branches
-into a head's tree (eagle_infer.lookup, eagle_infer.merge). All share the target adapter, the caches and the
+Methods (the registry, eagle_infer.methods): `vanilla` (one target forward per token, the baseline), `chain` (EAGLE
+without a tree), `eagle1` (static tree), `eagle2` (dynamic tree), `lookup` (prompt lookup, no head), and the hybrids
+`chain+lookup`, `eagle1+lookup`, `eagle2+lookup` (the default), prompt lookup's copies merged into a head's tree
+(eagle_infer.lookup, eagle_infer.merge). All share the target adapter, the caches and the
 samplers, so greedy output is the target's own greedy output and sampled output is distributed as the target's.
 
 Batches (`generate_batch`): up to `batch_size` requests decode together, each in one row of the caches with its own
@@ -23,7 +24,7 @@ from typing import Callable
 
 import torch
 
-from .config import HEADLESS, InferConf
+from .config import InferConf
 from .cost import Budget, CostModel
 from .cost_measure import load_or_measure
 from .drafters import Drafter, drafter_for
@@ -56,10 +57,10 @@ class Engine:
     ):
         config = config.resolved()
         config.validate(target.vocab_size)
-        if config.method not in HEADLESS and head is None:
+        if config.spec.head and head is None:
             raise EagleError(f"method {config.method!r} needs a draft head: give head=<dir> or head=random")
         self.target, self.config = target, config
-        self.head = None if config.method in HEADLESS else runner_for(head, target)
+        self.head = runner_for(head, target) if config.spec.head else None
         if config.budget == "auto" and cost is None:
             cost = load_or_measure(target, self.head, config.top_k, 1 + config.tree_size())
         self.drafter, self.cost = drafter_for(config, drafter), cost

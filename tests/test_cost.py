@@ -166,7 +166,7 @@ def test_infer_auto_keys_and_errors():
     one_line_error(lambda: Engine(target, head, InferConf(method="eagle1", budget="auto")), "budget 'auto'", "eagle1")
     one_line_error(lambda: Engine(target, head, InferConf(budget="sometimes")), "'sometimes'")
     one_line_error(lambda: Engine(target, head, InferConf(method="chain", budget="auto", lookup=True)),
-                   "budget 'auto'", "'chain'")
+                   "budget 'auto'", "'chain+lookup'")
     one_line_error(lambda: Engine(target, head, InferConf(budget="fixed", total_tokens="many")), "total_tokens 'many'")
 
 
