@@ -141,15 +141,25 @@ def _check_batches(conf: EvalRunConf) -> None:
                          f"(engine methods batch)")
 
 
+def _setting(conf, key: str):
+    """A run config's `key` group as compared on resuming: infer without method and lookup, which the `methods`
+    list sets for each method it runs."""
+    value = OmegaConf.select(conf, key)
+    if key != "infer" or value is None:
+        return value
+    return {k: v for k, v in OmegaConf.to_container(value).items() if k not in ("method", "lookup")}
+
+
 def _check_same_settings(conf: EvalRunConf, out: Path) -> None:
-    """Records of one run must come from one setting: resuming with another model/infer/turns is refused."""
+    """Records of one run must come from one setting: resuming with another model/infer/turns is refused (infer's
+    method and lookup aside: each of `methods` sets its own, and the default method may change)."""
     path = out / "config.yaml"
     if not path.exists():
         return
     old = OmegaConf.load(path)
     new = OmegaConf.structured(conf)
     for key in ("model", "infer", "lookup", "bench.max_turns", "heads"):
-        if OmegaConf.select(old, key) != OmegaConf.select(new, key):
+        if _setting(old, key) != _setting(new, key):
             raise EagleError(f"{str(out)!r} holds records made with other {key} settings: give another run=NAME or delete it")
 
 

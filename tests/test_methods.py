@@ -108,3 +108,19 @@ def test_without_a_head_the_default_says_what_decodes(target):
     one_line_error(lambda: build_head(InferConf(), target), "no shipped draft head for model 'tiny-methods'",
                    "infer.head=random", "infer.method=lookup")
     assert build_head(InferConf(method="lookup"), target) is None
+
+
+def test_eval_resumes_a_run_made_under_another_default_method(tmp_path):
+    """eval's `methods` set each engine's method, so a run directory whose config.yaml names another infer.method
+    (an earlier default) resumes; another infer setting is still refused."""
+    from omegaconf import OmegaConf
+
+    from eval.cli import EvalRunConf, _check_same_settings
+
+    earlier = EvalRunConf()
+    earlier.infer.method, earlier.infer.lookup = "eagle2", True
+    (tmp_path / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.structured(earlier)))
+    _check_same_settings(EvalRunConf(), tmp_path)
+    other = EvalRunConf()
+    other.infer.top_k = 4
+    one_line_error(lambda: _check_same_settings(other, tmp_path), "other infer settings")
