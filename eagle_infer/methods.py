@@ -73,6 +73,8 @@ class Method:
 
 def hybrid(base: Method) -> Method:
     """`base` (a head method) with prompt lookup's copies merged into its trees, cut to base's budget: "<base>+lookup"."""
+    if not base.head or base.drafter is None:
+        raise EagleError(f"method {base.name!r} has no head drafter to merge prompt lookup into: expected a head method")
     return replace(base, name=base.name + HYBRID, tree="hybrid", drafter=lambda: HybridDrafter(base.drafter()),
                    chains=_never, lookup=True, merges_lookup=True)
 

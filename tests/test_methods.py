@@ -80,6 +80,7 @@ def test_unknown_method_is_one_line(target):
     one_line_error(lambda: Method("odd", head=False, tree="forest", drafter=None, tree_size=len), "'forest'",
                    "dynamic")
     one_line_error(lambda: register(method_named("eagle2")), "'eagle2' is already registered")
+    one_line_error(lambda: hybrid(method_named("lookup")), "'lookup' has no head drafter")
 
 
 def test_a_registered_method_is_usable_end_to_end(target, registry, tmp_path, monkeypatch):
