@@ -1,14 +1,17 @@
-"""Building what the schemas describe: the draft head an InferConf asks for, and an Engine over a loaded target."""
+"""Building what the schemas describe: the draft head an InferConf asks for, the auto budget's cost model (measured
+on this machine, or read from its cache), and an Engine over a loaded target."""
 from __future__ import annotations
 
 from pathlib import Path
 
-from .config import HEADLESS, InferConf
-from .draft_head import random_head
-from .engine import Engine
+from .config import InferConf
+from .cost import CostModel
+from .cost_measure import load_or_measure
+from .draft_head import DraftHead, random_head
+from .engine import Engine, checked
 from .errors import EagleError
 from .head_checkpoint import load_head
-from .head_runner import HeadRunner
+from .head_runner import HeadRunner, runner_for
 from .synthetic import is_synthetic
 
 HEADS_DIR = Path(__file__).resolve().parent / "heads"
@@ -20,17 +23,22 @@ def shipped_head_dir(model_name: str) -> Path:
     if not (path / "config.json").exists():
         raise EagleError(
             f"no shipped draft head for model {model_name!r}: train one (make train MODEL={model_name}), "
-            "give infer.head=<directory>, or try infer.head=random"
+            "give infer.head=<directory>, try infer.head=random, or decode without a head: infer.method=lookup "
+            "(prompt lookup alone) or infer.method=vanilla"
         )
     return path
 
 
 def build_head(infer: InferConf, target) -> HeadRunner | None:
     """The draft head an InferConf asks for, ready to draft for `target` (None for the headless methods vanilla and
-    lookup): infer.head "shipped", "random" or a head directory, drafting from infer.draft_vocab. A synthetic
-    target's shipped head is a random head of its shape (its weights are random too)."""
-    if infer.method in HEADLESS:
-        return None
+    lookup: their registry entry needs none), else `load_head_for(infer, target)`."""
+    return load_head_for(infer, target) if infer.spec.head else None
+
+
+def load_head_for(infer: InferConf, target) -> HeadRunner:
+    """The draft head infer.head names ("shipped", "random" or a head directory), drafting from infer.draft_vocab,
+    whatever the method. A synthetic target's shipped head is a random head of its shape (its weights are random
+    too)."""
     if infer.head == "random" or (infer.head == "shipped" and is_synthetic(target.name)):
         module = random_head(target, seed=infer.seed)
     else:
@@ -40,6 +48,21 @@ def build_head(infer: InferConf, target) -> HeadRunner | None:
     return HeadRunner(module, target)
 
 
-def build_engine(infer: InferConf, target, head=None) -> Engine:
-    """An Engine for `target` configured by `infer` (its head loaded unless given)."""
-    return Engine(target, head if head is not None else build_head(infer, target), infer)
+def measure_cost(infer: InferConf, target, head: DraftHead | HeadRunner | None) -> CostModel | None:
+    """The cost model an auto budget sizes its trees from: this machine's timings of `target` and `head` (cached per
+    machine, model, dtype and head shape: eagle_infer.cost_measure), measured when the cache has none; None under
+    a fixed budget. A config the engine would refuse is refused first (one-line errors), before any timing."""
+    config = checked(infer, target, head)
+    if config.budget != "auto":
+        return None
+    return load_or_measure(target, runner_for(head, target) if config.spec.head else None, config.top_k,
+                           1 + config.tree_size())
+
+
+def build_engine(infer: InferConf, target, head=None, drafter=None) -> Engine:
+    """An Engine for `target` configured by `infer`: its head loaded unless given, the auto budget's cost model
+    measured (measure_cost); `drafter` replaces the method's (Engine's argument)."""
+    if head is None:
+        head = build_head(infer, target)
+    head = runner_for(head, target) if infer.spec.head else None
+    return Engine(target, head, infer, drafter, measure_cost(infer, target, head))

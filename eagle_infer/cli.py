@@ -5,8 +5,8 @@ terminal, the command is an interactive chat: one message per line, the conversa
 followed by its τ and tokens/s; `/reset` starts over, `/exit` or Ctrl-D ends.
 
 output=json prints one JSON object instead: {"text", "tokens", "stats"}. Overrides: model.*, infer.*, lookup.* (see
-eagle_infer.config), e.g. infer.method=vanilla infer.head=random infer.temperature=0.7, infer.method=lookup, or
-infer.lookup=true lookup.num_tokens=8 (prompt lookup merged into EAGLE-2's tree).
+eagle_infer.config), e.g. infer.method=vanilla infer.head=random infer.temperature=0.7, infer.method=eagle2 (EAGLE-2
+without the default's prompt lookup), infer.method=lookup, or lookup.num_tokens=8 (the copies merged into the tree).
 """
 from __future__ import annotations
 
@@ -48,8 +48,7 @@ ConfigStore.instance().store(name="infer_schema", node=InferRunConf)
 
 def summary(infer: InferConf, target: Target, result: GenerationResult) -> str:
     """The line after an answer: method, tokens, τ, tokens/s and what ran it."""
-    method = infer.method + ("+lookup" if infer.lookup else "")
-    return (f"[{method} | {len(result.tokens)} tokens | tau {result.tau:.2f} | {result.tok_s:.1f} tokens/s | "
+    return (f"[{infer.spec.name} | {len(result.tokens)} tokens | tau {result.tau:.2f} | {result.tok_s:.1f} tokens/s | "
             f"{target.name} {str(target.dtype).removeprefix('torch.')} on {target.device.type}]")
 
 
@@ -63,7 +62,7 @@ def interactive(eagle: Eagle, infer: InferConf) -> None:
     conversation outgrew the context) prints its one-line error and leaves the conversation as it was."""
     import readline  # noqa: F401 (line editing and history for input())
 
-    print(f"Chatting with {eagle.target.name} ({infer.method}): one message per line; /reset starts over, "
+    print(f"Chatting with {eagle.target.name} ({infer.spec.name}): one message per line; /reset starts over, "
           "/exit or Ctrl-D ends.", file=sys.stderr, flush=True)
     history: list[Message] = []
     while True:

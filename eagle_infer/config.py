@@ -16,11 +16,10 @@ from typing import Any, Optional
 
 from .config_limits import check_number
 from .errors import EagleError
-from .tree import DEFAULT_STATIC_PATHS, check_paths
+from .methods import DEFAULT_METHOD, HYBRID, Method, method_named, with_lookup
+from .tree import DEFAULT_STATIC_PATHS
 from .verify import SamplingParams
 
-METHODS = ("vanilla", "chain", "eagle1", "eagle2", "lookup")
-HEADLESS = ("vanilla", "lookup")  # methods that draft without a head
 EXPAND_BY = ("value", "confidence")
 BUDGETS = ("fixed", "auto")
 PAD_TREES = ("auto", "on", "off")
@@ -69,7 +68,9 @@ class InferConf:
     """How to decode: the `infer` group, and what Engine takes (each field's meaning beside it; "auto" tree settings:
     the module docstring)."""
 
-    method: str = "eagle2"  # vanilla | chain | eagle1 | eagle2 | lookup (prompt lookup alone, no head)
+    # a registered method (eagle_infer.methods): eagle2+lookup (the default: EAGLE-2 with prompt lookup merged in),
+    # eagle2, eagle1, chain (and their +lookup hybrids), lookup (prompt lookup alone, no head) or vanilla
+    method: str = DEFAULT_METHOD
     head: str = "shipped"  # "shipped" (eagle_infer/heads/<model>), "random" (untrained) or a head directory
     # "head": draft from the head's own draft vocabulary; "full": from the target's whole vocabulary (a head that
     # borrows the target's LM head only: an EAGLE-1/2 block, never an eagle3 one with its own LM head)
@@ -80,7 +81,7 @@ class InferConf:
     static_paths: Optional[list[Any]] = None  # EAGLE-1's tree of child ranks (None: tree.DEFAULT_STATIC_PATHS)
     expand_by: str = "value"  # EAGLE-2 expands by path value or by the node's own confidence
     rerank: bool = True  # EAGLE-2 keeps the best total_tokens by value (else the expanded nodes level by level)
-    lookup: bool = False  # merge prompt lookup's copies into a head's tree (chain, eagle1, eagle2) within its budget
+    lookup: bool = False  # merge prompt lookup's copies into a head's tree (method X -> X+lookup) within its budget
     lookup_conf: LookupConf = field(default_factory=LookupConf)  # the command line's `lookup` group
     temperature: float = 0.0  # 0: greedy
     top_p: float = 1.0
@@ -99,18 +100,26 @@ class InferConf:
     pad_trees: str = "auto"
 
     @property
+    def spec(self) -> Method:
+        """The registry's entry of this config's method (its hybrid with lookup=true); unknown: a one-line error."""
+        return with_lookup(self.method) if self.lookup else method_named(self.method)
+
+    @property
     def uses_lookup(self) -> bool:
-        return self.method == "lookup" or self.lookup
+        return self.spec.lookup
 
     @property
     def can_choose_per_cycle(self) -> bool:
-        """Whether the method can take an auto budget: EAGLE-2 with rerank (alone or with lookup), or lookup."""
-        return self.method == "lookup" or (self.method == "eagle2" and self.rerank)
+        """Whether the method can take an auto budget (its entry's takes_auto: EAGLE-2 with rerank, alone or with
+        lookup, or lookup)."""
+        return self.spec.takes_auto(self)
 
     def resolved(self) -> "InferConf":
-        """This config with its budget decided (see `budget`) and "auto" depth / total_tokens turned into integers:
-        AUTO_MAX_DEPTH / AUTO_MAX_TOKENS caps under an auto budget, FIXED_DEPTH / FIXED_TOKENS under a fixed one;
-        static paths as lists."""
+        """This config with its method named as registered (lookup=true: method X -> "X+lookup", and lookup true
+        exactly for hybrids), its budget decided (see `budget`) and "auto" depth / total_tokens turned into
+        integers: AUTO_MAX_DEPTH / AUTO_MAX_TOKENS caps under an auto budget, FIXED_DEPTH / FIXED_TOKENS under a
+        fixed one; static paths as lists."""
+        spec = self.spec
         budget = self.budget
         if budget is None:
             automatic = "auto" in (self.depth, self.total_tokens) and self.can_choose_per_cycle
@@ -120,7 +129,7 @@ class InferConf:
             if getattr(self, name) == "auto":
                 values[name] = cap if budget == "auto" else fixed
         paths = None if self.static_paths is None else [list(p) for p in self.static_paths]
-        return replace(self, **values, budget=budget, static_paths=paths)
+        return replace(self, **values, method=spec.name, lookup=spec.merges_lookup, budget=budget, static_paths=paths)
 
     def sampling(self) -> SamplingParams:
         """The verifier's SamplingParams of temperature, top_p and sampling_top_k."""
@@ -129,8 +138,7 @@ class InferConf:
 
     def validate(self, vocab_size: int) -> None:
         """One-line errors for a resolved config that cannot decode with a vocabulary of vocab_size."""
-        if self.method not in METHODS:
-            raise EagleError(f"unknown method {self.method!r}: expected one of {', '.join(METHODS)}")
+        spec = self.spec  # an unknown method, or lookup=true beside one without a hybrid: one-line errors
         for name in ("depth", "top_k", "total_tokens"):
             if not isinstance(getattr(self, name), int):
                 raise EagleError(f"{name} {getattr(self, name)!r} is invalid: expected an integer (or 'auto' for "
@@ -142,8 +150,8 @@ class InferConf:
         if self.budget not in BUDGETS:
             raise EagleError(f"unknown budget {self.budget!r}: expected one of {', '.join(BUDGETS)}")
         if self.budget == "auto" and not self.can_choose_per_cycle:
-            raise EagleError(f"budget 'auto' needs method eagle2 with rerank, or lookup: got method {self.method!r}, "
-                             f"rerank {self.rerank}")
+            raise EagleError(f"budget 'auto' needs a method that chooses its tree per cycle (eagle2 with rerank, "
+                             f"lookup, or their hybrids): got method {spec.name!r}, rerank {self.rerank}")
         if self.depth < 1:
             raise EagleError(f"depth {self.depth} is invalid: expected >= 1")
         if not 1 <= self.top_k <= vocab_size:
@@ -159,18 +167,13 @@ class InferConf:
             raise EagleError(f"batch_token_budget {self.batch_token_budget} is invalid: expected >= 0 (0 = off)")
         if self.expand_by not in EXPAND_BY:
             raise EagleError(f"unknown expand_by {self.expand_by!r}: expected one of {', '.join(EXPAND_BY)}")
-        if self.method == "eagle1":
-            widest = max(max(p) for p in check_paths(self.paths()))
-            if widest >= vocab_size:
-                raise EagleError(f"static tree rank {widest} is invalid: expected ranks below the vocabulary size {vocab_size}")
-        if self.lookup and self.method in HEADLESS:
-            raise EagleError(f"lookup=true merges prompt lookup into a head's tree: expected method chain, eagle1 or "
-                             f"eagle2, not {self.method!r} (method lookup drafts by lookup alone)")
-        if self.uses_lookup:
+        spec.check(self, vocab_size)
+        if spec.lookup:
             self.lookup_conf.validate()
-        if self.lookup and self.lookup_conf.num_tokens > self.tree_size():
+        if spec.merges_lookup and self.lookup_conf.num_tokens > self.tree_size():
             raise EagleError(f"lookup.num_tokens {self.lookup_conf.num_tokens} is beyond the tree budget: expected <= "
-                             f"the {self.tree_size()} draft tokens of the {self.method} tree")
+                             f"the {self.tree_size()} draft tokens of the {spec.name} tree (lower lookup.num_tokens, "
+                             f"or drop lookup: infer.method={spec.name.removesuffix(HYBRID)})")
 
     @property
     def is_resolved(self) -> bool:
@@ -184,13 +187,11 @@ class InferConf:
         """Draft nodes of this config's tree (resolved first), before any batch budget."""
         if not self.is_resolved:
             return self.resolved().tree_size()
-        lookup = self.lookup_conf.num_tokens * self.lookup_conf.branches
-        return {"vanilla": 0, "chain": self.depth, "eagle1": len(self.paths()), "eagle2": self.total_tokens,
-                "lookup": lookup}[self.method]
+        return self.spec.tree_size(self)
 
     def tree_budget(self, batch: int = 1) -> int:
         """Most draft nodes one cycle verifies per row when `batch` rows decode together."""
-        if self.method == "vanilla" or not self.batch_token_budget:
+        if not self.batch_token_budget:
             return self.tree_size()
         return min(self.tree_size(), max(1, self.batch_token_budget // batch - 1))
 
@@ -198,8 +199,7 @@ class InferConf:
         """Most tree nodes one cycle feeds to the draft head (its cache needs that much room past the context)."""
         if not self.is_resolved:
             return self.resolved().feed_budget()
-        return {"vanilla": 0, "chain": self.depth, "eagle1": len(self.paths()), "eagle2": self.top_k * (self.depth - 1),
-                "lookup": 0}[self.method]
+        return self.spec.feed_budget(self)
 
     def at_batch(self, batch: int) -> "InferConf":
         """This config with the tree cut to tree_budget(batch): EAGLE-2 keeps fewer nodes (and drafts no deeper
@@ -208,13 +208,4 @@ class InferConf:
         if not self.is_resolved:
             return self.resolved().at_batch(batch)
         n = self.tree_budget(batch)
-        if n == self.tree_size():
-            return self
-        if self.method == "eagle2":
-            return replace(self, total_tokens=n, depth=min(self.depth, n))
-        if self.method == "eagle1":
-            return replace(self, static_paths=[list(p) for p in check_paths(self.paths())[:n]])
-        if self.method == "lookup":
-            tokens = min(self.lookup_conf.num_tokens, n)
-            return replace(self, lookup_conf=replace(self.lookup_conf, num_tokens=tokens, branches=n // tokens))
-        return replace(self, depth=n)
+        return self if n == self.tree_size() else self.spec.cut(self, n)

@@ -12,16 +12,18 @@ over its cache) or from `inp.contexts`; nothing else in the engine changes.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Callable, Protocol
+from typing import TYPE_CHECKING, Callable, Protocol
 
 import torch
 
-from .config import InferConf
 from .cost import Budget, cut_trees
 from .drafting import TreeFeeder, draft_chain, draft_dynamic, draft_static
 from .lookup import CopyRates, copy_batch
 from .merge import merge
 from .tree import DraftTree, TreeBatch
+
+if TYPE_CHECKING:  # type-only: config imports the method registry, which imports this module
+    from .config import InferConf
 
 
 @dataclass
@@ -123,20 +125,13 @@ class HybridDrafter:
                      None if budget is None else lambda values: budget.nodes(values.log(), levels))
 
 
-HEAD_DRAFTERS = {"chain": ChainDrafter, "eagle1": StaticDrafter, "eagle2": DynamicDrafter}
-
-
 def drafter_for(config: InferConf, custom: Callable | Drafter | None = None) -> Drafter | None:
-    """The drafter of a config's method (None for vanilla), or `custom` (an object with `propose`, or a callable
-    TreeFeeder -> trees) in its place; with lookup (config.lookup, or a custom drafter under method lookup) the
-    head's trees get the copies merged in."""
+    """The drafter of a config's method as its registry entry builds it (None for vanilla), or `custom` (an object
+    with `propose`, or a callable TreeFeeder -> trees) in its place; under a method that uses lookup (a hybrid, or
+    lookup) a custom drafter's trees get the copies merged in."""
     if custom is not None and not hasattr(custom, "propose"):
         custom = CustomDrafter(custom)
     if custom is not None:
         return HybridDrafter(custom) if config.uses_lookup else custom
-    if config.method == "vanilla":
-        return None
-    if config.method == "lookup":
-        return LookupDrafter()
-    head = HEAD_DRAFTERS[config.method]()
-    return HybridDrafter(head) if config.lookup else head
+    build = config.spec.drafter
+    return None if build is None else build()

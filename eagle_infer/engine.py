@@ -1,8 +1,9 @@
 """The one decoding engine: prefill, then cycles of draft -> verify -> accept -> compact, over a batch of requests.
 
-Methods: `vanilla` (one target forward per token, the baseline), `chain` (EAGLE without a tree), `eagle1` (static
-tree), `eagle2` (dynamic tree) and `lookup` (prompt lookup, no head); `lookup=True` merges prompt lookup branches
-into a head's tree (eagle_infer.lookup, eagle_infer.merge). All share the target adapter, the caches and the
+Methods (the registry, eagle_infer.methods): `vanilla` (one target forward per token, the baseline), `chain` (EAGLE
+without a tree), `eagle1` (static tree), `eagle2` (dynamic tree), `lookup` (prompt lookup, no head), and the hybrids
+`chain+lookup`, `eagle1+lookup`, `eagle2+lookup` (the default), prompt lookup's copies merged into a head's tree
+(eagle_infer.lookup, eagle_infer.merge). All share the target adapter, the caches and the
 samplers, so greedy output is the target's own greedy output and sampled output is distributed as the target's.
 
 Batches (`generate_batch`): up to `batch_size` requests decode together, each in one row of the caches with its own
@@ -23,9 +24,8 @@ from typing import Callable
 
 import torch
 
-from .config import HEADLESS, InferConf
+from .config import InferConf
 from .cost import Budget, CostModel
-from .cost_measure import load_or_measure
 from .drafters import Drafter, drafter_for
 from .draft_head import DraftHead
 from .drafting import TreeFeeder
@@ -39,6 +39,16 @@ from .tree import DraftTree, TreeBatch
 from .verify import SamplingParams
 
 
+def checked(config: InferConf, target, head) -> InferConf:
+    """`config` resolved (InferConf.resolved), with one-line errors for what cannot decode with `target` and `head`
+    (a head method without a head among them)."""
+    config = config.resolved()
+    config.validate(target.vocab_size)
+    if config.spec.head and head is None:
+        raise EagleError(f"method {config.method!r} needs a draft head: give head=<dir> or head=random")
+    return config
+
+
 class Engine:
     """Decodes with `target` (a target.Target) and, for the EAGLE methods, a draft head (a DraftHead, run through a
     HeadRunner built for the target, or a runner).
@@ -46,22 +56,21 @@ class Engine:
     config: the InferConf (its "auto" settings resolved here). drafter: replaces the method's drafter with any
     Drafter (drafters.Drafter: `propose(DraftInput) -> TreeBatch`, or a list of DraftTrees) or callable
     TreeFeeder -> TreeBatch or list[DraftTree] (one tree per batch row; tests use oracles that know the target's
-    continuation); with lookup its trees are merged with the copies. cost: the cost model of an auto budget (default: this machine's, measured once and
-    cached)."""
+    continuation); with lookup its trees are merged with the copies. cost: the cost model of an auto budget (this
+    machine's: eagle_infer.build.measure_cost, which build_engine calls), None under a fixed budget. The constructor
+    does no I/O and measures nothing."""
 
     def __init__(
         self, target, head: DraftHead | HeadRunner | None, config: InferConf,
         drafter: Drafter | Callable[[TreeFeeder], TreeBatch | list[DraftTree]] | None = None,
         cost: CostModel | None = None,
     ):
-        config = config.resolved()
-        config.validate(target.vocab_size)
-        if config.method not in HEADLESS and head is None:
-            raise EagleError(f"method {config.method!r} needs a draft head: give head=<dir> or head=random")
-        self.target, self.config = target, config
-        self.head = None if config.method in HEADLESS else runner_for(head, target)
+        config = checked(config, target, head)
         if config.budget == "auto" and cost is None:
-            cost = load_or_measure(target, self.head, config.top_k, 1 + config.tree_size())
+            raise EagleError("budget 'auto' needs this machine's cost model: build the engine with "
+                             "eagle_infer.build.build_engine, or give cost=eagle_infer.build.measure_cost(...)")
+        self.target, self.config = target, config
+        self.head = runner_for(head, target) if config.spec.head else None
         self.drafter, self.cost = drafter_for(config, drafter), cost
         self.pad_trees = config.pad_trees == "on" or (
             config.pad_trees == "auto" and target.compiled_forward is not None and target.device.type == "cuda")

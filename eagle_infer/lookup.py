@@ -11,10 +11,14 @@ path value estimates the chance that it is accepted that far, on the same scale 
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
-from .config import LookupConf
 from .tree import TreeBatch
+
+if TYPE_CHECKING:  # type-only: config imports the method registry, whose drafters use this module
+    from .config import LookupConf
 
 PRIOR_HITS, PRIOR_TRIES = 1.0, 2.0  # a rate of 0.5 before any copied token was tested, weighing two tests
 

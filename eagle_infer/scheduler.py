@@ -86,8 +86,7 @@ class BatchRun:
         self.target, self.head, self.config = engine.target, engine.head, engine.config
         self.feature_layers = tuple(self.head.config.feature_layers) if self.head else ()  # a fused head's inputs
         config = self.config  # methods whose trees are always one chain, verified causally (cycle.target_mask)
-        self.chains = (config.method == "chain" and not config.lookup) or (
-            config.method == "lookup" and config.lookup_conf.branches == 1)
+        self.chains = config.spec.chains(config)
         self.cache = self.target.new_cache(call.size, call.max_len)
         self.head_cache = self.head.new_cache(call.size, call.max_len + config.feed_budget()) if self.head else None
         self.rows: list[Request | None] = [None] * call.size

@@ -189,14 +189,8 @@ class Target:
     # head is packed alike
     packed: bool = False
     compiled_forward: CompiledForward | None = None  # the decode forward compiled (compile_target), over static caches
-    use_lean: bool = True  # eager forwards run lean steps where the layers allow (False: transformers' layers)
-    lean: LeanDecoder | None = field(default=None, repr=False)  # built on construction (see use_lean)
-
-    def __post_init__(self):
-        if not self.use_lean:
-            self.lean = None
-        elif self.lean is None and self.compiled_forward is None:
-            self.lean = LeanDecoder.of(self.model, self.packed)
+    # the lean steps eager forwards run (with_lean_decoder builds them); None: transformers' layers
+    lean: LeanDecoder | None = field(default=None, repr=False)
 
     @property
     def config(self):
@@ -323,8 +317,15 @@ def load_target(model: str, dtype: str = "auto", device: str = "auto", pack: str
         packed = False
     if packed and not compile:
         pack_linears(hf_model)
-    target = Target(name, hf_model, tokenizer, template, torch_dtype, torch_device, packed)
+    target = with_lean_decoder(Target(name, hf_model, tokenizer, template, torch_dtype, torch_device, packed))
     return compile_target(target) if compile else target
+
+
+def with_lean_decoder(target: Target) -> Target:
+    """`target` whose eager forwards run lean steps where its layers allow (LeanDecoder.of: unpacked weights
+    shared with the model's own layers, packed ones as fused packed copies; None, transformers' layers, for a layer
+    of another form): the build step load_target takes, explicit so that constructing a Target does no work."""
+    return replace(target, lean=LeanDecoder.of(target.model, target.packed))
 
 
 def compile_target(target: Target) -> Target:

@@ -88,7 +88,7 @@ def meta_target(name: str, dtype: torch.dtype):
         with torch.device("meta"):
             model = AutoModelForCausalLM.from_config(config, dtype=dtype)
     check_architecture(name, model.config.model_type)
-    return Target(name, model, None, "chatml", dtype, torch.device("meta"), use_lean=False)
+    return Target(name, model, None, "chatml", dtype, torch.device("meta"))
 
 
 def check_architecture(name: str, model_type: str) -> None:

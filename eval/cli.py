@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import traceback
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
@@ -19,11 +19,12 @@ from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import OmegaConf
 
-from eagle_infer.build import build_head
+from eagle_infer.build import load_head_for
 from eagle_infer.chat import stop_ids
 from eagle_infer.cli_support import CONF_DIR, launch, one_line_errors, setup_logging
 from eagle_infer.config import InferConf, LookupConf, ModelConf
 from eagle_infer.errors import EagleError
+from eagle_infer.methods import DEFAULT_METHOD
 from eagle_infer.target import load_target
 from eagle_train.benchmarks import BENCHMARKS, benchmark_dir, check_names, load_benchmark
 from eval import throughput
@@ -35,7 +36,7 @@ from eval.report import category_table, log_wandb, plot_all, write_calibration, 
 from eval.spec_bench import write_answer_files
 
 log = logging.getLogger("eval")
-DEFAULT_METHODS = ["vanilla", "eagle2", "chain", "hf_generate", "pld"]
+DEFAULT_METHODS = ["vanilla", DEFAULT_METHOD, "eagle2", "chain", "hf_generate", "pld"]
 MODES = ("answers", "throughput")
 
 
@@ -94,7 +95,7 @@ def evaluate(conf: EvalRunConf, out: Path) -> str:
     target = load_target(conf.model.name, conf.model.dtype, conf.model.device, conf.model.pack,
                          conf.infer.compile)
     unlabelled = any(":" not in m and needs_head(m) for m in conf.methods)  # EAGLE methods drafting with the run's head
-    head = build_head(replace(conf.infer, method="eagle2"), target) if unlabelled else None
+    head = load_head_for(conf.infer, target) if unlabelled else None
     methods = make_methods(conf.methods, target, conf.infer, head, conf.assistant_model, conf.model.dtype, conf.heads)
     settings = HarnessSettings(conf.infer.max_new_tokens, conf.infer.sampling(), conf.infer.seed, conf.bench.max_turns,
                                conf.infer.batch_size)
@@ -140,15 +141,25 @@ def _check_batches(conf: EvalRunConf) -> None:
                          f"(engine methods batch)")
 
 
+def _setting(conf, key: str):
+    """A run config's `key` group as compared on resuming: infer without method and lookup, which the `methods`
+    list sets for each method it runs."""
+    value = OmegaConf.select(conf, key)
+    if key != "infer" or value is None:
+        return value
+    return {k: v for k, v in OmegaConf.to_container(value).items() if k not in ("method", "lookup")}
+
+
 def _check_same_settings(conf: EvalRunConf, out: Path) -> None:
-    """Records of one run must come from one setting: resuming with another model/infer/turns is refused."""
+    """Records of one run must come from one setting: resuming with another model/infer/turns is refused (infer's
+    method and lookup aside: each of `methods` sets its own, and the default method may change)."""
     path = out / "config.yaml"
     if not path.exists():
         return
     old = OmegaConf.load(path)
     new = OmegaConf.structured(conf)
     for key in ("model", "infer", "lookup", "bench.max_turns", "heads"):
-        if OmegaConf.select(old, key) != OmegaConf.select(new, key):
+        if _setting(old, key) != _setting(new, key):
             raise EagleError(f"{str(out)!r} holds records made with other {key} settings: give another run=NAME or delete it")
 
 

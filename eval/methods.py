@@ -1,7 +1,7 @@
 """Methods to compare, each a small adapter with one `generate_batch` signature, all timed by the same harness.
 
-Engine methods (vanilla, chain, eagle1, eagle2, lookup, and chain/eagle1/eagle2 + "+lookup" for hybrid trees)
-call the one engine; peers from transformers (hf_generate, pld, assisted) call `generate` on the same target model
+Engine methods (the method registry's: vanilla, chain, eagle1, eagle2, lookup, and the hybrids chain/eagle1/eagle2
++ "+lookup"; eagle_infer.methods) call the one engine; peers from transformers (hf_generate, pld, assisted) call `generate` on the same target model
 object, so dtype, weights and threads are shared. pld runs with the `lookup` group's max_ngram and num_tokens, so
 lookup and pld compare at equal settings.
 """
@@ -13,29 +13,32 @@ from dataclasses import replace
 import torch
 
 from eagle_infer.build import build_engine
-from eagle_infer.config import HEADLESS, METHODS as ENGINE_METHODS, InferConf, LookupConf
+from eagle_infer.config import InferConf, LookupConf
 from eagle_infer.errors import EagleError
 from eagle_infer.head_checkpoint import load_head
 from eagle_infer.head_runner import HeadRunner
+from eagle_infer.methods import Method, method_named, method_names
 from eagle_infer.records import BatchResult, GenerationResult
 from eagle_infer.target import load_target
 from eagle_infer.verify import SamplingParams
 
 PEER_METHODS = ("hf_generate", "pld", "assisted")
-HYBRID = "+lookup"  # suffix of an engine method whose head trees get prompt lookup branches merged in
-HYBRID_METHODS = tuple(m + HYBRID for m in ENGINE_METHODS if m not in HEADLESS)
-ALL_METHODS = ENGINE_METHODS + HYBRID_METHODS + PEER_METHODS
 
 
-def engine_method(name: str) -> tuple[str, bool]:
-    """(engine method, merge lookup?) of an engine method name such as "eagle2+lookup:LABEL"."""
+def all_methods() -> tuple[str, ...]:
+    """Every method name eval runs: the registered engine methods, then transformers' peers."""
+    return method_names() + PEER_METHODS
+
+
+def engine_method(name: str) -> Method | None:
+    """The registry's entry of an engine method name such as "eagle2+lookup:LABEL" (None for a peer)."""
     base = name.split(":")[0]
-    return base.removesuffix(HYBRID), base.endswith(HYBRID)
+    return method_named(base) if base in method_names() else None
 
 
 def needs_head(name: str) -> bool:
-    method, _ = engine_method(name)
-    return method in ENGINE_METHODS and method not in HEADLESS
+    method = engine_method(name)
+    return method is not None and method.head
 
 
 class EngineMethod:
@@ -43,9 +46,9 @@ class EngineMethod:
 
     def __init__(self, name: str, target, infer: InferConf, head):
         self.name = name
-        method, hybrid = engine_method(name)
-        settings = replace(infer, method=method, lookup=hybrid)
-        if method == "vanilla":  # no tree: the run's tree settings do not apply (lookup keeps them: auto or fixed)
+        method = engine_method(name)
+        settings = replace(infer, method=method.name, lookup=False)
+        if method.tree == "none":  # vanilla: the run's tree settings do not apply (lookup keeps them: auto or fixed)
             settings = replace(settings, budget="fixed", depth=1, total_tokens=1)
         self.engine = build_engine(settings, target, head)
 
@@ -95,9 +98,9 @@ def make_methods(names: list[str], target, infer: InferConf, head, assistant_mod
     of the run's head, so several heads share one table. Unknown names are one-line errors. The peers' prompt
     lookup (pld) takes infer.lookup_conf's settings."""
     heads = heads or {}
-    unknown = [n for n in names if n.split(":")[0] not in ALL_METHODS]
+    unknown = [n for n in names if n.split(":")[0] not in all_methods()]
     if unknown:
-        raise EagleError(f"unknown method {unknown[0]!r}: expected some of {', '.join(ALL_METHODS)} (optionally :LABEL)")
+        raise EagleError(f"unknown method {unknown[0]!r}: expected some of {', '.join(all_methods())} (optionally :LABEL)")
     labels = [n.split(":", 1)[1] for n in names if ":" in n]
     missing = [label for label in labels if label not in heads]
     if missing:

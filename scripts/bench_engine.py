@@ -289,7 +289,7 @@ def bench_dtype(dtype: str, args) -> dict:
         fwd_plain = {k: forward_ms(plain, k, cached, args.reps) for k in sizes} if plain else {}
         products = {k: matmul_ms(target, k, args.reps) for k in sizes}
         same = {k: same_logits(target, plain, k, cached) for k in sizes} if plain else {}
-        layered = replace(target, use_lean=False)  # the same weights through transformers' decoder layers
+        layered = replace(target, lean=None)  # the same weights through transformers' decoder layers
         fwd_layers = {k: forward_ms(layered, k, cached, args.reps) for k in sizes}
         same_lean = {k: same_logits(target, layered, k, cached) for k in sizes}
         fwd_compiled = {k: forward_ms(fast, k, cached, args.reps) for k in sizes} if fast else {}

@@ -134,7 +134,7 @@ def test_interactive_chat_on_a_terminal(tiny_smol, tmp_path):
             shown = term.expect("tokens/s", timeout=60)
             after = shown[shown.rindex(message) + len(message):]
             assert answer.strip() in after, after
-            assert re.search(r"\[eagle2 \| \d+ tokens \| tau [\d.]+ \| [\d.]+ tokens/s", after), after
+            assert re.search(r"\[eagle2\+lookup \| \d+ tokens \| tau [\d.]+ \| [\d.]+ tokens/s", after), after
             term.expect("> ")
         term.type("/exit")
         assert term.close() == 0

@@ -170,7 +170,7 @@ def test_infer_auto_keys_and_errors():
     one_line_error(lambda: Engine(target, head, InferConf(method="eagle1", budget="auto")), "budget 'auto'", "eagle1")
     one_line_error(lambda: Engine(target, head, InferConf(budget="sometimes")), "'sometimes'")
     one_line_error(lambda: Engine(target, head, InferConf(method="chain", budget="auto", lookup=True)),
-                   "budget 'auto'", "'chain'")
+                   "budget 'auto'", "'chain+lookup'")
     one_line_error(lambda: Engine(target, head, InferConf(budget="fixed", total_tokens="many")), "total_tokens 'many'")
 
 
@@ -242,3 +242,26 @@ def test_first_measurement_says_what_it_does_and_how_long(tmp_path, monkeypatch)
     assert len(said) == 3
     # the estimate: each size priced between the 1-token and the prefill timing, reps + 1 timings, a fifth added
     assert estimate_seconds(257.0, 1.0, 257, [1, 257], 3) == pytest.approx(1.2 * (1 + 257) * 4 / 1000)
+
+
+def test_the_engine_measures_nothing_and_the_build_step_does(tmp_path, monkeypatch):
+    """Engine's constructor takes the cost model as a value (no timing, no file); build.measure_cost is the explicit
+    step: None under a fixed budget, a refused config refused before any timing, else measured once and cached,
+    which build_engine calls."""
+    from eagle_infer.build import build_engine, measure_cost
+
+    monkeypatch.setenv("EAGLE_CACHE", str(tmp_path))
+    target, head = target_and_head(2)
+    one_line_error(lambda: Engine(target, head, InferConf(method="eagle2")), "budget 'auto'", "cost model",
+                   "build_engine")
+    assert measure_cost(InferConf(method="eagle2", budget="fixed"), target, head) is None
+    one_line_error(lambda: measure_cost(InferConf(method="eagle2", top_k=0), target, head), "top_k 0")
+    one_line_error(lambda: measure_cost(InferConf(method="eagle2"), target, None), "needs a draft head")
+    assert not list(tmp_path.rglob("*.json"))  # nothing measured so far
+    config = InferConf(method="eagle2", depth=3, top_k=2, total_tokens="auto", max_new_tokens=8)
+    engine = build_engine(config, target, head)
+    files = list(tmp_path.rglob("*.json"))
+    assert engine.cost is not None and engine.config.budget == "auto" and len(files) == 1
+    model = measure_cost(config, target, head)  # read back from the cache: the same timings
+    assert model.forward_ms == engine.cost.forward_ms
+    assert Engine(target, head, config, cost=model).cost is model

@@ -15,6 +15,7 @@ from functools import lru_cache
 import pytest
 import torch
 
+from eagle_infer.build import measure_cost
 from eagle_infer.draft_head import DraftHead, DraftHeadConfig, random_head
 from eagle_infer.config import InferConf
 from eagle_infer.engine import Engine
@@ -86,7 +87,9 @@ HEAD_CONFIGS = {
 
 
 def run(target, head, config, prompt, max_new, drafter=None, **kw):
-    return Engine(target, head, config, drafter=drafter).generate(list(prompt), max_new, **kw)
+    """The engine's output (an auto budget's cost model measured first, as build_engine does)."""
+    engine = Engine(target, head, config, drafter=drafter, cost=measure_cost(config, target, head))
+    return engine.generate(list(prompt), max_new, **kw)
 
 
 @pytest.mark.parametrize("path", PATHS)

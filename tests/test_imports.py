@@ -1,7 +1,7 @@
 """The project's packages import in one direction, eagle_infer <- eagle_train <- eval <- lab (a package imports its own
 modules and those of the packages before it), without a circle between modules, and no module imports one of the
-project's modules inside a function (optional third-party dependencies may stay lazy). Scripts and tests may import
-anything."""
+project's modules inside a function (optional third-party dependencies may stay lazy). Imports for type annotations
+only (under `if TYPE_CHECKING:`) never run and are not counted. Scripts and tests may import anything."""
 from __future__ import annotations
 
 import ast
@@ -24,6 +24,8 @@ def project_imports(path: Path, package: str, modules: set[str]) -> list[tuple[s
 
     def visit(node, nested: bool) -> None:
         for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and ast.unparse(child.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING"):
+                continue  # type-only imports never run
             inner = nested or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
             if isinstance(child, ast.ImportFrom):
                 base = child.module or ""
@@ -114,7 +116,7 @@ def test_the_checks_see_a_circle_an_upward_and_a_local_import(tmp_path):
     (tmp_path / "eval" / "a.py").write_text("from .b import x\n")
     (tmp_path / "eval" / "b.py").write_text("def f():\n    from eval.a import y\n")
     (tmp_path / "eagle_train" / "c.py").write_text("from eval import a\nfrom lab.d import z\n")
-    (tmp_path / "lab" / "d.py").write_text("from eval import b\n")
+    (tmp_path / "lab" / "d.py").write_text("from eval import b\nif TYPE_CHECKING:\n    from eval.a import t\n")
     table = import_table(tmp_path)
     assert find_cycle(graph(table)) in (["eval.a", "eval.b", "eval.a"], ["eval.b", "eval.a", "eval.b"])
     assert local_imports(table) == [("eval.b", "eval.a")]

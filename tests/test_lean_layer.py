@@ -1,12 +1,15 @@
 """The draft head's lean drafting step (eagle_infer.lean_layer) computes what transformers' decoder layers compute."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 
 from eagle_infer.draft_head import random_head
 from eagle_infer.head_runner import HeadRunner
 from eagle_infer.lean_layer import LeanLayer
+from eagle_infer.target import Target, with_lean_decoder
 from eagle_infer.tree import additive_mask, causal_mask
 
 from .tiny import tiny_target
@@ -104,3 +107,19 @@ def test_a_layer_class_without_a_lean_step_is_refused_in_one_line():
 
     with pytest.raises(EagleError, match="^decoder layer PhiDecoderLayer has no lean step: expected one of LlamaDecoder"):
         lean_layer(PhiDecoderLayer(), None, False)
+
+
+def test_a_target_is_built_explicitly():
+    """Constructing a Target does no work: the model's weights stay its own until with_lean_decoder, the explicit
+    build step, rewrites them as slices of the fused lean weights; transformers' layers (lean None) give the same
+    logits."""
+    model = tiny_target(layers=2, seed=1, lean=False).model
+    before = model.model.layers[0].self_attn.k_proj.weight.untyped_storage().data_ptr()
+    target = Target("fresh", model, None, "chatml", torch.float32, torch.device("cpu"))
+    assert target.lean is None and model.model.layers[0].self_attn.k_proj.weight.untyped_storage().data_ptr() == before
+    built = with_lean_decoder(target)
+    assert built.lean is not None and target.lean is None  # a new object; the given one unchanged
+    assert model.model.layers[0].self_attn.k_proj.weight.untyped_storage().data_ptr() != before
+    prompt = torch.randint(0, 96, (1, 7))
+    logits = [t.forward(prompt, torch.arange(7)[None], t.new_cache(1, 16))[0] for t in (built, replace(built, lean=None))]
+    torch.testing.assert_close(*logits, atol=1e-5, rtol=1e-5)

@@ -319,7 +319,7 @@ def test_lookup_needs_no_head_and_builds_from_config():
     engine = Engine(target, None, InferConf(budget="fixed", method="lookup"))
     assert engine.cache_bytes(1, 64) == Engine(target, None, InferConf(method="vanilla")).cache_bytes(1, 64)
     one_line_error(lambda: Engine(target, None, InferConf(budget="fixed", method="eagle2", lookup=True, total_tokens=16)),
-                   "'eagle2'", "head")
+                   "'eagle2+lookup'", "head")
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -369,7 +369,8 @@ def test_eval_methods_and_lookup_share(tmp_path, monkeypatch):
     from eval.methods import engine_method, make_methods, needs_head
     from eval.metrics import summarize
 
-    assert engine_method("eagle2+lookup:h100") == ("eagle2", True) and engine_method("lookup") == ("lookup", False)
+    assert engine_method("eagle2+lookup:h100").name == "eagle2+lookup" and engine_method("eagle2+lookup").merges_lookup
+    assert engine_method("lookup").name == "lookup" and engine_method("pld") is None
     assert [needs_head(m) for m in ("vanilla", "lookup", "chain+lookup", "eagle2", "pld")] == [False, False, True, True,
                                                                                                False]
     target, head = target_and_head(2)
@@ -377,8 +378,8 @@ def test_eval_methods_and_lookup_share(tmp_path, monkeypatch):
     lookup, hybrid, pld = make_methods(["lookup", "eagle2+lookup", "pld"], target,
                                        InferConf(budget="fixed", total_tokens=12, lookup_conf=conf), head, None, "float32")
     assert lookup.engine.config.method == "lookup" and lookup.engine.head is None
-    assert (hybrid.engine.config.method, hybrid.engine.config.lookup, hybrid.engine.config.lookup_conf) == ("eagle2", True,
-                                                                                                           conf)
+    assert (hybrid.engine.config.method, hybrid.engine.config.lookup, hybrid.engine.config.lookup_conf) == (
+        "eagle2+lookup", True, conf)
     assert pld.lookup == conf  # transformers' prompt lookup runs at the same max_ngram and num_tokens
     with pytest.raises(EagleError, match="'lookup\\+lookup'"):
         make_methods(["lookup+lookup"], target, InferConf(budget="fixed"), head, None, "float32")

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from eagle_infer.target import Target
+from eagle_infer.target import Target, with_lean_decoder
 
 
 LLAMA3_ROPE = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
@@ -11,10 +11,11 @@ LLAMA3_ROPE = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "hi
 
 
 def tiny_target(vocab: int = 96, hidden: int = 64, layers: int = 2, seed: int = 0, dtype=torch.float32,
-                arch: str = "llama", name: str = "tiny-llama", rope_theta: float | None = None) -> Target:
+                arch: str = "llama", name: str = "tiny-llama", rope_theta: float | None = None,
+                lean: bool = True) -> Target:
     """A random Llama-family causal LM wrapped as a Target (tokenizer None). arch: llama, mistral, qwen2, qwen3
     (per-head q/k norms), or llama3 (a Llama with Llama 3.x's rope scaling); rope_theta: None = the family's
-    default."""
+    default. lean: with its lean decoder built (with_lean_decoder), as load_target builds a target."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
     extra = {"llama3": {"rope_scaling": LLAMA3_ROPE}, "qwen3": {"head_dim": hidden // 4}}.get(arch, {})
@@ -31,4 +32,5 @@ def tiny_target(vocab: int = 96, hidden: int = 64, layers: int = 2, seed: int = 
     # Sharpen the output distribution so greedy paths are not near-ties and a few tokens dominate.
     with torch.no_grad():
         model.lm_head.weight.mul_(8.0)
-    return Target(name, model, None, "chatml", dtype, torch.device("cpu"))
+    target = Target(name, model, None, "chatml", dtype, torch.device("cpu"))
+    return with_lean_decoder(target) if lean else target
