@@ -286,6 +286,7 @@ def _plan_conversations(cfg: TrainRunConf):
 def plan(cfg: TrainRunConf, costs: bool = True) -> str:
     """The resolved settings and, with `costs`, what the run costs (eagle_train.plan)."""
     ds = read_ds_config(cfg.train.deepspeed_config, cfg.train, cfg.train.max_steps or 1)
+    shown = {k: v for k, v in ds.items() if k != "scheduler"}  # its step counts need the run's steps: not known here
     lines = [f"recipe: {cfg.recipe}", f"model: {cfg.model.name} ({cfg.model.dtype}, device {cfg.model.device})",
              f"data: {cfg.data.source}, {f'after {cfg.data.skip}, ' if cfg.data.skip else ''}"
              f"{_self_plan(cfg.data)}"
@@ -300,7 +301,8 @@ def plan(cfg: TrainRunConf, costs: bool = True) -> str:
              f"input {cfg.train.input_mode}, states {cfg.train.features} from {cfg.train.features_dir}"
              f"{''.join(' + ' + d for d in cfg.train.extra_features)} -> {cfg.train.out_dir}",
              f"head: block {cfg.head.block}, layers {cfg.head.layers}, features {cfg.head.features}",
-             f"deepspeed ({cfg.train.deepspeed_config}): {ds}"]
+             f"deepspeed ({cfg.train.deepspeed_config}): {shown} (its scheduler: {cfg.train.lr_schedule} after "
+             f"{cfg.train.warmup_steps} warmup steps, sized to the run's steps when training starts)"]
     if cfg.notes:
         lines.append(f"notes: {cfg.notes}")
     if costs:

@@ -42,6 +42,8 @@ def test_plan_of_the_8b_eagle3_recipes(name, vocab, layers, monkeypatch):
             conf.featurize.max_length) == ("eagle3", "online", 7, 32000, 4096)
     text = plan(conf)
     assert "cost (8 ranks; data estimated at 4 characters a token):" in text
+    # DeepSpeed's scheduler is sized at the start of training: the plan names it, not a placeholder step count
+    assert "warmup_num_steps" not in text and "(its scheduler: constant after 1000 warmup steps," in text
     tokens = float(re.search(r"data: [\d,]+ training conversations, ([\d.]+)M tokens", text).group(1)) * 1e6
     disk = re.search(r"disk: offline ([\d,.]+) GB \(16,384 bfloat16 values a token\)", text)
     assert disk and float(disk.group(1).replace(",", "")) == pytest.approx(tokens * (16384 * 2 + 5) / 1e9, rel=0.01)
