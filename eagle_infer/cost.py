@@ -116,13 +116,6 @@ class Budget:
         ratio, best = (tokens / self._table(levels, m, 0, values.device)).max(0, keepdim=True)
         return tokens, ratio, best
 
-    def plan(self, values: torch.Tensor, levels: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """values: [B, M] path log-values of every candidate so far. -> (n nodes per row, expected tokens per
-        cycle over the batch, cycle ms) of the best n <= max_nodes, with `levels` draft levels paid, as float64
-        scalars on the values' device (no host read)."""
-        tokens, _, best = self._best(values, levels)
-        return (best + 1.0)[0], tokens[best][0], self._table(levels, tokens.shape[0], 0, values.device)[best][0]
-
     def nodes(self, values: torch.Tensor, levels: int) -> int:
         """How many nodes per row to verify (one host read)."""
         return int(self._best(values, levels)[2]) + 1

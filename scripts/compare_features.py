@@ -23,11 +23,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from eagle_infer.platform import cpu  # noqa: E402
+from eagle_train.states import MODES  # noqa: E402
 
-MODES = ("offline", "online", "cached")
 
-
-def disk_bytes(path: Path) -> int:
+def bytes_under(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) if path.exists() else 0
 
 
@@ -53,7 +52,7 @@ def run_mode(recipe: str, mode: str, ngpu: int, out: Path, extra: list[str]) -> 
     summary = json.loads((head / "summary.json").read_text())
     return {"mode": mode, "featurize_s": timings["featurize"], "train_stage_s": timings["train"],
             "train_s": summary["train_s"],
-            "loss_tokens": summary["loss_tokens"], "disk_mb": disk_bytes(features) / 1e6, **summary}
+            "loss_tokens": summary["loss_tokens"], "disk_mb": bytes_under(features) / 1e6, **summary}
 
 
 HELD_OUT = ("heldout/top1", "heldout/top3", "heldout/loss")
