@@ -43,7 +43,7 @@ test: $(STAMP)
 # the command through the environment, verbatim (no make or shell expansion); settings go in ARGS.
 chat: export EAGLE_CHAT_TEXT := $(value CHAT)
 chat: $(STAMP)
-	$(PY) -m eagle_infer.cli $${EAGLE_CHAT_TEXT:+"$$EAGLE_CHAT_TEXT"} $(ARGS)
+	$(PY) -m eagle_infer.entry.cli $${EAGLE_CHAT_TEXT:+"$$EAGLE_CHAT_TEXT"} $(ARGS)
 
 # Featurize, then train, each on NGPU ranks of this machine (DeepSpeed's launcher; gloo on a CPU), or on the nodes
 # of a DeepSpeed hostfile (HOSTFILE=<file>: "<host> slots=<GPUs>" a line). DRY_RUN=1 prints the plan for NGPU ranks

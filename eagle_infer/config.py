@@ -1,9 +1,9 @@
 """The typed configuration of inference, the one schema Hydra reads and the engine runs on (`InferConf`), with the
-model and prompt-lookup groups. Schemas only: building targets, heads and engines is `eagle_infer.build`'s job.
+model and prompt-lookup groups. Schemas only: building targets, heads and engines is `eagle_infer.decoding.build`'s job.
 
 Tree settings: `depth` and `total_tokens` default to "auto", the measured-fastest lossless setting: EAGLE-2, prompt
 lookup and their hybrid then choose their tree per cycle from a cost model measured on the running machine
-(eagle_infer/cost.py), with depth <= AUTO_MAX_DEPTH and at most AUTO_MAX_TOKENS nodes. Methods that cannot choose
+(eagle_infer/decoding/cost.py), with depth <= AUTO_MAX_DEPTH and at most AUTO_MAX_TOKENS nodes. Methods that cannot choose
 per cycle (chain, eagle1, eagle2 without rerank) read "auto" as the paper's fixed values, FIXED_DEPTH and
 FIXED_TOKENS; so does `budget="fixed"` (the fixed tree, one override away). An integer is a fixed setting, or a cap
 when the other one is "auto" or budget is "auto"; `resolved()` turns the schema into the integers and the budget
@@ -14,11 +14,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Optional
 
-from .config_limits import check_number
+from .models.config_limits import check_number
 from .errors import EagleError
-from .methods import DEFAULT_METHOD, HYBRID, Method, method_named, with_lookup
-from .tree import DEFAULT_STATIC_PATHS
-from .verify import SamplingParams
+from .decoding.methods import DEFAULT_METHOD, HYBRID, Method, method_named, with_lookup
+from .trees.tree import DEFAULT_STATIC_PATHS
+from .decoding.verify import SamplingParams
 
 EXPAND_BY = ("value", "confidence")
 BUDGETS = ("fixed", "auto")
@@ -36,7 +36,7 @@ class ModelConf:
     dtype: str = "auto"  # bfloat16 on GPUs and CPUs with native bfloat16 matmuls, else float32 (platform.resolve_dtype)
     device: str = "auto"
     # auto | on | off: linear weights packed once for oneDNN; auto packs the CPU's native dtype (bfloat16 with native
-    # bfloat16 matmuls, float32 without: eagle_infer.packed)
+    # bfloat16 matmuls, float32 without: eagle_infer.models.packed)
     pack: str = "auto"
 
 
@@ -68,7 +68,7 @@ class InferConf:
     """How to decode: the `infer` group, and what Engine takes (each field's meaning beside it; "auto" tree settings:
     the module docstring)."""
 
-    # a registered method (eagle_infer.methods): eagle2+lookup (the default: EAGLE-2 with prompt lookup merged in),
+    # a registered method (eagle_infer.decoding.methods): eagle2+lookup (the default: EAGLE-2 with prompt lookup merged in),
     # eagle2, eagle1, chain (and their +lookup hybrids), lookup (prompt lookup alone, no head) or vanilla
     method: str = DEFAULT_METHOD
     head: str = "shipped"  # "shipped" (eagle_infer/heads/<model>), "random" (untrained) or a head directory

@@ -23,12 +23,12 @@ import hydra
 from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
 
-import eagle_infer.target  # load_target looked up when called: tests stand one in
-from eagle_infer.chat import Message, check_template
-from eagle_infer.cli_support import CONF_DIR, REPO, launch, one_line_errors, setup_logging
+import eagle_infer.models.target  # load_target looked up when called: tests stand one in
+from eagle_infer.models.chat import Message, check_template
+from eagle_infer.entry.cli_support import CONF_DIR, REPO, launch, one_line_errors, setup_logging
 from eagle_infer.config import ModelConf
 from eagle_infer.errors import EagleError
-from eagle_infer.head_checkpoint import head_directory, load_head
+from eagle_infer.head.head_checkpoint import head_directory, load_head
 from eagle_infer.platform import resolve_device
 
 from .benchmarks import benchmark_dir
@@ -76,7 +76,7 @@ class DataConf:
     seed: int = 0
     features_dir: str = "runs/${model.name}/features"
     # the chat template the data is rendered with, for any model: "tokenizer" (its own Jinja template) or a named
-    # one (eagle_infer.chat: vicuna_v1.1, llama2_chat, chatml); null: the model's registered template
+    # one (eagle_infer.models.chat: vicuna_v1.1, llama2_chat, chatml); null: the model's registered template
     template: Optional[str] = None
     # Where stage=save-generated keeps what the target wrote for these directories and the generating stages restore
     # it from (eagle_train.generated_data); relative to the checkout's root; null: nothing restored
@@ -333,7 +333,7 @@ def _load_target(conf: TrainRunConf):
         ds = read_ds_config(conf.train.deepspeed_config, conf.train, 1)
         check_fits(conf, ds, launched_rank()[1], resolve_device(rank_device(conf.model.device)))
     dtype = train_dtype(conf.train) if training else conf.model.dtype
-    target = eagle_infer.target.load_target(conf.model.name, dtype, rank_device(conf.model.device),
+    target = eagle_infer.models.target.load_target(conf.model.name, dtype, rank_device(conf.model.device),
                                             "off" if training else conf.model.pack,
                                             compile=conf.featurize.compile and not training)
     if conf.data.template is not None:  # features record it (their manifest), so training checks it too

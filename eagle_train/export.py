@@ -36,11 +36,11 @@ import huggingface_hub
 import torch
 from safetensors.torch import save_file
 
-from eagle_infer.draft_head import INPUT_MODES, DraftHead
+from eagle_infer.head.draft_head import INPUT_MODES, DraftHead
 from eagle_infer.errors import EagleError
-from eagle_infer.head_card import CARD_FILE, serve_section
-from eagle_infer.head_checkpoint import TOKEN_MAP_FILE
-from eagle_infer.registry import is_hub_id, lookup
+from eagle_infer.head.head_card import CARD_FILE, serve_section
+from eagle_infer.head.head_checkpoint import TOKEN_MAP_FILE
+from eagle_infer.models.registry import is_hub_id, lookup
 
 FORMATS = ("speculators", "vllm", "sglang", "eagle")
 SERVERS = {"speculators": "vLLM (speculators format)", "vllm": "vLLM", "sglang": "SGLang",

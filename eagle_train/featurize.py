@@ -12,10 +12,10 @@ from typing import Optional
 import torch
 from tqdm import tqdm
 
-from eagle_infer.chat import Message, loss_mask, render
+from eagle_infer.models.chat import Message, loss_mask, render
 from eagle_infer.config import InferConf
-from eagle_infer.draft_head import eagle3_layers
-from eagle_infer.engine import Engine
+from eagle_infer.head.draft_head import eagle3_layers
+from eagle_infer.decoding.engine import Engine
 from eagle_infer.errors import EagleError
 from eagle_infer.platform import machine_facts
 

@@ -9,7 +9,7 @@ predicts f_{i+1}, whose LM head predicts x_{i+2}; pair i counts in the loss when
 Training-time test (EAGLE-3, `ttt_steps` = K): after step 0 on the real pairs, step k feeds pair i the head's own
 step-(k-1) output at i - 1 with the data's token x_{i+shift}: it is depth k+1 of a draft chain started from the
 real pair s = i - k, so it attends the real pairs <= s and the chain's earlier steps (step j at position s + j)
-only — the pattern drafting uses (eagle_infer.chain_attention computes it without materialising it). Keys and
+only — the pattern drafting uses (eagle_infer.head.chain_attention computes it without materialising it). Keys and
 values of earlier steps stay in a cache that gradients flow through.
 Step k's loss is weighted decay^k and counts positions i >= k. This is the unrolling of EAGLE-3's reference trainer
 relabelled (it keeps a chain at its start s and shifts the tokens and targets left each step); on the same inputs
@@ -29,7 +29,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from eagle_infer.errors import EagleError
-from eagle_infer.tree import additive_mask, causal_mask
+from eagle_infer.trees.tree import additive_mask, causal_mask
 
 from .features import Sample
 
@@ -183,7 +183,7 @@ def compiled_step_loss():
 
 def compile_layers(head) -> None:
     """train.compile: each decoder layer of the head runs through torch.compile (dynamic shapes; the training-time
-    test's attention stays eager between its graphs, eagle_infer.chain_attention), in place, so parameter names and
+    test's attention stays eager between its graphs, eagle_infer.head.chain_attention), in place, so parameter names and
     checkpoints are unchanged."""
     _compile_settings()
     for layer in head.layers:

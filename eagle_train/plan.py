@@ -4,7 +4,7 @@ disk its states take offline or cached, memory per rank, steps, and, where a dev
 disk room for what it writes, online training with a target that does not fit beside the head, a target whose
 architecture the head cannot take.
 
-The target's shape comes without its weights: a registered name's architecture (eagle_infer.registry), a synthetic
+The target's shape comes without its weights: a registered name's architecture (eagle_infer.models.registry), a synthetic
 stand-in's, or a local directory's config.json, built on PyTorch's meta device; the head is built on it the way
 training builds it, so its parameter count is the real one. Before featurize, the data's tokens are estimated from
 its characters (CHARS_PER_TOKEN, each message's template markup TEMPLATE_TOKENS; capped at max_length, regenerated
@@ -25,12 +25,12 @@ from pathlib import Path
 
 import torch
 
-from eagle_infer.draft_head import DraftHead
+from eagle_infer.head.draft_head import DraftHead
 from eagle_infer.errors import EagleError
 from eagle_infer.platform import available_memory
-from eagle_infer.registry import lookup
-from eagle_infer.synthetic import PREFIX, is_synthetic, synthetic_model
-from eagle_infer.target import SUPPORTED_ARCHITECTURES, Target, load_target
+from eagle_infer.models.registry import lookup
+from eagle_infer.models.synthetic import PREFIX, is_synthetic, synthetic_model
+from eagle_infer.models.target import SUPPORTED_ARCHITECTURES, Target, load_target
 
 from .disk import ID_BYTES, size
 from .features import Manifest, Sample
@@ -98,7 +98,7 @@ def check_architecture(name: str, model_type: str) -> None:
 
 
 def estimate_data(conversations, max_length: int, regenerate: bool, max_new_tokens: int, turns: int) -> DataSize:
-    """Tokens and loss tokens of `conversations` (lists of eagle_infer.chat.Message) estimated from characters."""
+    """Tokens and loss tokens of `conversations` (lists of eagle_infer.models.chat.Message) estimated from characters."""
     tokens = loss = 0
     for conv in conversations:
         if regenerate:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from eagle_infer.chat import Message, prompt_ids, stop_ids
+from eagle_infer.models.chat import Message, prompt_ids, stop_ids
 from eagle_infer.errors import EagleError
 from eagle_infer.platform import machine_facts
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 import argparse
 import json
 
-from eagle_infer.cli_support import one_line_errors
+from eagle_infer.entry.cli_support import one_line_errors
 from eagle_infer.errors import EagleError
-from eagle_infer.head_checkpoint import load_head
-from eagle_infer.target import load_target
+from eagle_infer.head.head_checkpoint import load_head
+from eagle_infer.models.target import load_target
 
 from .features import Manifest, read_samples
 from .train import evaluate

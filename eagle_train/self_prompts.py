@@ -2,12 +2,12 @@
 writes what a user would ask. The prompts kept here become one-turn conversations that regeneration
 (eagle_train/regenerate.py) answers like ShareGPT's, so both sides of the data come from the target.
 
-- user header: `user_header` renders a chat of one user message whose content is a sentinel (eagle_infer.chat, so
+- user header: `user_header` renders a chat of one user message whose content is a sentinel (eagle_infer.models.chat, so
   any template works) and cuts at the sentinel: for SmolLM2 `<|im_start|>system\\n…<|im_end|>\\n<|im_start|>user\\n`
   (its template's default system message included). The end-of-turn marker is the first non-whitespace run after
   the content (`<|im_end|>`, vicuna's `ASSISTANT:`, llama2's `[/INST]`).
 - sampling: vanilla decoding through the engine with `temperature` and `top_p`, up to `max_tokens` new tokens,
-  stopping at the chat's stop ids (eagle_infer.chat.stop_ids) and at the marker's token when it is one token; a
+  stopping at the chat's stop ids (eagle_infer.models.chat.stop_ids) and at the marker's token when it is one token; a
   marker of several tokens ends the prompt where its text appears.
 - steering (optional): with `system_prompts` [P0 … Pn-1], request i of a shard is sampled after the header of a chat
   whose system message is P(i mod n) (the Magpie paper's way to steer the domain: e.g. one system prompt per
@@ -41,12 +41,12 @@ from typing import Optional
 
 from tqdm import tqdm
 
-from eagle_infer.chat import Message, render, stop_ids
+from eagle_infer.models.chat import Message, render, stop_ids
 from eagle_infer.config import InferConf
-from eagle_infer.engine import Engine
+from eagle_infer.decoding.engine import Engine
 from eagle_infer.errors import EagleError
 from eagle_infer.platform import machine_facts
-from eagle_infer.verify import SamplingParams
+from eagle_infer.decoding.verify import SamplingParams
 
 from .benchmarks import BENCHMARKS, benchmark_dir, load_benchmark
 from .near_duplicates import DuplicateIndex

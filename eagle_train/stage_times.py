@@ -15,7 +15,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from eagle_infer.cli_support import one_line_errors
+from eagle_infer.entry.cli_support import one_line_errors
 from eagle_infer.errors import EagleError
 
 from .markdown import table as markdown

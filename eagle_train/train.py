@@ -19,10 +19,10 @@ from typing import Optional
 
 import torch
 
-from eagle_infer.cli_support import REPO, missing_extra
-from eagle_infer.draft_head import DraftHead, DraftHeadConfig, eagle3_layers
-from eagle_infer.head_card import machine as card_machine
-from eagle_infer.head_card import target_revision, write_card
+from eagle_infer.entry.cli_support import REPO, missing_extra
+from eagle_infer.head.draft_head import DraftHead, DraftHeadConfig, eagle3_layers
+from eagle_infer.head.head_card import machine as card_machine
+from eagle_infer.head.head_card import target_revision, write_card
 from eagle_infer.errors import EagleError
 from eagle_infer.platform import resolve_dtype
 
@@ -309,7 +309,7 @@ def _run_id(cfg: TrainConfig) -> str:
 
 def train(cfg: TrainConfig, target, head_shape: HeadConf = HeadConf(), provenance: dict | None = None) -> dict:
     """Train (or resume) a head for `target`; writes checkpoints and the engine-format head to out_dir/head, with its
-    model card (eagle_infer.head_card; `provenance`: what the caller knows of the data, e.g. its source and recipe)."""
+    model card (eagle_infer.head.head_card; `provenance`: what the caller knows of the data, e.g. its source and recipe)."""
     check_mode(cfg.features)
     cfg.check()
     try:

@@ -19,13 +19,13 @@ from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import OmegaConf
 
-from eagle_infer.build import load_head_for
-from eagle_infer.chat import stop_ids
-from eagle_infer.cli_support import CONF_DIR, launch, one_line_errors, setup_logging
+from eagle_infer.decoding.build import load_head_for
+from eagle_infer.models.chat import stop_ids
+from eagle_infer.entry.cli_support import CONF_DIR, launch, one_line_errors, setup_logging
 from eagle_infer.config import InferConf, LookupConf, ModelConf
 from eagle_infer.errors import EagleError
-from eagle_infer.methods import DEFAULT_METHOD
-from eagle_infer.target import load_target
+from eagle_infer.decoding.methods import DEFAULT_METHOD
+from eagle_infer.models.target import load_target
 from eagle_train.benchmarks import BENCHMARKS, benchmark_dir, check_names, load_benchmark
 from eval import throughput
 from eval.harness import HarnessSettings, run

@@ -1,7 +1,7 @@
 """Methods to compare, each a small adapter with one `generate_batch` signature, all timed by the same harness.
 
 Engine methods (the method registry's: vanilla, chain, eagle1, eagle2, lookup, and the hybrids chain/eagle1/eagle2
-+ "+lookup"; eagle_infer.methods) call the one engine; peers from transformers (hf_generate, pld, assisted) call `generate` on the same target model
++ "+lookup"; eagle_infer.decoding.methods) call the one engine; peers from transformers (hf_generate, pld, assisted) call `generate` on the same target model
 object, so dtype, weights and threads are shared. pld runs with the `lookup` group's max_ngram and num_tokens, so
 lookup and pld compare at equal settings.
 """
@@ -12,15 +12,15 @@ from dataclasses import replace
 
 import torch
 
-from eagle_infer.build import build_engine
+from eagle_infer.decoding.build import build_engine
 from eagle_infer.config import InferConf, LookupConf
 from eagle_infer.errors import EagleError
-from eagle_infer.head_checkpoint import load_head
-from eagle_infer.head_runner import HeadRunner
-from eagle_infer.methods import Method, method_named, method_names
-from eagle_infer.records import BatchResult, GenerationResult
-from eagle_infer.target import load_target
-from eagle_infer.verify import SamplingParams
+from eagle_infer.head.head_checkpoint import load_head
+from eagle_infer.head.head_runner import HeadRunner
+from eagle_infer.decoding.methods import Method, method_named, method_names
+from eagle_infer.decoding.records import BatchResult, GenerationResult
+from eagle_infer.models.target import load_target
+from eagle_infer.decoding.verify import SamplingParams
 
 PEER_METHODS = ("hf_generate", "pld", "assisted")
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from eagle_infer.chat import Message
+from eagle_infer.models.chat import Message
 
 from eagle_train.benchmarks import Question
 from eagle_train.markdown import table as markdown_table

@@ -43,10 +43,10 @@ from pathlib import Path
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from eagle_infer.cli_support import CONF_DIR, REPO, check_recipe_arg, setup_logging
+from eagle_infer.entry.cli_support import CONF_DIR, REPO, check_recipe_arg, setup_logging
 from eagle_infer.errors import EagleError
 from eagle_infer.platform import cache_root, cpu
-from eagle_infer.target import load_target
+from eagle_infer.models.target import load_target
 from eagle_train.cli import TrainRunConf  # noqa: F401 (registers the schema `recipes=` composes over)
 from eagle_train.conversations import SHAREGPT_PACKAGE
 from eagle_train.features import Manifest, read_samples

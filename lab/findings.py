@@ -12,8 +12,8 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from eagle_infer.cli_support import REPO
-from eagle_infer.draft_head import INPUT_MODES
+from eagle_infer.entry.cli_support import REPO
+from eagle_infer.head.draft_head import INPUT_MODES
 from eval import throughput
 from eval.metrics import ALL, CycleRow, Row, alpha, calibration, cycle_split, summarize
 from eval.records import read_records

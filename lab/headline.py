@@ -19,8 +19,8 @@ from pathlib import Path
 import torch
 from omegaconf import OmegaConf
 
-from eagle_infer.build import HEADS_DIR
-from eagle_infer.cli_support import one_line_errors
+from eagle_infer.decoding.build import HEADS_DIR
+from eagle_infer.entry.cli_support import one_line_errors
 from eagle_infer.errors import EagleError
 from eagle_infer.platform import machine_label, resolve_device, resolve_dtype
 from eagle_train.provenance import checkout_commit

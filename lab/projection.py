@@ -1,5 +1,5 @@
 """A speedup projected from a cycle's measured cost and a paper's τ, for targets whose own τ means nothing
-(synthetic targets: random weights, eagle_infer.synthetic), and the published figures it is projected from.
+(synthetic targets: random weights, eagle_infer.models.synthetic), and the published figures it is projected from.
 
 PAPER_FIGURES are the EAGLE paper's results on its GPUs (Li et al., 2024), not this toolkit's, each with the table
 it comes from, read from lab/published.py (the one transcription of ../shared/reference/paper-tables.md). Their τ

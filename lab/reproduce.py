@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from eagle_infer.cli_support import REPO, setup_logging
+from eagle_infer.entry.cli_support import REPO, setup_logging
 from eagle_infer.errors import EagleError
 from eagle_infer.platform import cache_root, cpu
 from eagle_train.benchmarks import benchmark_dir, load_benchmark

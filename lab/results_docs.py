@@ -18,9 +18,9 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from eagle_infer.cli_support import one_line_errors
+from eagle_infer.entry.cli_support import one_line_errors
 from eagle_infer.errors import EagleError
-from eagle_infer.head_card import stage_text
+from eagle_infer.head.head_card import stage_text
 from eagle_train.markdown import table
 from eval.report import HALF_PRECISION_NOTE
 from lab.ablation_file import COLUMNS as ABLATION_COLUMNS

@@ -1,7 +1,7 @@
 """`make ship-head ROW=<row>` (python -m lab.ship_head): an ablation row's head becomes the shipped head.
 
 Copies `<cache root>/ablate-head/<row>/head` (its weights and config) into `eagle_infer/heads/<model>` of the checkout
-and writes the card (`eagle_infer.head_card`) from files only: the training facts of the row's own card (data, loss
+and writes the card (`eagle_infer.head.head_card`) from files only: the training facts of the row's own card (data, loss
 tokens, steps, training time and machine), the row's line of the committed ablation file (held-out top-1 and α, τ
 on MT-bench and on held-out prompts, EAGLE-2 × vanilla with the machine it ran on), and each data stage's time from
 the row's feature directories (`eagle_train.stage_times`). `make results-docs` then renders docs/training.md's
@@ -16,10 +16,10 @@ import shutil
 from dataclasses import asdict
 from pathlib import Path
 
-from eagle_infer.cli_support import REPO, known_recipes, one_line_errors
+from eagle_infer.entry.cli_support import REPO, known_recipes, one_line_errors
 from eagle_infer.errors import EagleError
-from eagle_infer.head_card import write_card
-from eagle_infer.head_checkpoint import load_config
+from eagle_infer.head.head_card import write_card
+from eagle_infer.head.head_checkpoint import load_config
 from eagle_infer.platform import cache_root
 from eagle_train.stage_times import stage_times
 from lab.ablate_head import load_spec, recipe, row_overrides

@@ -14,10 +14,10 @@ Prints, for the machine's native dtype (model.dtype=auto) unless --dtypes says o
       forward of N + 1 tokens (bare forwards are timed between the prompts' runs, so drift hits both alike);
   (d) tokens/s of transformers' generate, the engine's vanilla decoding and EAGLE-2 on MT-bench first turns, with
       τ and the cycle split (draft / verify) for the head (shipped if present, else random).
---compile adds the compiled target (infer.compile, eagle_infer/compiled.py): its forward per size and an engine
+--compile adds the compiled target (infer.compile, eagle_infer/models/compiled.py): its forward per size and an engine
 column "compiled" decoding through it (the head drafts eagerly), with the compile time (warm-up, excluded from
 every timing) and how many graphs were compiled after warm-up (0 expected).
-A synthetic target (--model synthetic:vicuna-7b: that architecture with random weights, eagle_infer/synthetic.py)
+A synthetic target (--model synthetic:vicuna-7b: that architecture with random weights, eagle_infer/models/synthetic.py)
 adds (e) the cost of a cycle of EAGLE's draft tree (25 nodes, depth 5; drafted by a random head, verified) beside the
 vanilla step, and the speedup projected from it at the τ the EAGLE paper reports for that target,
 τ × vanilla step / (draft + verify per cycle), beside the paper's measured speedup (lab/projection.py): a
@@ -50,13 +50,13 @@ import torch
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from eagle_infer.chat import Message, prompt_ids, stop_ids  # noqa: E402
-from eagle_infer.build import build_engine, shipped_head_dir  # noqa: E402
+from eagle_infer.models.chat import Message, prompt_ids, stop_ids  # noqa: E402
+from eagle_infer.decoding.build import build_engine, shipped_head_dir  # noqa: E402
 from eagle_infer.config import InferConf  # noqa: E402
 from eagle_infer.platform import cpu, median_ms, sync  # noqa: E402
 from eagle_infer.errors import EagleError  # noqa: E402
-from eagle_infer.synthetic import PREFIX, is_synthetic  # noqa: E402
-from eagle_infer.target import load_target  # noqa: E402
+from eagle_infer.models.synthetic import PREFIX, is_synthetic  # noqa: E402
+from eagle_infer.models.target import load_target  # noqa: E402
 from eagle_train.benchmarks import load_benchmark  # noqa: E402
 from eagle_train.markdown import table  # noqa: E402
 from lab.projection import EAGLE_TREE, PAPER_FIGURES, PaperFigures, projected_speedup  # noqa: E402
@@ -113,7 +113,7 @@ def step_weight_bytes(target) -> int:
 def matmul_ms(target, k: int, reps: int) -> float:
     """Median ms of the products alone that a forward of k tokens runs: every linear layer of the target (LM head
     included), in model order, each on a [k, in] input; the rest of a forward is attention and small ops."""
-    from eagle_infer.packed import PackedLinear
+    from eagle_infer.models.packed import PackedLinear
 
     layers = [m for m in target.model.modules() if isinstance(m, (torch.nn.Linear, PackedLinear))]
     inputs = [torch.randn(k, m.in_features, dtype=target.dtype, device=target.device) for m in layers]
@@ -165,18 +165,23 @@ def baseline_target(module, args, dtype: str):
 
 def load_baseline(directory: str):
     """The eagle_infer package of another checkout, imported as `eagle_infer_baseline` (its own modules): its
-    build_engine, InferConf and target module (build_engine in config.py before the package's split, build.py after)."""
+    build_engine, InferConf and target module, wherever that checkout keeps them (build_engine in config.py before
+    the package's split, build.py after; modules in subpackages since the folder layout)."""
     root = Path(directory).resolve() / "eagle_infer"
-    if not (root / "engine.py").exists():
-        raise EagleError(f"--baseline {directory!r} has no eagle_infer/engine.py: expected a checkout of this repository")
+    if not (root / "engine.py").exists() and not (root / "decoding" / "engine.py").exists():
+        raise EagleError(f"--baseline {directory!r} has no eagle_infer/decoding/engine.py: "
+                         "expected a checkout of this repository")
     spec = importlib.util.spec_from_file_location("eagle_infer_baseline", root / "__init__.py",
                                                   submodule_search_locations=[str(root)])
     module = importlib.util.module_from_spec(spec)
     sys.modules["eagle_infer_baseline"] = module
     spec.loader.exec_module(module)
-    config = importlib.import_module("eagle_infer_baseline.config")
-    builder = config if hasattr(config, "build_engine") else importlib.import_module("eagle_infer_baseline.build")
-    return builder.build_engine, config.InferConf, importlib.import_module("eagle_infer_baseline.target")
+    flat = (root / "engine.py").exists()
+    named = lambda flat_name, nested_name: importlib.import_module(  # noqa: E731
+        "eagle_infer_baseline." + (flat_name if flat else nested_name))
+    config = named("config", "config")
+    builder = config if hasattr(config, "build_engine") else named("build", "decoding.build")
+    return builder.build_engine, config.InferConf, named("target", "models.target")
 
 
 class ForwardTimer:

@@ -1,6 +1,6 @@
 """Sampled decoding's top-p ranking, side by side in one run: the engine writes self-prompt-like requests (the
 target's user header and nothing else, temperature 1, top-p 0.95 as data.self_prompts samples them) with the
-nucleus found among the most likely tokens first (windows of eagle_infer.verify.NUCLEUS_WINDOWS, what a CPU does:
+nucleus found among the most likely tokens first (windows of eagle_infer.decoding.verify.NUCLEUS_WINDOWS, what a CPU does:
 nucleus_floor) against a sort of the whole vocabulary for every row. Sides take turns going first; prints the machine, each side's
 wall seconds and new tokens/s, the ratio, the median nucleus size and whether both sides wrote the same tokens (they
 must: the nucleus is the same set either way).
@@ -20,12 +20,12 @@ import torch
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-import eagle_infer.verify as verify  # noqa: E402
+import eagle_infer.decoding.verify as verify  # noqa: E402
 from eagle_infer.config import InferConf  # noqa: E402
-from eagle_infer.engine import Engine  # noqa: E402
+from eagle_infer.decoding.engine import Engine  # noqa: E402
 from eagle_infer.errors import EagleError  # noqa: E402
 from eagle_infer.platform import cpu  # noqa: E402
-from eagle_infer.target import load_target  # noqa: E402
+from eagle_infer.models.target import load_target  # noqa: E402
 from eagle_train.self_prompts import header_ids  # noqa: E402
 
 SAMPLING = verify.SamplingParams(temperature=1.0, top_p=0.95)

@@ -32,7 +32,7 @@ sys.path.insert(0, str(REPO))  # this checkout's packages, as `python scripts/..
 
 import eagle_train.objective as objective_mod  # noqa: E402
 from eagle_infer.platform import cache_root, cpu, resolve_dtype  # noqa: E402
-from eagle_infer.target import load_target  # noqa: E402
+from eagle_infer.models.target import load_target  # noqa: E402
 from eagle_train.features import read_samples  # noqa: E402
 from eagle_train.objective import compile_layers  # noqa: E402
 from eagle_train.train import build_head_config, micro_batches, new_head, objective  # noqa: E402

@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from eagle_infer.draft_head import DraftHead, random_head  # noqa: E402
+from eagle_infer.head.draft_head import DraftHead, random_head  # noqa: E402
 from eagle_infer.errors import EagleError  # noqa: E402
 from eagle_train.export import FORMATS, ExportSettings, check_servable, export, layer_type  # noqa: E402
 
@@ -196,9 +196,9 @@ def tiny_rows(families, work: Path, positions: int) -> list[Row]:
 
 def smollm2_rows(work: Path, positions: int) -> list[Row]:
     """The shipped head's row and a random EAGLE-3-block head's on the real SmolLM2-135M."""
-    from eagle_infer.build import HEADS_DIR
-    from eagle_infer.head_checkpoint import load_head
-    from eagle_infer.target import converted_gguf_dir, load_target
+    from eagle_infer.decoding.build import HEADS_DIR
+    from eagle_infer.head.head_checkpoint import load_head
+    from eagle_infer.models.target import converted_gguf_dir, load_target
     from tests.conftest import SMOL
 
     target = load_target("smollm2-135m", "float32", "cpu")

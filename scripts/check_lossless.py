@@ -2,10 +2,10 @@
 vanilla greedy on MT-bench first turns, eagerly and through the compiled target (infer.compile: CUDA graphs on a
 GPU), a batch equals its batch of one, and compiled vanilla equals eager vanilla; the eager path with the target's
 linear weights packed as model.pack says (--pack, default auto: packed in float32 on a CPU without native bfloat16
-matmuls, eagle_infer/packed.py), as `make eval` and `make headline` run it there. It needs torch and transformers
+matmuls, eagle_infer/models/packed.py), as `make eval` and `make headline` run it there. It needs torch and transformers
 only (no hydra, datasets or deepspeed), so it runs on a bare GPU machine. Prints one line per path and exits 1 if
 any output differs (2, with one line, on bad input). A synthetic target (--model synthetic:vicuna-7b: random
-weights of that shape, eagle_infer/synthetic.py) is checked with a random head.
+weights of that shape, eagle_infer/models/synthetic.py) is checked with a random head.
 
 usage: python scripts/check_lossless.py [--model smollm2-135m] [--head shipped] [--prompts 3] [--max-new 64]
        [--no-compile] [--pack auto|on|off] [--data-dir DIR]
@@ -20,11 +20,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from eagle_infer.chat import Message, prompt_ids, stop_ids  # noqa: E402
-from eagle_infer.build import build_engine  # noqa: E402
+from eagle_infer.models.chat import Message, prompt_ids, stop_ids  # noqa: E402
+from eagle_infer.decoding.build import build_engine  # noqa: E402
 from eagle_infer.config import InferConf  # noqa: E402
 from eagle_infer.errors import EagleError  # noqa: E402
-from eagle_infer.target import load_target  # noqa: E402
+from eagle_infer.models.target import load_target  # noqa: E402
 from eagle_train.benchmarks import load_benchmark  # noqa: E402
 
 

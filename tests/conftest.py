@@ -47,7 +47,7 @@ def smol_tokenizer():
     """The SmolLM2 tokenizer from the converted cache dir (the first call in a fresh cache converts the GGUF, ~25 s)."""
     from transformers import AutoTokenizer
 
-    from eagle_infer.target import converted_gguf_dir
+    from eagle_infer.models.target import converted_gguf_dir
 
     return AutoTokenizer.from_pretrained(str(converted_gguf_dir(*SMOL)))
 

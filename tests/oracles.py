@@ -14,9 +14,9 @@ import pytest
 import torch
 
 from eagle_infer.config import InferConf
-from eagle_infer.engine import Engine
-from eagle_infer.tree import DraftTree, path_values
-from eagle_infer.verify import Acceptance
+from eagle_infer.decoding.engine import Engine
+from eagle_infer.trees.tree import DraftTree, path_values
+from eagle_infer.decoding.verify import Acceptance
 from tests.tiny import tiny_target
 
 
@@ -199,7 +199,7 @@ def one_thread():
 
 def chain_mask(n: int, step: int, dtype, device) -> torch.Tensor:
     """The training-time test's attention pattern as one additive mask [1, 1, n, (step + 1) n] (the oracle
-    eagle_infer.chain_attention is checked against): query i sees real pairs j <= i - step (block 0) and, in block
+    eagle_infer.head.chain_attention is checked against): query i sees real pairs j <= i - step (block 0) and, in block
     j = 1..step, the chain's step-j node at i - step + j."""
     i = torch.arange(n, device=device)[:, None]
     j = torch.arange(n, device=device)[None]
@@ -208,7 +208,7 @@ def chain_mask(n: int, step: int, dtype, device) -> torch.Tensor:
 
 
 def merge_oracle(trees: list[DraftTree], budget: int, device="cpu") -> DraftTree:
-    """The per-row definition eagle_infer.merge batches, node by node on the host: the union of `trees` cut to at most `budget` nodes, breadth-first, siblings in the order of the first tree
+    """The per-row definition eagle_infer.trees.merge batches, node by node on the host: the union of `trees` cut to at most `budget` nodes, breadth-first, siblings in the order of the first tree
     that holds them (earlier trees first). probs: the highest own prob over the trees holding a node; copied: True
     where any tree holding the node marks it copied (None when no input tree says)."""
     index: dict[tuple[int, int], int] = {}  # (merged parent, token) -> merged node

@@ -6,7 +6,7 @@ import json
 import pytest
 
 import lab.ablate_head as ab
-from eagle_infer.build import HEADS_DIR
+from eagle_infer.decoding.build import HEADS_DIR
 from eagle_infer.errors import EagleError
 
 
@@ -269,7 +269,7 @@ def test_other_spec_runs_its_recipe_with_its_questions_and_skips_heldout_tau(mon
     """--spec draft-inputs: conf/ablate/draft-inputs.yaml's rows (the four draft inputs of EAGLE's Figure 8, trained
     alike, and the fixed-data row), trained with the recipe it names, under <cache root>/ablate-draft-inputs;
     --questions sets every τ and speed run's questions; eval.heldout: false measures no held-out τ."""
-    from eagle_infer.draft_head import INPUT_MODES
+    from eagle_infer.head.draft_head import INPUT_MODES
 
     spec = ab.load_spec("draft-inputs")
     modes = [a.split("=", 1)[1] for r in spec["rows"] for a in r["overrides"] if a.startswith("train.input_mode=")]

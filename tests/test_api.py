@@ -1,10 +1,10 @@
-"""The Python API (eagle_infer.api): one-call loading, text and chat prompts, batches, and streamed text."""
+"""The Python API (eagle_infer.entry.api): one-call loading, text and chat prompts, batches, and streamed text."""
 from __future__ import annotations
 
 import pytest
 
-from eagle_infer.api import Eagle, TextStream, load
-from eagle_infer.chat import Message
+from eagle_infer.entry.api import Eagle, TextStream, load
+from eagle_infer.models.chat import Message
 from eagle_infer.config import InferConf
 from eagle_infer.errors import EagleError
 

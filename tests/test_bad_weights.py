@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from eagle_infer.config_limits import layer_count, safetensors_shapes
-from eagle_infer.draft_head import random_head
-from eagle_infer.head_checkpoint import load_config, load_head
-from eagle_infer.target import load_target
+from eagle_infer.models.config_limits import layer_count, safetensors_shapes
+from eagle_infer.head.draft_head import random_head
+from eagle_infer.head.head_checkpoint import load_config, load_head
+from eagle_infer.models.target import load_target
 from tests.test_engine_errors import one_line_error
 from tests.tiny import tiny_target
 

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 from transformers import AutoTokenizer
 
-from eagle_infer.chat import Message, loss_mask, prompt_ids, render
+from eagle_infer.models.chat import Message, loss_mask, prompt_ids, render
 from eagle_infer.errors import EagleError
 
 CONVERSATION = [
@@ -133,8 +133,8 @@ def test_qwen3_non_thinking(tok):
 
 def test_registered_templates_are_known():
     """Every registered model names a template the chat module renders."""
-    from eagle_infer.chat import check_template
-    from eagle_infer.registry import MODELS
+    from eagle_infer.models.chat import check_template
+    from eagle_infer.models.registry import MODELS
 
     for spec in MODELS.values():
         check_template(spec.template)

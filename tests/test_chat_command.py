@@ -1,4 +1,4 @@
-"""The chat command takes any text: its prompt read before Hydra (eagle_infer.chat_input), and its interactive mode
+"""The chat command takes any text: its prompt read before Hydra (eagle_infer.entry.chat_input), and its interactive mode
 driven through a pseudo-terminal."""
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from eagle_infer.api import Eagle
-from eagle_infer.chat import Message
-from eagle_infer.chat_input import split_arguments
+from eagle_infer.entry.api import Eagle
+from eagle_infer.models.chat import Message
+from eagle_infer.entry.chat_input import split_arguments
 from eagle_infer.config import InferConf
 from eagle_infer.errors import EagleError
 
@@ -124,7 +124,7 @@ def test_interactive_chat_on_a_terminal(tiny_smol, tmp_path):
     assert second != greedy.generate(CJK).text  # the test tells a kept conversation from a forgotten one
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "EAGLE_CACHE": str(tmp_path / "cache"),
            "PYTHONPATH": str(REPO)}
-    term = Pty([sys.executable, "-m", "eagle_infer.cli", f"model.name={model}", "model.dtype=float32",
+    term = Pty([sys.executable, "-m", "eagle_infer.entry.cli", f"model.name={model}", "model.dtype=float32",
                 "infer.head=random", "infer.budget=fixed", "infer.max_new_tokens=6"], env)
     try:
         term.expect("/exit or Ctrl-D ends.")

@@ -12,8 +12,8 @@ import os
 import pytest
 from transformers import AutoTokenizer
 
-from eagle_infer.chat import NAMED_TEMPLATES, Message, encode, loss_mask, prompt_ids, render
-from eagle_infer.registry import MODELS
+from eagle_infer.models.chat import NAMED_TEMPLATES, Message, encode, loss_mask, prompt_ids, render
+from eagle_infer.models.registry import MODELS
 
 LLAMA3_TEMPLATE = (  # Meta-Llama-3-8B-Instruct's tokenizer_config.json chat_template
     "{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = '<|start_header_id|>' + "

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from eagle_infer.chat import Message, prompt_ids
-from eagle_infer.records import BatchResult, CycleStats, GenerationResult
+from eagle_infer.models.chat import Message, prompt_ids
+from eagle_infer.decoding.records import BatchResult, CycleStats, GenerationResult
 from eagle_train.benchmarks import BENCHMARKS, Question
 from eval.harness import HarnessSettings, run as harness_run
 from eval.records import RECORD_FIELDS, RecordWriter, read_records
@@ -48,7 +48,7 @@ import json, os, runpy, sys, traceback
 import torch, transformers, hydra, omegaconf, tqdm, safetensors.torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 import transformers.models.llama.modeling_llama
-import eagle_infer.target, eagle_infer.engine, eagle_infer.draft_head, eagle_infer.chat
+import eagle_infer.models.target, eagle_infer.decoding.engine, eagle_infer.head.draft_head, eagle_infer.models.chat
 import eagle_train.featurize, eagle_train.train, eagle_train.benchmarks, eval.harness, eval.methods, eval.metrics, eval.report
 for line in sys.stdin:
     job = json.loads(line)
@@ -120,12 +120,12 @@ def model_dir(tmp_path_factory, tiny_smol):
     return str(path)
 
 
-# --- eagle_infer.cli -----------------------------------------------------------------------------------------------
+# --- eagle_infer.entry.cli -----------------------------------------------------------------------------------------------
 
 
 def test_infer_json(model_dir):
     """A real `python -m` in a fresh interpreter: the entry point end to end."""
-    proc = python_m("eagle_infer.cli", f"model.name={model_dir}", "model.dtype=float32", "infer.head=random",
+    proc = python_m("eagle_infer.entry.cli", f"model.name={model_dir}", "model.dtype=float32", "infer.head=random",
                     "chat=Hi", "infer.max_new_tokens=8", "output=json")
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -140,7 +140,7 @@ def test_infer_json(model_dir):
 
 def test_infer_unknown_model():
     """A real `python -m`: nothing but the error line reaches stderr of a fresh interpreter."""
-    assert_one_line_error(python_m("eagle_infer.cli", "model.name=nope-model", "chat=Hi"), "'nope-model'", "smollm2-135m")
+    assert_one_line_error(python_m("eagle_infer.entry.cli", "model.name=nope-model", "chat=Hi"), "'nope-model'", "smollm2-135m")
 
 
 @pytest.mark.parametrize(
@@ -164,7 +164,7 @@ def test_infer_unknown_model():
 def test_infer_bad_input(cli, model_dir, args, needles):
     base = [f"model.name={model_dir}", "model.dtype=float32", "infer.head=random", "chat=Hi", "infer.max_new_tokens=4"]
     overridden = {a.split("=", 1)[0] for a in args}
-    proc = cli("eagle_infer.cli", *[a for a in base if a.split("=", 1)[0] not in overridden], *args)
+    proc = cli("eagle_infer.entry.cli", *[a for a in base if a.split("=", 1)[0] not in overridden], *args)
     assert_one_line_error(proc, *needles)
 
 

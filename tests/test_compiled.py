@@ -1,4 +1,4 @@
-"""The compiled forward (infer.compile, eagle_infer/compiled.py): the same logits as the eager forward over a static
+"""The compiled forward (infer.compile, eagle_infer/models/compiled.py): the same logits as the eager forward over a static
 cache, no graph compiled after warm-up, and an eager fallback with one warning when compiling fails. Decoding through
 it is checked in the lossless, batch, sampling and head tests (their `path` parameter)."""
 from __future__ import annotations
@@ -10,12 +10,12 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from eagle_infer.compiled import STATIC_ROUND
-from eagle_infer.draft_head import random_head
+from eagle_infer.models.compiled import STATIC_ROUND
+from eagle_infer.head.draft_head import random_head
 from eagle_infer.config import InferConf
-from eagle_infer.engine import Engine
-from eagle_infer.target import compile_target, load_target
-from eagle_infer.tree import additive_mask, ancestor_masks
+from eagle_infer.decoding.engine import Engine
+from eagle_infer.models.target import compile_target, load_target
+from eagle_infer.trees.tree import additive_mask, ancestor_masks
 from tests.oracles import one_thread, scaled_target, vanilla_tokens  # noqa: F401 (one_thread is autouse)
 
 VOCAB = 96
@@ -81,17 +81,17 @@ def test_a_failed_compile_decodes_eagerly_with_one_warning(monkeypatch, caplog):
     target = scaled_target(vocab=VOCAB, seed=12, name="tiny-no-compiler")
     fast = compile_target(target)
     prompt = [4, 8, 15, 16, 23, 42]
-    with caplog.at_level(logging.WARNING, logger="eagle_infer.compiled"):
+    with caplog.at_level(logging.WARNING, logger="eagle_infer.models.compiled"):
         tokens = Engine(fast, None, InferConf(method="vanilla")).generate(prompt, 10).tokens
     assert tokens == vanilla_tokens(target, prompt, 10)
-    warnings = [r.getMessage() for r in caplog.records if r.name == "eagle_infer.compiled"]
+    warnings = [r.getMessage() for r in caplog.records if r.name == "eagle_infer.models.compiled"]
     assert len(warnings) == 1 and "the target's forward failed" in warnings[0] and "\n" not in warnings[0]
     assert "no working C++ compiler found" in fast.compiled_forward.failed
 
 
 def test_load_target_compiles_without_packing_modules(tmp_path, smol_tok):
     """infer.compile: the weights stay plain modules (inductor's freezing packs them in the graph)."""
-    from eagle_infer.packed import PackedLinear
+    from eagle_infer.models.packed import PackedLinear
     from tests.conftest import make_tiny_smol
 
     make_tiny_smol(smol_tok).model.save_pretrained(tmp_path)
@@ -105,7 +105,7 @@ def test_load_target_compiles_without_packing_modules(tmp_path, smol_tok):
 def test_text_writing_stages_load_a_compiled_target_when_asked(monkeypatch):
     """featurize.compile: the stages that write text (regenerated answers, self-written prompts) decode through the
     compiled target; training never compiles it, and the default is the eager target."""
-    import eagle_infer.target as target_mod
+    import eagle_infer.models.target as target_mod
     from eagle_train.cli import FeaturizeConfig, TrainRunConf, _load_target
 
     asked = []
@@ -132,8 +132,8 @@ def test_compiled_head_step_drafts_losslessly_with_no_graph_after_warm_up(pair):
     """The head's step compiled (what a HeadRunner does for a target compiled on a GPU, forced here on the CPU): it
     predicts what the eager head does over a static cache, every drafter's greedy output is vanilla's, and more
     requests compile no graph."""
-    from eagle_infer.drafting import DraftRoot, TreeFeeder
-    from eagle_infer.head_runner import HeadRunner
+    from eagle_infer.trees.drafting import DraftRoot, TreeFeeder
+    from eagle_infer.head.head_runner import HeadRunner
 
     eager, fast = pair
     plain = HeadRunner(random_head(fast, seed=5, layers=2), fast)
@@ -193,7 +193,7 @@ class no_host_reads(TorchDispatchMode):
 
 def _random_batch(gen: torch.Generator, b: int, n: int):
     """A TreeBatch of b random breadth-first trees of up to n nodes (last row full), tokens < VOCAB."""
-    from eagle_infer.tree import DraftTree, TreeBatch
+    from eagle_infer.trees.tree import DraftTree, TreeBatch
 
     trees = []
     for row in range(b):
@@ -210,9 +210,9 @@ def _random_batch(gen: torch.Generator, b: int, n: int):
 def test_verification_and_acceptance_compile_without_a_graph_break():
     """The verification input, greedy and sampled acceptance and the commit's index ops, traced as one graph at a
     padded width, give what the eager functions give."""
-    from eagle_infer.tree import TreeBatch
-    from eagle_infer.verify import SamplingParams, follow, inverse_cdf, target_probs, verify_greedy
-    from eagle_infer.verify_batch import commit_paths, verification_input
+    from eagle_infer.trees.tree import TreeBatch
+    from eagle_infer.decoding.verify import SamplingParams, follow, inverse_cdf, target_probs, verify_greedy
+    from eagle_infer.decoding.verify_batch import commit_paths, verification_input
 
     gen = torch.Generator().manual_seed(0)
     tree = _random_batch(gen, 3, 8).padded(8)
@@ -245,11 +245,11 @@ def test_a_draft_level_compiles_without_a_graph_break():
     feeder's buffers, the head's step over a static cache (its decoder layer, as the compiled head step runs it),
     draft logits, log-softmax, top-k over the vocabulary, the level's bookkeeping and the auto budget's decision,
     traced as one graph, give what the eager level gives."""
-    from eagle_infer.cost import Budget, CostModel
-    from eagle_infer.drafting import expand_level, level_inputs
-    from eagle_infer.head_runner import HeadRunner
-    from eagle_infer.kv_cache import KVCache
-    from eagle_infer.tree import causal_mask
+    from eagle_infer.decoding.cost import Budget, CostModel
+    from eagle_infer.trees.drafting import expand_level, level_inputs
+    from eagle_infer.head.head_runner import HeadRunner
+    from eagle_infer.models.kv_cache import KVCache
+    from eagle_infer.trees.tree import causal_mask
 
     target = scaled_target(vocab=VOCAB, layers=2, seed=4, name="tiny-level")
     runner = HeadRunner(random_head(target, seed=4, draft_vocab=torch.arange(0, VOCAB, 16)), target)  # 6 ids < top-k 8

@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from eagle_infer.chat import Message
+from eagle_infer.models.chat import Message
 from eagle_infer.errors import EagleError
 from eagle_train import conversations
 from eagle_train.conversations import load_conversations, split

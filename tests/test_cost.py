@@ -1,4 +1,4 @@
-"""The auto tree budget (eagle_infer/cost.py): the per-cycle choice maximises expected tokens per ms, drafting stops
+"""The auto tree budget (eagle_infer/decoding/cost.py): the per-cycle choice maximises expected tokens per ms, drafting stops
 when a level cannot pay, decoding stays lossless whatever the cost model says, and a cost model measured on another
 machine is never reused."""
 from __future__ import annotations
@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from eagle_infer.config import AUTO_MAX_DEPTH, AUTO_MAX_TOKENS, FIXED_DEPTH, FIXED_TOKENS, InferConf
-from eagle_infer.cost import COST_REVISION, Budget, CostModel, cache_path
-from eagle_infer.cost_measure import load_or_measure
+from eagle_infer.decoding.cost import COST_REVISION, Budget, CostModel, cache_path
+from eagle_infer.decoding.cost_measure import load_or_measure
 from eagle_infer.platform import machine_key
-from eagle_infer.engine import Engine
+from eagle_infer.decoding.engine import Engine
 from tests.oracles import one_thread, vanilla_tokens  # noqa: F401 (autouse fixture)
 from tests.test_engine_errors import one_line_error
 from tests.test_engine_lossless import CASES, case, target_and_head
@@ -129,9 +129,9 @@ def test_auto_budget_with_lookup_is_lossless_and_follows_the_cost(name, per_toke
 def test_strong_copies_stop_the_head_sooner():
     """draft_dynamic's `extra`: with an auto budget, likely copied candidates (path values near 1) never make the head
     draft deeper, and at some level cost they make a level not pay that pays without them."""
-    from eagle_infer.drafting import DraftRoot, TreeFeeder, draft_dynamic
+    from eagle_infer.trees.drafting import DraftRoot, TreeFeeder, draft_dynamic
 
-    from eagle_infer.head_runner import HeadRunner
+    from eagle_infer.head.head_runner import HeadRunner
 
     target, head = target_and_head(2)
     head = HeadRunner(head, target)
@@ -174,7 +174,7 @@ def test_infer_auto_keys_and_errors():
 
 def test_cost_model_is_cached_per_machine_and_never_reused_elsewhere(tmp_path, monkeypatch):
     monkeypatch.setenv("EAGLE_CACHE", str(tmp_path))
-    from eagle_infer.head_runner import HeadRunner
+    from eagle_infer.head.head_runner import HeadRunner
 
     target, head = target_and_head(2)
     head = HeadRunner(head, target)
@@ -208,7 +208,7 @@ def test_cost_model_is_cached_per_machine_and_never_reused_elsewhere(tmp_path, m
 def test_padded_budget_verifies_whole_buckets():
     """With padded trees a verification of n nodes costs its bucket's forward, so the budget stops only at the top
     of a bucket (or the cap), and maximises expected tokens per ms over those costs."""
-    from eagle_infer.tree import padded_width
+    from eagle_infer.trees.tree import padded_width
 
     gen = torch.Generator().manual_seed(1)
     values = torch.rand(1, 40, generator=gen).log() * 2
@@ -226,8 +226,8 @@ def test_first_measurement_says_what_it_does_and_how_long(tmp_path, monkeypatch)
     """The first use of a model, dtype or head shape measures its costs: the user is told what, where it is cached,
     about how long it takes (from its first timings) and how long it took; a cached model is read silently."""
     monkeypatch.setenv("EAGLE_CACHE", str(tmp_path))
-    from eagle_infer.cost_measure import estimate_seconds
-    from eagle_infer.head_runner import HeadRunner
+    from eagle_infer.decoding.cost_measure import estimate_seconds
+    from eagle_infer.head.head_runner import HeadRunner
 
     target, head = target_and_head(2)
     said: list[str] = []
@@ -246,7 +246,7 @@ def test_the_engine_measures_nothing_and_the_build_step_does(tmp_path, monkeypat
     """Engine's constructor takes the cost model as a value (no timing, no file); build.measure_cost is the explicit
     step: None under a fixed budget, a refused config refused before any timing, else measured once and cached,
     which build_engine calls."""
-    from eagle_infer.build import build_engine, measure_cost
+    from eagle_infer.decoding.build import build_engine, measure_cost
 
     monkeypatch.setenv("EAGLE_CACHE", str(tmp_path))
     target, head = target_and_head(2)

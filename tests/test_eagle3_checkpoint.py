@@ -14,12 +14,12 @@ import torch.nn.functional as F
 from safetensors.torch import save_file
 from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb
 
-from eagle_infer.head_checkpoint import load_head
-from eagle_infer.head_runner import HeadRunner
+from eagle_infer.head.head_checkpoint import load_head
+from eagle_infer.head.head_runner import HeadRunner
 from eagle_infer.config import InferConf
-from eagle_infer.engine import Engine
+from eagle_infer.decoding.engine import Engine
 from eagle_infer.errors import EagleError
-from eagle_infer.draft_head import eagle3_layers
+from eagle_infer.head.draft_head import eagle3_layers
 from tests.oracles import one_thread, scaled_target, vanilla_tokens  # noqa: F401 (one_thread is autouse)
 
 VOCAB, HIDDEN, DRAFT = 96, 64, 40

@@ -23,10 +23,10 @@ import torch
 from safetensors.torch import save_file
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from eagle_infer import chain_attention
-from eagle_infer.draft_head import DraftHead
-from eagle_infer.head_checkpoint import load_head
-from eagle_infer.target import Target, with_lean_decoder
+from eagle_infer.head import chain_attention
+from eagle_infer.head.draft_head import DraftHead
+from eagle_infer.head.head_checkpoint import load_head
+from eagle_infer.models.target import Target, with_lean_decoder
 from eagle_train.featurize import target_features
 from eagle_train.features import Sample
 from eagle_train.objective import Objective, collate, losses

@@ -11,13 +11,13 @@ from functools import lru_cache
 import pytest
 import torch
 
-from eagle_infer import engine as engine_module
-from eagle_infer.draft_head import random_head
+from eagle_infer.decoding import engine as engine_module
+from eagle_infer.head.draft_head import random_head
 from eagle_infer.config import InferConf
-from eagle_infer.engine import Engine
-from eagle_infer.target import compile_target
-from eagle_infer.tree import check_paths
-from eagle_infer.verify import SamplingParams
+from eagle_infer.decoding.engine import Engine
+from eagle_infer.models.target import compile_target
+from eagle_infer.trees.tree import check_paths
+from eagle_infer.decoding.verify import SamplingParams
 from tests.oracles import one_thread, oracle_drafter, scaled_target, vanilla_tokens  # noqa: F401 (fixture)
 from tests.test_engine_errors import one_line_error
 
@@ -167,7 +167,7 @@ def test_default_batch_size_is_capped_by_max_batch_size():
 def test_cache_rows_of_different_lengths_see_only_their_own_tokens():
     """A batched target forward over rows of different lengths gives each row the logits of its own forward."""
     target, _ = target_and_head()
-    from eagle_infer.tree import causal_mask
+    from eagle_infer.trees.tree import causal_mask
 
     prompts = [PROMPTS[0], PROMPTS[2], PROMPTS[3]]
     nxt = [[3, 4, 5], [6, 7, 8], [9, 10, 11]]

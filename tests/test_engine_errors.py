@@ -7,12 +7,12 @@ from functools import lru_cache
 import pytest
 import torch
 
-from eagle_infer.draft_head import DraftHead, DraftHeadConfig, random_head
-from eagle_infer.head_checkpoint import load_head
+from eagle_infer.head.draft_head import DraftHead, DraftHeadConfig, random_head
+from eagle_infer.head.head_checkpoint import load_head
 from eagle_infer.config import InferConf
-from eagle_infer.engine import Engine
+from eagle_infer.decoding.engine import Engine
 from eagle_infer.errors import EagleError
-from eagle_infer.verify import SamplingParams
+from eagle_infer.decoding.verify import SamplingParams
 from tests.oracles import one_thread  # noqa: F401 (autouse fixture)
 from tests.tiny import tiny_target
 
@@ -291,8 +291,8 @@ def test_one_schema_from_the_command_line_to_the_engine():
     the engine runs, field for field (distinct values per field, so a swapped or dropped field shows)."""
     from hydra import compose, initialize_config_dir
 
-    from eagle_infer.cli import InferRunConf  # noqa: F401 (registers the schema)
-    from eagle_infer.cli_support import CONF_DIR
+    from eagle_infer.entry.cli import InferRunConf  # noqa: F401 (registers the schema)
+    from eagle_infer.entry.cli_support import CONF_DIR
     from eagle_infer.config import InferConf, LookupConf
     from omegaconf import OmegaConf
 
@@ -313,7 +313,7 @@ def test_head_hub_id_downloads_once_and_offline_is_one_line(tmp_path, monkeypatc
     network); offline, one line names the id and the local alternative."""
     import huggingface_hub
 
-    from eagle_infer.registry import is_hub_id
+    from eagle_infer.models.registry import is_hub_id
 
     snapshot = tmp_path / "snapshot"
     head().save(snapshot)
@@ -334,7 +334,7 @@ def test_head_hub_id_downloads_once_and_offline_is_one_line(tmp_path, monkeypatc
 def test_model_hub_id_offline_is_one_line(monkeypatch):
     import transformers
 
-    from eagle_infer.target import load_target
+    from eagle_infer.models.target import load_target
 
     def offline(*args, **kwargs):  # what from_pretrained raises without the hub (the network is never asked)
         raise OSError("We couldn't connect to 'https://huggingface.co'")

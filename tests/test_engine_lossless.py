@@ -15,14 +15,14 @@ from functools import lru_cache
 import pytest
 import torch
 
-from eagle_infer.build import measure_cost
-from eagle_infer.draft_head import DraftHead, DraftHeadConfig, random_head
+from eagle_infer.decoding.build import measure_cost
+from eagle_infer.head.draft_head import DraftHead, DraftHeadConfig, random_head
 from eagle_infer.config import InferConf
-from eagle_infer.engine import Engine
-from eagle_infer.head_runner import HeadRunner
-from eagle_infer.tree import causal_mask, check_paths
-from eagle_infer.kv_cache import KVCache
-from eagle_infer.target import compile_target
+from eagle_infer.decoding.engine import Engine
+from eagle_infer.head.head_runner import HeadRunner
+from eagle_infer.trees.tree import causal_mask, check_paths
+from eagle_infer.models.kv_cache import KVCache
+from eagle_infer.models.target import compile_target
 from tests.oracles import (  # noqa: F401 (one_thread is an autouse fixture)
     distinct_enough, one_thread, oracle_drafter, scaled_target, vanilla_tokens,
 )
@@ -33,7 +33,7 @@ VOCAB = 96
 @lru_cache(maxsize=None)
 def target_and_head(seed: int, arch: str = "llama", path: str = "eager"):
     """A tiny target and a random head; path "compiled": the same target (and head) decoding through a compiled
-    forward (eagle_infer.compiled)."""
+    forward (eagle_infer.models.compiled)."""
     if path == "compiled":
         target, head = target_and_head(seed, arch)
         return compile_target(target), head
@@ -261,7 +261,7 @@ def test_draft_vocabulary_head_matches_vanilla():
 def test_full_vocabulary_drafting_of_a_draft_vocabulary_head(tmp_path):
     """infer.draft_vocab=full: a head saved with a 6-id draft vocabulary scores all 96 ids (finite logits everywhere)
     and stays lossless; an eagle3 head, whose own LM head covers its draft vocabulary only, is refused in one line."""
-    from eagle_infer.build import build_head
+    from eagle_infer.decoding.build import build_head
     from eagle_infer.errors import EagleError
 
     seed, prompt_len, max_new = CASES[0]
@@ -437,8 +437,8 @@ def reference_walk(tokens: list[int], parents: list[int], best: list[int]) -> tu
 def test_batched_greedy_verifier_equals_walking_each_tree():
     """Random padded breadth-first trees (repeated sibling tokens, empty and full rows, long chains) in one batch:
     the tensor verifier gives each row exactly the walk's path, bonus and tested nodes."""
-    from eagle_infer.tree import ancestor_masks
-    from eagle_infer.verify import verify_greedy
+    from eagle_infer.trees.tree import ancestor_masks
+    from eagle_infer.decoding.verify import verify_greedy
 
     gen = torch.Generator().manual_seed(4)
     vocab = 3  # few tokens: siblings often repeat and logits often pick a drafted token
@@ -478,7 +478,7 @@ def test_batched_greedy_verifier_equals_walking_each_tree():
 def test_padded_trees_match_vanilla_in_few_widths(path, monkeypatch):
     """pad_trees=on: every verification forward is padded to a bucket width (tree.padded_width) and the output is
     still vanilla's; the padding slots are never accepted. Without padding the same drafters verify more widths."""
-    from eagle_infer.tree import padded_width
+    from eagle_infer.trees.tree import padded_width
 
     seed, prompt_len, max_new = CASES[1]
     target, head = target_and_head(seed, path=path)

@@ -21,15 +21,15 @@ from functools import lru_cache
 import pytest
 import torch
 
-import eagle_infer.cycle as engine_module
-import eagle_infer.verify as verify
+import eagle_infer.decoding.cycle as engine_module
+import eagle_infer.decoding.verify as verify
 import tests.oracles as oracles
-from eagle_infer.draft_head import random_head
+from eagle_infer.head.draft_head import random_head
 from eagle_infer.config import InferConf
-from eagle_infer.engine import Engine
-from eagle_infer.target import compile_target
-from eagle_infer.tree import DraftTree, TreeBatch, ancestor_masks
-from eagle_infer.verify import SamplingParams, follow, inverse_cdf, target_probs, verify_sampled
+from eagle_infer.decoding.engine import Engine
+from eagle_infer.models.target import compile_target
+from eagle_infer.trees.tree import DraftTree, TreeBatch, ancestor_masks
+from eagle_infer.decoding.verify import SamplingParams, follow, inverse_cdf, target_probs, verify_sampled
 from tests.oracles import one_thread, oracle_drafter, scaled_target, vanilla_tokens, verify_sampling  # noqa: F401
 
 

@@ -12,11 +12,11 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from eagle_infer.build import HEADS_DIR
-from eagle_infer.draft_head import DraftHead, DraftHeadConfig, eagle3_layers, random_head
+from eagle_infer.decoding.build import HEADS_DIR
+from eagle_infer.head.draft_head import DraftHead, DraftHeadConfig, eagle3_layers, random_head
 from eagle_infer.errors import EagleError
-from eagle_infer.head_checkpoint import load_head
-from eagle_infer.head_runner import HeadRunner
+from eagle_infer.head.head_checkpoint import load_head
+from eagle_infer.head.head_runner import HeadRunner
 from eagle_train.export import FAMILIES, FORMATS, SERVERS, ExportSettings, check_servable, export, write_card
 from scripts import check_export
 from tests.tiny import LLAMA3_ROPE, tiny_target
@@ -102,7 +102,7 @@ def same_predictions(a: DraftHead, b: DraftHead, target) -> None:
 @pytest.mark.integration
 @pytest.mark.parametrize("server", ["sglang", "eagle"])
 def test_shipped_head_exports_and_loads_back_the_same(server, tmp_path):
-    from eagle_infer.target import load_target
+    from eagle_infer.models.target import load_target
 
     target = load_target("smollm2-135m", "float32", "cpu")
     head = load_head(HEADS_DIR / "smollm2-135m", target)

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from eagle_infer.chat import Message
+from eagle_infer.models.chat import Message
 from eagle_infer.errors import EagleError
 from eagle_train.cli import TrainRunConf, _kept_generated
 from eagle_train.generated_data import restore_generated, save_generated

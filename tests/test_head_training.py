@@ -13,16 +13,16 @@ import pytest
 import torch
 
 import eagle_train.regenerate as regenerate_mod
-from eagle_infer.chat import Message, prompt_ids, stop_ids
-from eagle_infer.draft_head import random_head
-from eagle_infer.head_checkpoint import load_head
+from eagle_infer.models.chat import Message, prompt_ids, stop_ids
+from eagle_infer.head.draft_head import random_head
+from eagle_infer.head.head_checkpoint import load_head
 from eagle_infer.config import InferConf
-from eagle_infer.engine import Engine
+from eagle_infer.decoding.engine import Engine
 from eagle_infer.errors import EagleError
-from eagle_infer.draft_head import eagle3_layers
+from eagle_infer.head.draft_head import eagle3_layers
 from eagle_infer.platform import cpu
-from eagle_infer.target import compile_target
-from eagle_infer.tree import additive_mask
+from eagle_infer.models.target import compile_target
+from eagle_infer.trees.tree import additive_mask
 from eagle_train.featurize import FeaturizeConfig, featurize
 from eagle_train.features import Manifest, read_samples
 from eagle_train.export import export
@@ -66,7 +66,7 @@ def test_chain_mask_is_the_drafting_pattern():
 def test_chain_attention_is_sdpa_under_the_chain_mask(step):
     """The training-time test's attention without the mask: equal to SDPA over every stacked key under the pattern's
     mask (grouped-query heads, queries before the first chain included), values and gradients."""
-    from eagle_infer.chain_attention import chain_attention
+    from eagle_infer.head.chain_attention import chain_attention
 
     g = torch.Generator().manual_seed(step)
     n, heads, kv, d = 7, 4, 2, 8
@@ -299,7 +299,7 @@ def test_compiled_training_gives_the_eager_losses_without_new_graphs(tiny_smol6,
 
 
 def _sample(target, conv):
-    from eagle_infer.chat import loss_mask, render
+    from eagle_infer.models.chat import loss_mask, render
     from eagle_train.features import Sample
 
     ids, mask = loss_mask(target.tokenizer, render(conv, target.tokenizer, target.template, False), None)

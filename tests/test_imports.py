@@ -12,15 +12,19 @@ LAYERS = ("eagle_infer", "eagle_train", "eval", "lab")  # each may import the on
 
 
 def project_imports(path: Path, package: str, modules: set[str]) -> list[tuple[str, bool]]:
-    """(imported project module as "package.module", inside a function?) for every import statement in `path` of
-    package `package`, nested ones too; `modules` are all the project's modules, to tell `from pkg import module`
-    from `from pkg import name`."""
+    """(imported project module as its dotted name, inside a function?) for every import statement in `path`, a
+    module of package `package` (dotted, "eagle_infer.decoding"), nested ones too; `modules` are all the project's
+    modules, to tell `from pkg import module` from `from pkg import name`."""
     tree, found = ast.parse(path.read_text()), []
 
+    def module_of(dotted: str) -> str:  # the longest prefix that is a module (a name inside a module drops off)
+        parts = dotted.split(".")
+        while len(parts) > 1 and ".".join(parts) not in modules:
+            parts.pop()
+        return ".".join(parts)
+
     def resolve(base: str, names: list[str]) -> list[str]:
-        if base in LAYERS:  # from eval import throughput: modules, or names of the package's __init__
-            return [f"{base}.{n}" if f"{base}.{n}" in modules else base for n in names]
-        return [".".join(base.split(".")[:2])]
+        return [f"{base}.{n}" if f"{base}.{n}" in modules else module_of(base) for n in names]
 
     def visit(node, nested: bool) -> None:
         for child in ast.iter_child_nodes(node):
@@ -29,13 +33,13 @@ def project_imports(path: Path, package: str, modules: set[str]) -> list[tuple[s
             inner = nested or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
             if isinstance(child, ast.ImportFrom):
                 base = child.module or ""
-                if child.level:  # from .x import y / from . import x: relative to the module's package
-                    base = package + (f".{base}" if base else "")
+                if child.level:  # from .x import y / from ..a.x import y: relative to the module's package
+                    anchor = package.split(".")[:len(package.split(".")) - child.level + 1]
+                    base = ".".join(anchor + ([base] if base else []))
                 if base.split(".")[0] in LAYERS:
                     found.extend((m, inner) for m in resolve(base, [a.name for a in child.names]))
             elif isinstance(child, ast.Import):
-                found.extend((".".join(a.name.split(".")[:2]), inner) for a in child.names
-                             if a.name.split(".")[0] in LAYERS)
+                found.extend((module_of(a.name), inner) for a in child.names if a.name.split(".")[0] in LAYERS)
             visit(child, inner)
 
     visit(tree, False)
@@ -43,14 +47,20 @@ def project_imports(path: Path, package: str, modules: set[str]) -> list[tuple[s
 
 
 def project_modules(root: Path = ROOT) -> dict[str, Path]:
-    """Every module of the layered packages under `root`, as "package.module" (a package's __init__ as "package")."""
-    return {(p.parent.name if p.stem == "__init__" else f"{p.parent.name}.{p.stem}"): p
-            for package in LAYERS for p in sorted((root / package).glob("*.py"))}
+    """Every module of the layered packages under `root`, subpackages included, by dotted name (a package's
+    __init__ by the package's name)."""
+    found = {}
+    for package in LAYERS:
+        for p in sorted((root / package).rglob("*.py")):
+            parts = p.relative_to(root).with_suffix("").parts
+            found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = p
+    return found
 
 
 def import_table(root: Path = ROOT) -> dict[str, list[tuple[str, bool]]]:
     modules = project_modules(root)
-    return {name: project_imports(path, name.split(".")[0], set(modules)) for name, path in modules.items()}
+    return {name: project_imports(path, name if path.stem == "__init__" else name.rsplit(".", 1)[0], set(modules))
+            for name, path in modules.items()}
 
 
 def graph(table: dict[str, list[tuple[str, bool]]]) -> dict[str, set[str]]:
@@ -117,8 +127,14 @@ def test_the_checks_see_a_circle_an_upward_and_a_local_import(tmp_path):
     (tmp_path / "eval" / "b.py").write_text("def f():\n    from eval.a import y\n")
     (tmp_path / "eagle_train" / "c.py").write_text("from eval import a\nfrom lab.d import z\n")
     (tmp_path / "lab" / "d.py").write_text("from eval import b\nif TYPE_CHECKING:\n    from eval.a import t\n")
+    (tmp_path / "eagle_infer" / "sub").mkdir()
+    (tmp_path / "eagle_infer" / "sub" / "e.py").write_text("from ..f import g\nfrom .h import i\nimport lab.d\n")
+    (tmp_path / "eagle_infer" / "f.py").write_text("")
+    (tmp_path / "eagle_infer" / "sub" / "h.py").write_text("")
     table = import_table(tmp_path)
     assert find_cycle(graph(table)) in (["eval.a", "eval.b", "eval.a"], ["eval.b", "eval.a", "eval.b"])
     assert local_imports(table) == [("eval.b", "eval.a")]
-    assert upward_imports(table) == [("eagle_train.c", "eval.a"), ("eagle_train.c", "lab.d")]
+    assert table["eagle_infer.sub.e"] == [("eagle_infer.f", False), ("eagle_infer.sub.h", False), ("lab.d", False)]
+    assert upward_imports(table) == [("eagle_infer.sub.e", "lab.d"), ("eagle_train.c", "eval.a"),
+                                     ("eagle_train.c", "lab.d")]
     assert table["lab.d"] == [("eval.b", False)]

@@ -1,4 +1,4 @@
-"""The draft head's lean drafting step (eagle_infer.lean_layer) computes what transformers' decoder layers compute."""
+"""The draft head's lean drafting step (eagle_infer.models.lean_layer) computes what transformers' decoder layers compute."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -6,11 +6,11 @@ from dataclasses import replace
 import pytest
 import torch
 
-from eagle_infer.draft_head import random_head
-from eagle_infer.head_runner import HeadRunner
-from eagle_infer.lean_layer import LeanLayer
-from eagle_infer.target import Target, with_lean_decoder
-from eagle_infer.tree import additive_mask, causal_mask
+from eagle_infer.head.draft_head import random_head
+from eagle_infer.head.head_runner import HeadRunner
+from eagle_infer.models.lean_layer import LeanLayer
+from eagle_infer.models.target import Target, with_lean_decoder
+from eagle_infer.trees.tree import additive_mask, causal_mask
 
 from .tiny import tiny_target
 
@@ -66,9 +66,9 @@ def test_target_lean_forward_equals_transformers_layers(arch, native_gqa, monkey
     """The target's eager forward (lean steps) against transformers' layers over one cache: one token (the grouped
     query heads attend as one key/value head's queries, as transformers does) and a tree, taps included. Unpacked
     weights are shared, not copied: transformers' modules then read row slices of the fused products."""
-    import eagle_infer.lean_layer as lean_layer
+    import eagle_infer.models.lean_layer as lean_layer
 
-    from eagle_infer.target import decode
+    from eagle_infer.models.target import decode
 
     if not native_gqa:  # the path other devices take: keys and values repeated per head under a mask
         monkeypatch.setattr(lean_layer, "NATIVE_GQA_DEVICES", ())
@@ -100,7 +100,7 @@ def test_a_layer_class_without_a_lean_step_is_refused_in_one_line():
     from torch import nn
 
     from eagle_infer.errors import EagleError
-    from eagle_infer.lean_layer import lean_layer
+    from eagle_infer.models.lean_layer import lean_layer
 
     class PhiDecoderLayer(nn.Module):
         pass

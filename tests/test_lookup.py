@@ -12,13 +12,13 @@ import pytest
 import torch
 
 from eagle_infer.config import InferConf, LookupConf
-from eagle_infer.cost import CostModel
-from eagle_infer.draft_head import random_head
-from eagle_infer.engine import Engine
-from eagle_infer.lookup import CopyRates, continuations, copy_batch
-from eagle_infer.merge import cut, merge
-from eagle_infer.tree import DraftTree, TreeBatch
-from eagle_infer.verify import SamplingParams
+from eagle_infer.decoding.cost import CostModel
+from eagle_infer.head.draft_head import random_head
+from eagle_infer.decoding.engine import Engine
+from eagle_infer.trees.lookup import CopyRates, continuations, copy_batch
+from eagle_infer.trees.merge import cut, merge
+from eagle_infer.trees.tree import DraftTree, TreeBatch
+from eagle_infer.decoding.verify import SamplingParams
 from tests.oracles import (  # noqa: F401 (one_thread is an autouse fixture)
     merge_oracle, one_thread, oracle_drafter, scaled_target, vanilla_tokens, verify_sampling,
 )
@@ -39,7 +39,7 @@ def tree_of(parents, tokens, probs, copied=None) -> DraftTree:
 
 
 def merge_trees(trees: list[DraftTree], budget: int) -> DraftTree:
-    """eagle_infer.merge over one row: the trees merged in order (the last merge, or a tree alone, cut to the budget),
+    """eagle_infer.trees.merge over one row: the trees merged in order (the last merge, or a tree alone, cut to the budget),
     as a DraftTree."""
     batches = [TreeBatch.of_trees([t], "cpu") for t in trees]
     merged = batches[0]

@@ -1,18 +1,18 @@
-"""The method registry (eagle_infer.methods): every registered method decodes losslessly from its entry alone, a
+"""The method registry (eagle_infer.decoding.methods): every registered method decodes losslessly from its entry alone, a
 method registered here is usable end to end (engine, lookup hybrid, eval), unknown names are one-line errors, and
 the default is EAGLE-2 with prompt lookup merged in."""
 from __future__ import annotations
 
 import pytest
 
-from eagle_infer import methods
-from eagle_infer.build import build_head
+from eagle_infer.decoding import methods
+from eagle_infer.decoding.build import build_head
 from eagle_infer.config import InferConf, LookupConf
-from eagle_infer.drafters import DraftInput
-from eagle_infer.drafting import draft_chain
-from eagle_infer.draft_head import random_head
-from eagle_infer.engine import Engine
-from eagle_infer.methods import DEFAULT_METHOD, Method, hybrid, method_named, method_names, register
+from eagle_infer.trees.drafters import DraftInput
+from eagle_infer.trees.drafting import draft_chain
+from eagle_infer.head.draft_head import random_head
+from eagle_infer.decoding.engine import Engine
+from eagle_infer.decoding.methods import DEFAULT_METHOD, Method, hybrid, method_named, method_names, register
 from eval.cli import DEFAULT_METHODS
 from eval.methods import make_methods
 from tests.oracles import one_thread, scaled_target, vanilla_tokens  # noqa: F401 (one_thread: autouse fixture)

@@ -1,4 +1,4 @@
-"""Packed linear weights (eagle_infer.packed): same products as F.linear up to rounding (bfloat16 and float32),
+"""Packed linear weights (eagle_infer.models.packed): same products as F.linear up to rounding (bfloat16 and float32),
 parameters kept, gradients unpacked, the engine unchanged on a packed target, and the model.pack setting's choices
 and errors."""
 from __future__ import annotations
@@ -6,13 +6,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from eagle_infer.draft_head import random_head
+from eagle_infer.head.draft_head import random_head
 from eagle_infer.config import InferConf
-from eagle_infer.engine import Engine
+from eagle_infer.decoding.engine import Engine
 from eagle_infer.errors import EagleError
-from eagle_infer.packed import PackedLinear, pack_available, pack_linears, resolve_pack
+from eagle_infer.models.packed import PackedLinear, pack_available, pack_linears, resolve_pack
 from eagle_infer.platform import cpu_has_bf16_matmul
-from eagle_infer.target import load_target
+from eagle_infer.models.target import load_target
 from tests.tiny import tiny_target
 
 needs_bf16_pack = pytest.mark.skipif(
@@ -96,7 +96,7 @@ def test_resolve_pack():
 
 @pytest.mark.skipif(not pack_available(), reason="oneDNN not available")
 def test_load_target_packs_where_auto_says_and_memory_allows(tmp_path, smol_tok, monkeypatch):
-    import eagle_infer.target as engine_mod
+    import eagle_infer.models.target as engine_mod
     from tests.conftest import make_tiny_smol
 
     make_tiny_smol(smol_tok).model.save_pretrained(tmp_path)

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from eagle_infer.registry import MODELS
-from eagle_infer.tree import check_paths
+from eagle_infer.models.registry import MODELS
+from eagle_infer.trees.tree import check_paths
 from lab.projection import EAGLE_TREE, PAPER_FIGURES, projected_speedup
 from tests.test_engine_errors import one_line_error
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from eagle_infer.draft_head import random_head
+from eagle_infer.head.draft_head import random_head
 from eagle_infer.errors import EagleError
 from eagle_train.featurize import FeaturizeConfig, featurize
 from eagle_train.features import read_samples

@@ -8,8 +8,8 @@ import json
 import pytest
 import torch
 
-from eagle_infer.chat import VICUNA_SYSTEM, Message, render
-from eagle_infer.engine import Engine
+from eagle_infer.models.chat import VICUNA_SYSTEM, Message, render
+from eagle_infer.decoding.engine import Engine
 from eagle_infer.errors import EagleError
 from eagle_train import self_prompts as self_prompts_mod
 from eagle_train.cli import CATEGORIES_DIR, DataConf, FeaturizeConfig, TrainRunConf, _check_self_answers, _conversations, prompt_categories

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from eagle_infer.draft_head import random_head
+from eagle_infer.head.draft_head import random_head
 from eagle_infer.errors import EagleError
 from lab.ablation_file import ablation_path, merge_ablation
 from lab.results_docs import shipped_block

@@ -4,13 +4,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from eagle_infer.chat import Message, prompt_ids
-from eagle_infer.chat import stop_ids
-from eagle_infer.build import HEADS_DIR
-from eagle_infer.draft_head import random_head
-from eagle_infer.head_checkpoint import load_head
+from eagle_infer.models.chat import Message, prompt_ids
+from eagle_infer.models.chat import stop_ids
+from eagle_infer.decoding.build import HEADS_DIR
+from eagle_infer.head.draft_head import random_head
+from eagle_infer.head.head_checkpoint import load_head
 from eagle_infer.config import InferConf
-from eagle_infer.engine import Engine
+from eagle_infer.decoding.engine import Engine
 
 pytestmark = pytest.mark.integration
 
@@ -23,7 +23,7 @@ PROMPTS = [
 
 @pytest.fixture(scope="module")
 def smol():
-    from eagle_infer.target import load_target
+    from eagle_infer.models.target import load_target
 
     return load_target("smollm2-135m", "float32", "cpu")
 

@@ -12,15 +12,15 @@ import pytest
 import torch
 import transformers
 
-from eagle_infer import registry
-from eagle_infer.build import build_engine, build_head
-from eagle_infer.chat import Message, prompt_ids, stop_ids
+from eagle_infer.models import registry
+from eagle_infer.decoding.build import build_engine, build_head
+from eagle_infer.models.chat import Message, prompt_ids, stop_ids
 from eagle_infer.config import InferConf
-from eagle_infer.draft_head import random_head
-from eagle_infer.engine import Engine
-from eagle_infer.registry import MODELS, ModelSpec
-from eagle_infer.synthetic import WordTokenizer, synthetic_model
-from eagle_infer.target import converted_gguf_dir, load_target
+from eagle_infer.head.draft_head import random_head
+from eagle_infer.decoding.engine import Engine
+from eagle_infer.models.registry import MODELS, ModelSpec
+from eagle_infer.models.synthetic import WordTokenizer, synthetic_model
+from eagle_infer.models.target import converted_gguf_dir, load_target
 from lab.projection import EAGLE_TREE
 from tests.conftest import SMOL
 from tests.oracles import one_thread, oracle_drafter  # noqa: F401 (one_thread is autouse)
@@ -106,7 +106,7 @@ def test_unknown_synthetic_name_is_one_line():
 
 
 def test_refused_wherever_acceptance_is_reported(tmp_path):
-    from eagle_infer.api import load
+    from eagle_infer import load
     from eagle_infer.config import ModelConf
     from eval.cli import EvalRunConf, evaluate
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from eagle_infer.records import BatchResult, CycleStats, GenerationResult
+from eagle_infer.decoding.records import BatchResult, CycleStats, GenerationResult
 from eval import throughput
 from eagle_train.benchmarks import Question
 from eval.harness import HarnessSettings

@@ -16,11 +16,11 @@ import torch
 
 import eagle_train.featurize as featurize_mod
 import eagle_train.train as train_mod
-from eagle_infer.chat import Message, loss_mask, prompt_ids, render
-from eagle_infer.chat import stop_ids
-from eagle_infer.head_checkpoint import load_head
+from eagle_infer.models.chat import Message, loss_mask, prompt_ids, render
+from eagle_infer.models.chat import stop_ids
+from eagle_infer.head.head_checkpoint import load_head
 from eagle_infer.config import InferConf
-from eagle_infer.engine import Engine
+from eagle_infer.decoding.engine import Engine
 from eagle_infer.errors import EagleError
 from eagle_train.featurize import FeaturizeConfig, featurize
 from eagle_train.features import Manifest, read_samples, shard_name

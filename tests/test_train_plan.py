@@ -13,7 +13,7 @@ from omegaconf import OmegaConf
 
 import eagle_train.disk as disk_mod
 import eagle_train.plan as plan_mod
-from eagle_infer.cli_support import CONF_DIR, REPO
+from eagle_infer.entry.cli_support import CONF_DIR, REPO
 from eagle_infer.errors import EagleError
 from eagle_train.cli import TrainRunConf, plan
 from eagle_train.featurize import FeaturizeConfig, check_ranks, featurize

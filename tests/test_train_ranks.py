@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from eagle_infer.chat import Message, loss_mask, render
+from eagle_infer.models.chat import Message, loss_mask, render
 from eagle_train.featurize import featurize
 from eagle_train.launch import accelerator_env, free_port
 from eagle_train.train import TrainConfig, micro_batches, train

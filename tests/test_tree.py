@@ -11,12 +11,12 @@ from functools import lru_cache
 import pytest
 import torch
 
-from eagle_infer.draft_head import DraftHead, DraftHeadConfig, random_head
-from eagle_infer.head_runner import HeadRunner
-from eagle_infer.drafting import DraftRoot, TreeFeeder, draft_chain, draft_dynamic, draft_static
+from eagle_infer.head.draft_head import DraftHead, DraftHeadConfig, random_head
+from eagle_infer.head.head_runner import HeadRunner
+from eagle_infer.trees.drafting import DraftRoot, TreeFeeder, draft_chain, draft_dynamic, draft_static
 from eagle_infer.errors import EagleError
-from eagle_infer.kv_cache import KVCache
-from eagle_infer.tree import (
+from eagle_infer.models.kv_cache import KVCache
+from eagle_infer.trees.tree import (
     DEFAULT_STATIC_PATHS, DraftTree, additive_mask, ancestor_masks, causal_mask, chain_paths, check_paths,
 )
 from tests.oracles import one_thread  # noqa: F401 (autouse fixture)
@@ -418,7 +418,7 @@ def test_ancestor_masks_match_walking_up_the_parents():
 
 
 def test_padded_width_is_a_capped_power_of_two():
-    from eagle_infer.tree import padded_width
+    from eagle_infer.trees.tree import padded_width
 
     assert [padded_width(n, 20) for n in range(0, 21)] == [0, 1, 2, 4, 4] + [8] * 4 + [16] * 8 + [20] * 4
     assert padded_width(7, 8) == 8 and padded_width(5, 5) == 5 and padded_width(9, 6) == 9  # never below n

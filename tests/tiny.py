@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from eagle_infer.target import Target, with_lean_decoder
+from eagle_infer.models.target import Target, with_lean_decoder
 
 
 LLAMA3_ROPE = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,

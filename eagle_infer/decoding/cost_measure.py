@@ -1,0 +1,98 @@
+"""Measuring a cost model (eagle_infer.decoding.cost) on the running machine: timed target forwards and draft levels, cached
+per machine, model, dtype, weight packing, compiling and head shape. A measurement says on standard error what it is
+doing, about how long it will take (estimated from its first timings) and how long it took."""
+from __future__ import annotations
+
+import sys
+import time
+from typing import Callable
+
+import torch
+
+from .cost import COST_REVISION, SIZES, CostModel, cache_path
+from ..trees.drafting import DraftRoot, TreeFeeder
+from ..platform import machine_key, median_ms, writable_cache
+from ..trees.tree import causal_mask
+
+
+@torch.inference_mode()
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def estimate_seconds(prefill_ms: float, one_ms: float, context: int, sizes: list[int], reps: int) -> float:
+    """Seconds a measurement will take, from its first two timings: a forward of t tokens priced on the line through
+    (1, one_ms) and (context, prefill_ms), each size timed reps + 1 times, plus a fifth for the draft levels and
+    the first calls' warm-up (SmolLM2 in float16 on a CPU: 51 s estimated so, 55 s measured)."""
+    slope = max(0.0, (prefill_ms - one_ms) / max(1, context - 1))
+    forwards = sum(one_ms + slope * (t - 1) for t in sizes) * (reps + 1)
+    return 1.2 * forwards / 1000
+
+
+@torch.inference_mode()
+def measure(target, head, top_k: int, max_tokens: int, context: int = 256, reps: int = 3,
+            say: Callable[[str], None] = _stderr) -> CostModel:
+    """Time target forwards of 1.. max_tokens tokens (the SIZES up to the first one >= max_tokens) over a `context`
+    token cache, and one draft level of top_k nodes (head forward, draft logits, top-k; 0 ms without a head).
+    `say` gets the estimated duration after the first timings."""
+    device = target.device
+    context = min(context, max(1, target.max_context - max_tokens - 1))
+    sizes = [s for s in SIZES if s < max_tokens] + [max(max_tokens, 2)]
+    cache = target.new_cache(1, context + sizes[-1])
+    start = time.perf_counter()
+    _, feats = target.forward(torch.randint(0, target.vocab_size, (1, context), device=device),
+                              torch.arange(context, device=device)[None], cache)
+    cache.advance(context)
+    prefill_ms = (time.perf_counter() - start) * 1000
+    forward_ms = []
+    for t in sizes:
+        ids = torch.randint(0, target.vocab_size, (1, t), device=device)
+        positions = (context + torch.arange(t, device=device))[None]
+        mask = causal_mask(context, t, target.dtype, device)
+        forward_ms.append(median_ms(lambda: target.forward(ids, positions, cache, mask, last_only=t == 1), reps, device))
+        if t == sizes[0]:
+            say(f"  about {estimate_seconds(prefill_ms, forward_ms[0], context, sizes, reps):.0f} s "
+                f"(forwards of {', '.join(map(str, sizes))} tokens, {reps} timings each)")
+    if head is None:  # prompt lookup drafts without a head: nothing to time per level
+        return CostModel({}, sizes, forward_ms, 0.0, context)
+    head_cache = head.new_cache(1, context + top_k + 1)
+    head_cache.lengths[0] = context
+    root = DraftRoot(feats[:, -1], [0], [context], [0])
+    parents = torch.full((1, top_k), -1, dtype=torch.long, device=device)
+    tokens = torch.arange(top_k, device=device)[None]
+
+    def level():
+        feeder = TreeFeeder(head, head_cache, root)
+        feeder.top(feeder.feed(parents, tokens, 1), top_k)
+        feeder.reset()
+
+    level_ms = median_ms(level, reps * 2, device)
+    return CostModel({}, sizes, forward_ms, level_ms, context)
+
+
+def load_or_measure(target, head, top_k: int, max_tokens: int, say: Callable[[str], None] = _stderr) -> CostModel:
+    """The cached cost model of this machine, model, dtype, weight packing, compiling and head shape, measured (and
+    cached) when there is none, saying so through `say` (standard error)."""
+    hc = None if head is None else head.config
+    shape = "none" if hc is None else (
+        f"{hc.block} block, {hc.layers} layer(s), draft vocabulary {hc.draft_vocab_size or hc.vocab_size}")
+    key = {**machine_key(target.device), "revision": COST_REVISION, "model": target.name,
+           "dtype": str(target.dtype).removeprefix("torch."), "top_k": top_k, "head": shape}
+    if target.packed:  # packed weights change every cost (unpacked keys stay as they were)
+        key["packed"] = True
+    if target.compiled_forward is not None:  # so does a compiled forward
+        key["compiled"] = True
+    path = cache_path(key)
+    model = CostModel.load(path, key)
+    if model is None or model.sizes[-1] < max_tokens:
+        writable_cache(1 << 20, "the cost model that infer.total_tokens=auto measures")
+        say(f"measuring this machine's decoding costs for {target.name} {key['dtype']} (head: {shape}), once: "
+            f"infer.total_tokens=auto sizes each tree from them; cached in {path}")
+        start = time.perf_counter()
+        model = measure(target, head, top_k, max_tokens, say=say)
+        model.key = key
+        model.save(path)
+        say(f"  measured in {time.perf_counter() - start:.0f} s")
+    return model
+
+

@@ -1,0 +1,214 @@
+"""One decoding cycle over every row of a batch: propose -> verify -> commit -> record.
+
+- propose: the drafter's TreeBatch (eagle_infer.trees.drafters), a tree per row, fixed before any random draw;
+- verify: one target forward of [B, 1 + N] tokens under the trees' masks, then acceptance of every row at once on
+  the device, greedy or by the exact batched tree sampler (eagle_infer.decoding.verify);
+- commit: the accepted paths gathered into the target's cache and the head's inputs for them gathered, all rows at
+  once by index ops (fed in one batched forward by `feed_pending` after the scheduler refills rows);
+- record: the cycle's one device-to-host copy (accepted lengths, bonus tokens, the trees), a CycleStats per row, copy
+  rates updated, the accepted tokens and the bonus token emitted.
+A cycle reads the device once (tests/test_engine_batch.py counts it); drafting never does unless an auto
+budget decides per level. A vanilla cycle is one target forward of the roots and one token each. `run` is the
+scheduler's BatchRun: its rows' roots, the head's features and the pending head inputs are [B, ...] tensors on the
+device, kept row for row with the caches.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+
+from ..config import InferConf
+from ..trees.drafters import DraftInput, as_batch
+from ..trees.drafting import DraftRoot, TreeFeeder
+from ..errors import EagleError
+from ..platform import sync
+from .records import CycleStats
+from ..trees.tree import TreeBatch, additive_mask, causal_mask, padded_width
+from .verify import BatchAcceptance, sample_device, verify_greedy, verify_sampled
+from .verify_batch import Commit, HostRow, commit_paths, to_host, verification_input
+
+
+@dataclass
+class Pending:
+    """The head's inputs committed by the last cycle, not yet fed: features [B, W, H or k*H], pair tokens [B, W];
+    row b's first counts[b] are real (counts: host list, on_device: the same as a LongTensor [B])."""
+
+    features: torch.Tensor
+    tokens: torch.Tensor
+    counts: list[int]
+    on_device: torch.Tensor
+
+    def select(self, rows: torch.Tensor, kept: list[int]) -> "Pending":
+        """These rows only (rows: LongTensor of the kept row indices, kept: the same on the host)."""
+        return Pending(self.features.index_select(0, rows), self.tokens.index_select(0, rows),
+                       [self.counts[r] for r in kept], self.on_device.index_select(0, rows))
+
+    def clear(self, b: int) -> None:
+        """Row b has nothing to feed (a request admitted in it)."""
+        self.counts[b] = 0
+        self.on_device[b] = 0
+
+
+def target_mask(run, lengths: list[int], allowed: torch.Tensor, causal: bool) -> torch.Tensor | None:
+    """The target's additive mask over `allowed` (bool [T, S] or [B, T, S], see tree.additive_mask), or None when
+    the new tokens attend plainly causally (`causal`) and every row is equally long: transformers then builds the
+    causal mask itself, its own fastest path (scripts/bench_engine.py times bare forwards that way)."""
+    if causal and min(lengths) == max(lengths):
+        return None
+    return additive_mask(allowed, lengths, run.target.dtype, run.target.device, run.cache.device_lengths())
+
+
+def vanilla_cycle(run) -> None:
+    """One token per row from one target forward of the roots."""
+    target, rows = run.target, list(run.rows)
+    t0 = time.perf_counter()
+    lengths = list(run.cache.lengths)
+    positions = run.cache.device_lengths()[:, None]
+    mask = target_mask(run, lengths, torch.ones(1, 1, dtype=torch.bool), causal=True)
+    logits, _ = target.forward(run.roots[:, None], positions, run.cache, mask, last_only=True)
+    run.cache.advance(1)
+    run.roots = sample_device(logits[:, -1], run.call.sampling, [r.generator for r in rows])
+    tokens = run.roots.tolist()  # the cycle's one host read
+    verify_s = time.perf_counter() - t0
+    for b, (request, token) in enumerate(zip(rows, tokens)):
+        request.cycles.append(CycleStats(tree_size=0, tree_depth=0, accepted=0, draft_s=0.0, verify_s=verify_s,
+                                         batch=len(rows)))
+        request.root = token
+        run.emit(b, request, [token])
+
+
+@dataclass
+class Proposal:
+    """A cycle's trees and what drafted them: the feeder (its levels were head forwards) and the config at this batch
+    size; lengths: each row's committed cache length before the cycle; draft_s: seconds spent."""
+
+    trees: TreeBatch
+    feeder: TreeFeeder
+    lengths: list[int]
+    config: InferConf
+    draft_s: float
+
+
+@dataclass
+class Verdict:
+    """What verification decided, on the device (acceptance of every row, and what it commits) and on the host (a
+    HostRow per row, from the cycle's one copy); features: the target's at every verified position
+    [B, 1 + N, H or k*H]; started: when verification began (perf_counter seconds)."""
+
+    accepted: BatchAcceptance
+    commit: Commit
+    rows: list[HostRow]
+    features: torch.Tensor
+    started: float
+
+
+def draft_cycle(run) -> None:
+    rows = list(run.rows)
+    proposal = propose(run, rows)
+    verdict = verify(run, rows, proposal)
+    verify_s = commit(run, verdict)
+    record(run, rows, proposal, verdict, verify_s)
+
+
+def propose(run, rows) -> Proposal:
+    """Every row's tree from the drafter, within the tree budget at this batch size."""
+    t0 = time.perf_counter()
+    engine, device, batch = run.engine, run.target.device, len(rows)
+    lengths, config = list(run.cache.lengths), engine.config_at(batch)
+    features = run.features if run.head else torch.zeros(batch, 0, device=device)
+    root = DraftRoot(features, [r.root for r in rows], lengths, [r.index for r in rows], run.roots,
+                     run.cache.device_lengths())
+    feeder = TreeFeeder(run.head, run.head_cache, root)
+    budget = engine.budget_at(batch, config.tree_size()) if config.budget == "auto" else None
+    contexts = [run.context(r) for r in rows] if config.uses_lookup else []
+    inp = DraftInput(feeder, contexts, [r.rates for r in rows], config, budget)
+    trees = as_batch(engine.drafter.propose(inp), device)
+    feeder.reset()
+    limit = engine.config.tree_budget(batch)
+    if trees.batch != batch or trees.width > limit:
+        raise EagleError(f"drafter returned {trees.batch} trees of up to {trees.width} nodes: expected one per batch "
+                         f"row ({batch}) of at most the tree budget {limit}")
+    sync(device)
+    return Proposal(trees, feeder, lengths, config, time.perf_counter() - t0)
+
+
+def verify(run, rows, proposal: Proposal) -> Verdict:
+    """One target forward over every row's [root, tree...] (padded to a bucket width when trees are padded), then
+    acceptance, and the cycle's one copy to the host."""
+    t0 = time.perf_counter()
+    trees, lengths = proposal.trees, proposal.lengths
+    if run.engine.pad_trees:
+        trees = trees.padded(padded_width(trees.width, proposal.config.tree_size()))
+    batch = verification_input(trees, run.roots, run.cache.device_lengths())
+    causal = run.chains and trees.full  # no padding slots: a chain attends causally
+    mask = target_mask(run, lengths, batch.allowed, causal=causal)
+    logits, features = run.target.forward(batch.ids, batch.positions, run.cache, mask,
+                                          feature_layers=run.feature_layers)
+    sampling = run.call.sampling
+    if sampling.greedy:
+        accepted = verify_greedy(trees.tokens, trees.parents, trees.sizes, batch.allowed, logits)
+    else:  # the exact batched sampler (tests/test_engine_sampling.py enumerates its outcomes)
+        accepted = verify_sampled(trees.tokens, trees.parents, trees.sizes, batch.allowed, logits, sampling,
+                                  [r.generator for r in rows], 1 + run.engine.config.tree_size())
+    commit_ = commit_paths(batch.ids, trees, accepted.on_path, accepted.accepted, accepted.bonus)
+    return Verdict(accepted, commit_, to_host(trees, accepted), features, t0)
+
+
+def commit(run, verdict: Verdict) -> float:
+    """Keep every row's accepted path in the target's cache, queue the head's inputs for it and make the bonus
+    tokens the next roots, all rows at once on the device. -> seconds since verification began."""
+    device, c = run.target.device, verdict.commit
+    counts = [len(r.acceptance.path) + 1 for r in verdict.rows]
+    run.cache.keep_paths(c.kept, counts, c.counts)
+    if run.head is not None:
+        feats = verdict.features
+        feats = feats.gather(1, c.kept[:, :, None].expand(-1, -1, feats.shape[-1]))  # [B, W, H or k*H]
+        shift = run.head.config.token_shift
+        run.pending = Pending(feats, c.sequence[:, shift : shift + c.kept.shape[1]], counts, c.counts)
+    run.roots = verdict.accepted.bonus
+    sync(device)
+    return time.perf_counter() - verdict.started
+
+
+def record(run, rows, proposal: Proposal, verdict: Verdict, verify_s: float) -> None:
+    """A CycleStats per row (the head's time fed after the last verification counts in this cycle's draft time),
+    copy rates updated, then the accepted tokens and the bonus token emitted."""
+    draft_s, head_forwards = run.carry_s + proposal.draft_s, run.carry_forwards + proposal.feeder.levels
+    run.carry_s, run.carry_forwards = 0.0, 0
+    for b, (request, row) in enumerate(zip(rows, verdict.rows)):
+        acc, on_path = row.acceptance, set(row.acceptance.path)
+        request.cycles.append(CycleStats(
+            tree_size=row.size, tree_depth=max(row.depths, default=0), accepted=len(acc.path), draft_s=draft_s,
+            verify_s=verify_s, tested_conf=[row.probs[i] for i in acc.tested],
+            tested_hit=[i in on_path for i in acc.tested], batch=len(rows), lookup_size=sum(row.copied),
+            lookup_accepted=sum(row.copied[i] for i in acc.path), head_forwards=head_forwards))
+        if request.rates is not None:
+            request.rates.update(acc.tested, on_path, row.copied, row.depths)
+        request.root = acc.bonus
+        run.emit(b, request, [row.tokens[i] for i in acc.path] + [acc.bonus])
+
+
+def feed_pending(run) -> None:
+    """One batched head forward over every row's newly committed (feature, token) pairs; rows admitted since the last
+    cycle have none and ride along as masked padding."""
+    pending, device = run.pending, run.target.device
+    width = max(pending.counts, default=0) if pending is not None else 0
+    if width == 0:
+        return
+    t0 = time.perf_counter()
+    feats, tokens = pending.features[:, :width], pending.tokens[:, :width]
+    cache = run.head_cache
+    lengths, starts = list(cache.lengths), cache.device_lengths()
+    positions = starts[:, None] + torch.arange(width, device=device)
+    mask = causal_mask(lengths, width, feats.dtype, device, starts)
+    predicted = run.head(feats, tokens, positions, cache, mask)
+    cache.advance(pending.counts, pending.on_device)
+    rows = torch.arange(predicted.shape[0], device=device)
+    last = predicted[rows, (pending.on_device - 1).clamp(min=0)]  # [B, H] each row's newest prediction
+    run.features = last if min(pending.counts) > 0 else torch.where((pending.on_device > 0)[:, None], last,
+                                                                    run.features)
+    run.pending = None
+    sync(device)
+    run.carry_s, run.carry_forwards = time.perf_counter() - t0, 1

@@ -1,0 +1,84 @@
+"""A cycle's TreeBatch verified as one batch on the device: the target's input built from it, greedy acceptance of
+every row at once, what commits the accepted paths (cache compaction, the head's next inputs), and the cycle's one
+device-to-host copy."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..trees.tree import TreeBatch, ancestor_masks
+from .verify import Acceptance, BatchAcceptance
+
+
+@dataclass
+class VerifyInput:
+    """The target's verification input for a TreeBatch of width N: ids and positions [B, 1 + N] (the root, then the
+    slots; a padding slot sits at the root's position), allowed: bool [B, 1 + N, 1 + N] tree attention (ancestors
+    and self; a padding slot sees only the root and itself)."""
+
+    ids: torch.Tensor
+    positions: torch.Tensor
+    allowed: torch.Tensor
+
+
+def verification_input(tree: TreeBatch, roots: torch.Tensor, bases: torch.Tensor) -> VerifyInput:
+    """roots, bases: LongTensor [B], each row's root token and its sequence position."""
+    ids = torch.cat([roots[:, None], tree.tokens], 1)
+    positions = bases[:, None] + torch.nn.functional.pad(tree.depths, (1, 0))
+    return VerifyInput(ids, positions, ancestor_masks(tree.parents, tree.depth))
+
+
+@dataclass
+class Commit:
+    """What the accepted paths commit, on the device, W = 1 + the tree's depth bound: kept [B, W] flattened indices
+    (0 = root, then the accepted nodes root to leaf; slots past 1 + accepted[b] are arbitrary); sequence [B, W + 1]:
+    the root, the accepted tokens, the bonus token (then arbitrary); counts [B] = accepted + 1."""
+
+    kept: torch.Tensor
+    sequence: torch.Tensor
+    counts: torch.Tensor
+
+
+def commit_paths(ids: torch.Tensor, tree: TreeBatch, on_path: torch.Tensor, accepted: torch.Tensor,
+                 bonus: torch.Tensor) -> Commit:
+    """ids [B, 1 + N] verified tokens; on_path bool [B, N]; accepted, bonus [B]."""
+    n = tree.width
+    w = 1 + min(tree.depth, n)
+    path = torch.where(on_path, torch.arange(1, n + 1, device=ids.device), n)  # accepted nodes, then n
+    kept = torch.nn.functional.pad(path, (1, 0)).sort(dim=1).values[:, :w]  # the root, the path ascending, then n
+    sequence = torch.nn.functional.pad(ids.gather(1, kept), (0, 1))
+    sequence.scatter_(1, (accepted + 1)[:, None], bonus[:, None])
+    return Commit(kept, sequence, accepted + 1)
+
+
+@dataclass
+class HostRow:
+    """One row's verdict on the host: its Acceptance, and the tree's size, tokens, draft probabilities, copied flags
+    and depths (lists over its nodes)."""
+
+    acceptance: Acceptance
+    size: int
+    tokens: list[int]
+    probs: list[float]
+    copied: list[bool]
+    depths: list[int]
+
+
+def to_host(tree: TreeBatch, accepted: BatchAcceptance) -> list[HostRow]:
+    """The cycle's one device-to-host copy: every row's acceptance (bonus, accepted and tested nodes) and its tree,
+    as one float64 tensor (which holds every token id exactly)."""
+    n = tree.width
+    fields = [accepted.bonus[:, None], tree.sizes[:, None], accepted.on_path, accepted.tested, tree.tokens,
+              tree.probs.double(), tree.copied, tree.depths]
+    host = torch.cat(fields, 1).tolist()  # (cat promotes every field to probs' float64)
+    rows = []
+    for row in host:
+        size = int(row[1])
+        part = lambda i: row[2 + i * n : 2 + i * n + size]  # noqa: E731 (field i over the row's nodes)
+        on_path, tested = part(0), part(1)
+        acceptance = Acceptance([i for i in range(size) if on_path[i]], int(row[0]),
+                                [i for i in range(size) if tested[i]])
+        rows.append(HostRow(acceptance, size, [int(x) for x in part(2)], part(3), [bool(x) for x in part(4)],
+                            [int(x) for x in part(5)]))
+    return rows

@@ -1,0 +1,125 @@
+"""A draft head as it drafts for one target: the inference side of `draft_head.DraftHead`.
+
+Built once per (head, target) and read-only afterwards, it holds what drafting needs beside the trainable module:
+- packed copies of the head's products for a packed target (eagle_infer.models.packed), and of the target's LM-head rows
+  over the draft vocabulary;
+- the head's decoder layers as lean steps (eagle_infer.models.lean_layer), the same function in fewer ops;
+- on a target compiled on a GPU, the head's step compiled (a level is launch-bound there), over static caches that
+  `new_cache` makes.
+Nothing here is rebuilt behind the caller's back: a head whose weights change (training) gets a new runner.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import torch
+from torch import nn
+
+from ..models.compiled import CompiledForward, mark_dynamic_step, static_length
+from .draft_head import DraftHead, full_vocabulary
+from ..models.kv_cache import KVCache
+from ..models.lean_layer import RopeTable, lean_layer
+from ..models.lean_layer import run as lean_run
+from ..models.packed import PackedLinear
+
+
+def _packed(linear: nn.Module | None) -> nn.Module | None:
+    return None if linear is None else PackedLinear.of(linear)
+
+
+class HeadRunner:
+    """`module` drafting for `target`: forward over KVCaches, draft logits over the draft vocabulary, new caches.
+
+    packed: products packed for oneDNN (default: as the target is); compile_step: the head's step compiled (default:
+    a target compiled on a GPU; on a CPU compiling the step did not pay, docs/design.md "Compiled forward")."""
+
+    def __init__(self, module: DraftHead, target, packed: bool | None = None, compile_step: bool | None = None):
+        self.module, self.target, self.config = module.eval(), target, module.config
+        self.packed = target.packed if packed is None else packed
+        if compile_step is None:
+            compile_step = target.compiled_forward is not None and target.device.type == "cuda"
+        self.fc, self.fuse = module.fc, module.fuse
+        if self.packed:
+            self.fc, self.fuse = _packed(module.fc), _packed(module.fuse)
+        self.lean = self._lean_layers()
+        self.rope = RopeTable(module.rotary)
+        if module.lm_head is None:  # the target's LM-head rows of the draft vocabulary
+            sub = target.lm_head.weight.detach()
+            self.vocab_weight = sub if module.draft_vocab is None else sub[module.draft_vocab]  # [Vd, H]
+        else:  # an EAGLE-3 head drafts with its own norm and LM head
+            self.vocab_weight = module.lm_head.weight.detach()
+        self.vocab_packed = PackedLinear(self.vocab_weight) if self.packed else None
+        self.vocab_order = None  # [V]: the draft vocabulary's target ids, then every other id (drafting.top_tokens)
+        if module.draft_vocab is not None:
+            outside = torch.ones(self.config.vocab_size, dtype=torch.bool, device=module.draft_vocab.device)
+            outside[module.draft_vocab] = False
+            self.vocab_order = torch.cat([module.draft_vocab, outside.nonzero()[:, 0]])
+        self.compiled = (CompiledForward(module, DraftHead.layers_forward, target.device, "the draft head's step")
+                         if compile_step else None)
+
+    def _lean_layers(self) -> list:
+        """The layers as lean steps, their o / down products packed with the rest when packed; [] when a layer has
+        another form (then drafting runs transformers' layers)."""
+        lean = [lean_layer(x, self.target.config, self.packed) for x in self.module.layers]
+        if None in lean:
+            return []
+        if self.packed:
+            lean = [replace(x, o=PackedLinear.of(x.o), down=PackedLinear.of(x.down)) for x in lean]
+        return lean
+
+    @property
+    def draft_vocab(self) -> torch.Tensor | None:
+        """[Vd] target ids of the draft vocabulary (None: the whole vocabulary)."""
+        return self.module.draft_vocab
+
+    def new_cache(self, batch: int, max_len: int) -> KVCache:
+        """A cache of at least max_len positions: static and rounded up (compiled.static_length) when the step is
+        compiled."""
+        weight, static = self.module.weight, self.compiled is not None
+        return KVCache(self.config.layers, *self.target.kv_shape(batch)[1:],
+                       static_length(max_len) if static else max_len, weight.dtype, weight.device, static)
+
+    @torch.inference_mode()
+    def __call__(self, features: torch.Tensor, tokens: torch.Tensor, positions: torch.Tensor, cache: KVCache,
+                 mask: torch.Tensor | None) -> torch.Tensor:
+        """features [B, T, H] (or [B, T, k*H] fused target features), tokens [B, T], positions [B, T] -> predicted
+        features [B, T, H]; the T new keys/values are written after what `cache` holds (not committed). mask:
+        additive [B or 1, 1, T, held + T]. Inference only: it runs under torch.inference_mode, as Target.forward
+        does (the caches' per-layer views share one tensor, which autograd could not write in place)."""
+        if cache.static:
+            mask = cache.static_mask(mask, tokens.shape[1], features.dtype)
+            if self.compiled is None:
+                return self.module.layers_forward(features, tokens, positions, mask, cache.hf)
+            mark_dynamic_step(mask, features, tokens, positions)
+            return self.compiled(features, tokens, positions, mask, cache.hf)
+        if not self.lean:  # a layer of another form
+            return self.module.layers_forward(features, tokens, positions, mask, cache.hf)
+        features, embeds = self.module.inputs(features, tokens, self.fuse)
+        if self.fc is None:  # EAGLE-3's layer reads the embeddings beside the feature
+            return lean_run(self.lean, self.rope, features, positions, cache.hf.layers, mask, embeds=embeds)[0]
+        hidden = self.fc(torch.cat((embeds, features), dim=-1))
+        return lean_run(self.lean, self.rope, hidden, positions, cache.hf.layers, mask)[0]
+
+    def draft_logits(self, predicted: torch.Tensor) -> torch.Tensor:
+        """Predicted features [..., H] -> float32 logits [..., Vd] over the draft vocabulary."""
+        if self.module.norm is not None:
+            predicted = self.module.norm(predicted)
+        weight = self.vocab_weight
+        if self.vocab_packed is not None and predicted.dtype == weight.dtype:
+            logits = self.vocab_packed(predicted)
+        else:
+            logits = torch.nn.functional.linear(predicted, weight if weight.dtype == predicted.dtype else
+                                                weight.to(predicted.dtype))
+        return logits if logits.dtype == torch.float32 else logits.float()  # (a no-op .float() still dispatches)
+
+
+    def logits(self, predicted: torch.Tensor) -> torch.Tensor:
+        """Predicted features [..., H] -> float32 logits [..., V]; -inf outside the draft vocabulary."""
+        return full_vocabulary(self.draft_logits(predicted), self.draft_vocab, self.config.vocab_size)
+
+
+def runner_for(head: DraftHead | HeadRunner | None, target) -> HeadRunner | None:
+    """`head` ready to draft for `target`: a runner built for it, or the runner given."""
+    if head is None or isinstance(head, HeadRunner):
+        return head
+    return HeadRunner(head, target)

@@ -1,0 +1,199 @@
+"""Preallocated KV cache shared by the target and the draft head, with one committed length per batch row.
+
+Keys and values live in two tensors [layers, batch, kv_heads, max_len, head_dim], read as two lists `k`, `v` of
+per-layer views [batch, kv_heads, max_len, head_dim] (a compiled forward writes each in place; compacting every
+layer at once is one index op over the whole tensor). Row b holds committed tokens at positions [0, lengths[b]). A
+forward of T new tokens writes row b's at [lengths[b], lengths[b] + T) and every layer's attention sees keys
+[0, span(T)) with span(T) = max(lengths) + T: the caller's mask hides, in each row, the slots past that row's own
+new tokens. A `static` cache (the compiled forward's, eagle_infer/models/compiled.py) instead always attends over all
+max_len slots, and writes where `static_mask(...)`, called before the forward, put the slots as tensors: shapes
+and Python state then stay the same from step to step. `advance` commits what the last forward wrote,
+`keep_paths` keeps only some of it in every row (the trees' accepted paths) by gathering it into contiguous positions
+on the device, `select_rows` drops finished rows, and `row(b)` is a one-row view sharing the storage. The rows'
+lengths live on the host (`lengths`) and, for the cycle, on the device too (`device_lengths`): operations that
+know the new lengths on the device keep that copy, so a cycle never copies lengths from the host.
+"""
+from __future__ import annotations
+
+import torch
+from transformers.cache_utils import Cache, CacheLayerMixin
+
+from ..trees.tree import causal_mask
+
+
+class _LayerView(CacheLayerMixin):
+    """One layer's window into a KVCache, in the shape transformers' attention modules call."""
+
+    is_sliding = False
+    is_compileable = False
+
+    def __init__(self, store: "KVCache", layer: int):
+        super().__init__()
+        self.store, self.layer = store, layer
+        self.is_initialized = True
+
+    def lazy_initialization(self, key_states, value_states) -> None:  # buffers are preallocated
+        pass
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        """key_states, value_states: [B, kv_heads, T, D] -> all keys/values [B, kv_heads, span(T), D]."""
+        store, n = self.store, key_states.shape[-2]
+        k, v = store.k[self.layer], store.v[self.layer]
+        if store.static:  # slots planned before the forward (tensors only: nothing here changes between steps)
+            rows, index = store.static_slots
+            k[rows, :, index] = key_states.transpose(1, 2)
+            v[rows, :, index] = value_states.transpose(1, 2)
+            return k, v
+        start, rows, index = store.write_plan(n)
+        if start is not None:  # every row writes at the same offset
+            k[:, :, start : start + n] = key_states
+            v[:, :, start : start + n] = value_states
+        else:
+            k[rows, :, index] = key_states.transpose(1, 2)
+            v[rows, :, index] = value_states.transpose(1, 2)
+        span = store.span(n)
+        return k[:, :, :span], v[:, :, :span]
+
+    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
+        return self.store.span(query_length), 0
+
+    def get_seq_length(self) -> int:
+        return max(self.store.lengths)
+
+    def get_max_length(self) -> int:
+        return self.store.max_len
+
+
+class KVCache:
+    """Preallocated keys/values; `lengths[b]` positions of row b are committed."""
+
+    def __init__(self, layers: int, batch: int, kv_heads: int, head_dim: int, max_len: int, dtype, device,
+                 static: bool = False):
+        shape = (layers, batch, kv_heads, max_len, head_dim)
+        new = lambda: torch.zeros(shape, dtype=dtype, device=device)  # noqa: E731
+        self._attach(new(), new(), max_len, [0] * batch, static)
+
+    def _attach(self, keys: torch.Tensor, values: torch.Tensor, max_len: int, lengths: list[int],
+                static: bool) -> None:
+        """keys, values: [layers, batch, kv_heads, max_len, head_dim] (views of a larger cache's storage for `row`)."""
+        self.keys, self.values, self.max_len, self.lengths, self.static = keys, values, max_len, lengths, static
+        # one view per layer by plain indexing (unbind's views could not be written in place under grad mode)
+        self.k, self.v = [keys[i] for i in range(keys.shape[0])], [values[i] for i in range(values.shape[0])]
+        k, v = self.k, self.v
+        self._device_lengths: tuple[tuple[int, ...], torch.Tensor] | None = None
+        if static:  # one compiled graph serves every cache length
+            for x in k + v:
+                torch._dynamo.maybe_mark_dynamic(x, 2)
+                if x.is_cuda:  # written in place inside the graph: CUDA graphs capture only a fixed-address buffer
+                    torch._dynamo.mark_static_address(x, guard=False)
+        self._plans: dict = {}
+        self.static_slots: tuple[torch.Tensor, torch.Tensor] | None = None  # see static_mask
+        self.hf = Cache(layers=[_LayerView(self, i) for i in range(len(k))])
+
+    @staticmethod
+    def bytes_needed(layers: int, batch: int, kv_heads: int, head_dim: int, max_len: int, dtype) -> int:
+        """Memory of a cache of this shape (keys and values)."""
+        return 2 * layers * batch * kv_heads * max_len * head_dim * torch.empty(0, dtype=dtype).element_size()
+
+    @property
+    def batch(self) -> int:
+        return self.k[0].shape[0]
+
+    @property
+    def length(self) -> int:
+        """The committed length shared by every row (batch-1 decoding, training); an error if rows differ."""
+        if min(self.lengths) != max(self.lengths):
+            raise ValueError(f"rows hold different lengths {self.lengths}: read `lengths`")
+        return self.lengths[0]
+
+    def span(self, n: int) -> int:
+        """Key positions a forward of n new tokens attends over: max(lengths) + n (static: every slot)."""
+        return self.max_len if self.static else max(self.lengths) + n
+
+    def static_mask(self, mask: torch.Tensor | None, n: int, dtype) -> torch.Tensor:
+        """Before a forward of n tokens over a static cache: plan the slots it writes (rows [B, 1], positions
+        [B, n]) and return its additive mask over every slot: `mask` ([B or 1, 1, n, w]; None = causal after each
+        row's committed length) with the slots past w hidden."""
+        device = self.k[0].device
+        if mask is None:
+            mask = causal_mask(self.lengths, n, dtype, device)
+        starts = self.device_lengths()[:, None]
+        self.static_slots = (torch.arange(self.batch, device=device)[:, None], starts + torch.arange(n, device=device))
+        if n > 1:  # one compiled graph for any number of new tokens (as for the forward's inputs)
+            torch._dynamo.maybe_mark_dynamic(self.static_slots[1], 1)
+        return torch.nn.functional.pad(mask, (0, self.max_len - mask.shape[-1]), value=torch.finfo(mask.dtype).min)
+
+    def write_plan(self, n: int) -> tuple[int | None, torch.Tensor | None, torch.Tensor | None]:
+        """Where a forward of n tokens writes: (common start, None, None) when all rows are equally long, else
+        (None, rows [B, 1], positions [B, n]) for advanced indexing."""
+        key = (tuple(self.lengths), n)
+        if key not in self._plans:
+            if min(self.lengths) == max(self.lengths):
+                plan = (self.lengths[0], None, None)
+            else:
+                device = self.k[0].device
+                starts = self.device_lengths()[:, None]
+                plan = (None, torch.arange(self.batch, device=device)[:, None], starts + torch.arange(n, device=device))
+            self._plans = {key: plan}  # lengths change every forward: keep only the newest plan
+        return self._plans[key]
+
+    def device_lengths(self) -> torch.Tensor:
+        """LongTensor [B]: `lengths` on the cache's device (copied there only when no operation kept it current)."""
+        key = tuple(self.lengths)
+        if self._device_lengths is None or self._device_lengths[0] != key:
+            self._device_lengths = (key, torch.tensor(self.lengths, dtype=torch.long, device=self.keys.device))
+        return self._device_lengths[1]
+
+    def _set_lengths(self, lengths: list[int], on_device: torch.Tensor | None) -> None:
+        """New host lengths and, when the caller computed them there, the same on the device."""
+        self.lengths = lengths
+        self._device_lengths = None if on_device is None else (tuple(lengths), on_device)
+
+    def advance(self, n: int | list[int], on_device: torch.Tensor | None = None) -> None:
+        """Commit n positions of every row (or n[b] of row b; on_device: the same counts as a LongTensor [B]) from
+        what the last forward wrote."""
+        counts = n if isinstance(n, list) else [n] * self.batch
+        before = self._device_lengths
+        if isinstance(n, int) and before is not None and before[0] == tuple(self.lengths):
+            on_device = before[1] + n
+        elif on_device is not None:
+            on_device = self.device_lengths() + on_device
+        self._set_lengths([length + c for length, c in zip(self.lengths, counts)], on_device)
+
+    def truncate(self, lengths: int | list[int], on_device: torch.Tensor | None = None) -> None:
+        """Forget everything at or after lengths (one value for every row, or one per row; on_device: the same as a
+        LongTensor [B])."""
+        self._set_lengths(list(lengths) if isinstance(lengths, list) else [lengths] * self.batch, on_device)
+
+    def keep_paths(self, kept: torch.Tensor, counts: list[int], on_device: torch.Tensor) -> None:
+        """Keep, in every row b, the written positions start_b + kept[b, :counts[b]] (offsets ascending from 0,
+        kept[b, i] >= i) at start_b, start_b + 1, ... and commit them, start_b being the row's committed length;
+        on_device: counts as a LongTensor [B]. One gather and one write over all layers' keys and values, every
+        row at once (slots past a row's count receive what kept[b] names there: they lie past the new length, so
+        nothing reads them before a forward writes them again)."""
+        starts = self.device_lengths()
+        dst = starts[:, None] + torch.arange(kept.shape[1], device=kept.device)
+        src = starts[:, None] + kept
+        rows = torch.arange(kept.shape[0], device=kept.device)[:, None]
+        for store in (self.keys, self.values):
+            store[:, rows, :, dst] = store[:, rows, :, src]
+        self._set_lengths([s + c for s, c in zip(self.lengths, counts)], starts + on_device)
+
+    def select_rows(self, rows: list[int]) -> None:
+        """Keep only these rows, in this order (finished requests stop costing attention and memory)."""
+        index = torch.tensor(rows, dtype=torch.long, device=self.keys.device)
+        self._attach(self.keys.index_select(1, index), self.values.index_select(1, index), self.max_len,
+                     [self.lengths[r] for r in rows], self.static)
+
+    def row(self, b: int) -> "KVCache":
+        """A one-row cache over row b's storage (writes land in this cache); its length starts at lengths[b] and
+        is not shared: after writing through the view, set `self.lengths[b]`."""
+        view = KVCache.__new__(KVCache)
+        view._attach(self.keys[:, b : b + 1], self.values[:, b : b + 1], self.max_len, [self.lengths[b]], self.static)
+        return view
+
+    def copy(self) -> "KVCache":
+        """An independent cache holding the same keys, values and lengths."""
+        twin = KVCache.__new__(KVCache)
+        twin._attach(self.keys.clone(), self.values.clone(), self.max_len, list(self.lengths), self.static)
+        return twin

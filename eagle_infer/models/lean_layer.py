@@ -1,0 +1,209 @@
+"""A Llama-family decoder layer's inference step in few eager ops: the draft head's drafting path.
+
+A decode step or draft level runs each decoder layer over a handful of tokens; on a CPU a small layer's products
+take ~0.4 ms and transformers' layer wraps them in ~70 small ops and as much Python again (rotary halves,
+per-projection views, the attention interface's dispatch). `LeanLayer` holds the same weights fused for inference
+(q/k/v in one product, gate/up in one; packed for oneDNN when the model is) and `step` runs the layer's math in
+~20 ops: the same function as transformers' LlamaDecoderLayer (Mistral and Qwen2 alike; Qwen3's with its per-head
+RMSNorm of queries and keys before the rotary embedding) under the engine's explicit additive masks, with the same ops in the same order, so equal to it up to how a matmul kernel blocks a wider
+product (tests/test_lean_layer.py; bit for bit where measured). The target's eager forward and the draft head's
+drafting run it; training, featurize and transformers' own generate keep transformers' layers.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..errors import EagleError
+from .packed import PackedLinear
+
+
+NATIVE_GQA_DEVICES = ("cpu",)  # where masked grouped-query SDPA runs with enable_gqa (see step)
+# The decoder-layer classes a lean step computes, each handled explicitly (Qwen3's: its q/k norms); another class is
+# refused in one line rather than run with a part of its function silently left out.
+LAYER_CLASSES = ("LlamaDecoderLayer", "MistralDecoderLayer", "Qwen2DecoderLayer", "Qwen3DecoderLayer", "Eagle3Layer")
+
+
+@dataclass
+class LeanLayer:
+    """One decoder layer's weights for `step`; shapes for hidden size H, heads nh, kv_heads kvh, head_dim D."""
+
+    qkv: nn.Module  # H (EAGLE-3: 2H) -> (nh + 2 kvh) * D, q then k then v
+    o: nn.Module  # nh * D -> H
+    gate_up: nn.Module  # H -> 2 I, gate then up
+    down: nn.Module  # I -> H
+    norm_in: torch.Tensor | None  # [H] input RMSNorm weight; None: no input norm (the EAGLE head's first layer)
+    norm_post: torch.Tensor  # [H]
+    eps: float
+    heads: int
+    kv_heads: int
+    head_dim: int
+    q_norm: torch.Tensor | None = None  # [D] per-head RMSNorm of queries and keys before rotary (Qwen3); None: none
+    k_norm: torch.Tensor | None = None
+    qk_eps: float = 0.0
+    norm_embed: torch.Tensor | None = None  # [H] EAGLE-3's layer: attention reads [norm(embeds) ; norm_in(hidden)]
+
+
+class _Fused(nn.Module):
+    """y = x W^T + b over weights stacked by rows (W [N, K], b [N] or None), eagerly or packed for oneDNN. The
+    packed form keeps only the packed copy."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, packed: bool):
+        super().__init__()
+        self.weight, self.bias, self.packed = weight, bias, None
+        if packed:
+            self.packed, self.weight = PackedLinear(weight, bias), None
+            self.packed.weight = None  # inference only (lean steps run without gradients): the packed copy alone
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.packed(x) if self.packed is not None else F.linear(x, self.weight, self.bias)
+
+
+def _fuse(modules: list[nn.Module], packed: bool, share: bool) -> nn.Module:
+    """One product for several linear layers of one input. share (unpacked only): the layers' own weights become
+    row slices of the stacked tensor, so the fused product costs no memory and the layers compute what they did."""
+    weight = torch.cat([m.weight.detach() for m in modules])
+    bias = None if modules[0].bias is None else torch.cat([m.bias.detach() for m in modules])
+    if share and not packed:
+        row = 0
+        for m in modules:
+            n = m.weight.shape[0]
+            m.weight.data = weight[row : row + n]
+            if bias is not None:
+                m.bias.data = bias[row : row + n]
+            row += n
+    return _Fused(weight, bias, packed)
+
+
+def lean_layer(layer: nn.Module, config, packed: bool, share: bool = False) -> LeanLayer | None:
+    """The LeanLayer of a transformers Llama/Mistral/Qwen2/Qwen3 decoder layer (LAYER_CLASSES; another class is a
+    one-line error), or None when the layer is not of the plain form (another activation or norm, a sliding window:
+    then transformers' layers run). q/k/v and gate/up become one product each: copies (packed for oneDNN when
+    `packed`), or with `share` on unpacked weights the layer's own storage (see _fuse); o and down are the layer's
+    modules as they are."""
+    kind = type(layer).__name__
+    if kind not in LAYER_CLASSES:
+        raise EagleError(f"decoder layer {kind} has no lean step: expected one of {', '.join(LAYER_CLASSES)}")
+    attn, mlp = getattr(layer, "self_attn", None), getattr(layer, "mlp", None)
+    parts = ("q_proj", "k_proj", "v_proj", "o_proj")
+    if attn is None or mlp is None or not all(hasattr(attn, p) for p in parts) or config.hidden_act != "silu":
+        return None
+    if not all(hasattr(mlp, p) for p in ("gate_proj", "up_proj", "down_proj")):
+        return None
+    norm_in, norm_post = layer.input_layernorm, layer.post_attention_layernorm
+    norm_embed = None
+    if kind == "Eagle3Layer":  # draft_head.Eagle3Layer: the input norm is the hidden state's, beside the embedding's
+        norm_in, norm_embed = layer.hidden_norm, layer.input_layernorm.weight.detach()
+    if not (isinstance(norm_in, nn.Identity) or hasattr(norm_in, "variance_epsilon")):
+        return None
+    if not hasattr(norm_post, "variance_epsilon") or attn.scaling != attn.head_dim ** -0.5:
+        return None
+    if getattr(attn, "sliding_window", None) is not None:  # a windowed layer: transformers' own masks
+        return None
+    q_norm, k_norm = (getattr(attn, "q_norm", None), getattr(attn, "k_norm", None)) if kind == "Qwen3DecoderLayer" else (None, None)
+    q, k, v = attn.q_proj, attn.k_proj, attn.v_proj
+    return LeanLayer(
+        qkv=_fuse([q, k, v], packed, share),
+        o=attn.o_proj,
+        gate_up=_fuse([mlp.gate_proj, mlp.up_proj], packed, share),
+        down=mlp.down_proj,
+        norm_in=None if isinstance(norm_in, nn.Identity) else norm_in.weight.detach(),
+        norm_post=norm_post.weight.detach(),
+        eps=norm_post.variance_epsilon,
+        heads=q.weight.shape[0] // attn.head_dim,
+        kv_heads=k.weight.shape[0] // attn.head_dim,
+        head_dim=attn.head_dim,
+        q_norm=None if q_norm is None else q_norm.weight.detach(),
+        k_norm=None if k_norm is None else k_norm.weight.detach(),
+        qk_eps=0.0 if q_norm is None else q_norm.variance_epsilon,
+        norm_embed=norm_embed,
+    )
+
+
+def fused_bytes(model: nn.Module) -> int:
+    """Bytes of the fused q/k/v and gate/up copies that lean_layer makes of a model's decoder layers when packed."""
+    names = ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj")
+    return sum(m.weight.numel() * m.weight.element_size() for n, m in model.named_modules() if n.split(".")[-1] in names)
+
+
+class RopeTable:
+    """cos and sign-folded sin of a rotary module for positions 0..n-1, [2, n, D], grown on demand: `take` is one
+    index op instead of the module's per-call trigonometry. sin's first half is negated, so that rotating x is
+    flip(x's halves) * sin instead of cat(-x2, x1) * sin (the same products: negation is exact)."""
+
+    def __init__(self, rotary: nn.Module):
+        self.rotary, self.table = rotary, None
+
+    def take(self, positions: torch.Tensor, like: torch.Tensor, bound: int | None = None) -> torch.Tensor:
+        """positions [B, T] -> [2, B, T, D] (cos, signed sin) in like's dtype. bound: a host bound on the positions
+        (> every one; e.g. the cache's length), so the table's size needs no read of the device."""
+        need = bound if bound is not None else int(positions.max()) + 1
+        stale = self.table is None or self.table.dtype != like.dtype or self.table.device != like.device
+        if stale or self.table.shape[1] < need:
+            size = max(need, 2 * (0 if self.table is None else self.table.shape[1]), 256)
+            index = torch.arange(size, device=like.device)[None]
+            cos, sin = self.rotary(like, index)
+            half = cos.shape[-1] // 2
+            sign = torch.cat([-torch.ones(half), torch.ones(half)]).to(like.device, sin.dtype)
+            self.table = torch.stack([cos[0], sin[0] * sign]).to(like.dtype)
+        return self.table[:, positions]
+
+
+def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """transformers' LlamaRMSNorm: normalised in float32, scaled in x's dtype (the same bits)."""
+    return weight * F.rms_norm(x.float(), (x.shape[-1],), eps=eps).to(x.dtype)
+
+
+def step(layer: LeanLayer, hidden: torch.Tensor, rope: torch.Tensor, kv, mask: torch.Tensor | None,
+         embeds: torch.Tensor | None = None) -> torch.Tensor:
+    """hidden [B, T, H], rope [2, B, T, D] (RopeTable.take), kv: a transformers cache layer (`update(k, v)` stores
+    this step's keys/values [B, kvh, T, D] and returns every key/value to attend), mask additive
+    [B or 1, 1, T, S], or None: causal over T new tokens and nothing before them; embeds [B, T, H]: the token
+    embeddings an EAGLE-3 layer (norm_embed) reads beside hidden -> hidden [B, T, H]."""
+    b, t, _ = hidden.shape
+    nh, kvh, d = layer.heads, layer.kv_heads, layer.head_dim
+    x = hidden if layer.norm_in is None else _rms(hidden, layer.norm_in, layer.eps)
+    if layer.norm_embed is not None:
+        x = torch.cat((_rms(embeds, layer.norm_embed, layer.eps), x), dim=-1)
+    qkv = layer.qkv(x).view(b, t, nh + 2 * kvh, d)
+    qk = qkv[:, :, : nh + kvh]
+    if layer.q_norm is not None:  # Qwen3: queries and keys normalised per head before the rotary embedding
+        qk = torch.cat([_rms(qk[:, :, :nh], layer.q_norm, layer.qk_eps), _rms(qk[:, :, nh:], layer.k_norm, layer.qk_eps)], 2)
+    cos, sin = rope[0][:, :, None], rope[1][:, :, None]
+    qk = (qk * cos + qk.unflatten(-1, (2, d // 2)).flip(-2).flatten(-2) * sin).transpose(1, 2)  # [B, nh+kvh, T, D]
+    keys, values = kv.update(qk[:, nh:], qkv[:, :, nh + kvh :].transpose(1, 2))
+    # Grouped-query attention as transformers' SDPA path takes it: without a mask, SDPA's own grouped-query support
+    # (causal over several new tokens: an empty cache's prefill); one masked query's nh / kvh heads attend as their
+    # key/value head's queries; several masked queries attend to keys and values repeated per head, except on a
+    # CPU, where SDPA's grouped-query support gives the same bits faster (bench-engine compares the logits).
+    g = nh // kvh
+    if mask is not None and g > 1 and t == 1 and mask.shape[1] == 1:
+        att = F.scaled_dot_product_attention(qk[:, :nh].reshape(b, kvh, g, d), keys, values, attn_mask=mask)
+        att = att.reshape(b, nh, 1, d)
+    elif mask is None or g == 1 or hidden.device.type in NATIVE_GQA_DEVICES:
+        att = F.scaled_dot_product_attention(qk[:, :nh], keys, values, attn_mask=mask, enable_gqa=g > 1,
+                                             is_causal=mask is None and t > 1)
+    else:
+        repeat = lambda x: x[:, :, None].expand(b, kvh, g, *x.shape[2:]).reshape(b, nh, *x.shape[2:])  # noqa: E731
+        att = F.scaled_dot_product_attention(qk[:, :nh], repeat(keys), repeat(values), attn_mask=mask)
+    hidden = hidden + layer.o(att.transpose(1, 2).reshape(b, t, nh * d))
+    gate, up = layer.gate_up(_rms(hidden, layer.norm_post, layer.eps)).chunk(2, dim=-1)
+    return hidden + layer.down(F.silu(gate) * up)
+
+
+def run(layers: list[LeanLayer], rope: RopeTable, hidden: torch.Tensor, positions: torch.Tensor, kv_layers,
+        mask: torch.Tensor | None, taps: tuple[int, ...] = (), embeds: torch.Tensor | None = None
+        ) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
+    """A decoder stack's lean steps: hidden [B, T, H] at positions [B, T] through every layer, layer i writing and
+    reading kv_layers[i] (mask and embeds as in `step`) -> (hidden [B, T, H], {i: the hidden after layer i} for i
+    in taps)."""
+    store = getattr(kv_layers[0], "store", None) if kv_layers else None  # a KVCache's layer: positions < max_len
+    table, tapped = rope.take(positions, hidden, None if store is None else store.max_len), {}
+    for index, (layer, kv) in enumerate(zip(layers, kv_layers)):
+        hidden = step(layer, hidden, table, kv, mask, embeds)
+        if index in taps:
+            tapped[index] = hidden
+    return hidden, tapped

@@ -1,0 +1,137 @@
+"""Drafters: what proposes a cycle's trees. One protocol, `Drafter.propose(DraftInput) -> TreeBatch` (a tree per
+batch row as [B, N] tensors on the device, at most the cycle's tree budget), whatever builds them: the head's chain, EAGLE-1's static tree,
+EAGLE-2's dynamic tree, prompt lookup, a hybrid of a head drafter and lookup, or any object with a `propose`
+method handed to the engine (`Engine(..., drafter=...)`; tests pass oracles that know the target's answer).
+
+Every built-in drafter picks candidates deterministically (top-k, copies), which is what the verifier assumes; the
+tree is fixed before the cycle's random draws, so sampling stays exact. Writing a drafter: a class with
+`propose(inp)` returning a TreeBatch, or simply one DraftTree per row of `inp.feeder.root` (breadth-first, parents
+before children, siblings distinct; `as_batch` pads them into a TreeBatch), drafting with `inp.feeder` (the head
+over its cache) or from `inp.contexts`; nothing else in the engine changes.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Callable, Protocol
+
+import torch
+
+from ..decoding.cost import Budget, cut_trees
+from .drafting import TreeFeeder, draft_chain, draft_dynamic, draft_static
+from .lookup import CopyRates, copy_batch
+from .merge import merge
+from .tree import DraftTree, TreeBatch
+
+if TYPE_CHECKING:  # type-only: config imports the method registry, which imports this module
+    from ..config import InferConf
+
+
+@dataclass
+class DraftInput:
+    """What a drafter may read in one cycle (the contract between the scheduler and the drafters).
+
+    feeder: the head over its cache and the rows' roots (feeder.root: predicted features [B, H], root tokens, their
+    positions, request indices); contexts[b]: row b's prompt and emitted tokens, ending with the root (built only
+    when the config uses lookup); rates[b]: its
+    measured acceptance of copied tokens per depth (lookup only); config: the settings at this batch size; budget:
+    the auto budget's per-cycle chooser for this batch (None: fixed trees); extra: [B, E] path log-values of
+    candidates another drafter proposes for the same verification (a hybrid's copies, -inf padding), which an auto
+    budget counts beside the head's, so strong copies stop the head sooner."""
+
+    feeder: TreeFeeder
+    contexts: list[list[int]]
+    rates: list[CopyRates | None]
+    config: InferConf
+    budget: Budget | None = None
+    extra: torch.Tensor | None = None
+
+
+class Drafter(Protocol):
+    def propose(self, inp: DraftInput) -> TreeBatch | list[DraftTree]: ...
+
+
+class ChainDrafter:
+    """EAGLE without a tree: the head's top-1, `depth` times."""
+
+    def propose(self, inp: DraftInput) -> TreeBatch:
+        return draft_chain(inp.feeder, inp.config.depth)
+
+
+class StaticDrafter:
+    """EAGLE-1: the fixed tree `config.paths()` of child ranks."""
+
+    def propose(self, inp: DraftInput) -> TreeBatch:
+        return draft_static(inp.feeder, inp.config.paths())
+
+
+class DynamicDrafter:
+    """EAGLE-2: expand the top_k best nodes per level by value, rerank to total_tokens (or, under an auto budget,
+    stop and cut where expected tokens per ms peak, counting inp.extra's candidates too)."""
+
+    def propose(self, inp: DraftInput) -> TreeBatch:
+        c = inp.config
+        return draft_dynamic(inp.feeder, c.depth, c.top_k, c.total_tokens, c.expand_by, c.rerank, inp.budget,
+                             inp.extra)
+
+
+class CustomDrafter:
+    """A callable TreeFeeder -> TreeBatch (or a list of DraftTrees, one per row) as a drafter."""
+
+    def __init__(self, fn: Callable[[TreeFeeder], TreeBatch | list[DraftTree]]):
+        self.fn = fn
+
+    def propose(self, inp: DraftInput) -> TreeBatch | list[DraftTree]:
+        return self.fn(inp.feeder)
+
+
+def as_batch(trees: TreeBatch | list[DraftTree], device) -> TreeBatch:
+    """A drafter's answer as the cycle's contract: a TreeBatch as is, per-row DraftTrees (custom drafters) padded
+    into one."""
+    return trees if isinstance(trees, TreeBatch) else TreeBatch.of_trees(trees, device)
+
+
+def copies(inp: DraftInput) -> TreeBatch:
+    """Each row's prompt-lookup tree: every continuation found in its context as a chain, prefixes shared; node
+    probabilities are the row's copy rates."""
+    return copy_batch(inp.contexts, inp.config.lookup_conf, inp.rates, inp.feeder.root.feature.device)
+
+
+class LookupDrafter:
+    """Prompt lookup alone: the copies, cut per cycle by the auto budget (no head levels to pay)."""
+
+    def propose(self, inp: DraftInput) -> TreeBatch:
+        trees = copies(inp)  # already within the budget: num_tokens x branches is lookup's tree size
+        return trees if inp.budget is None else cut_trees(trees, inp.budget, 0)
+
+
+class HybridDrafter:
+    """A head drafter's tree with the row's lookup copies merged in (one node per path of tokens), cut to the
+    method's budget by path value; under an auto budget the head sees the copies' values while it drafts, and the
+    merged tree is cut to the number of nodes that pays."""
+
+    def __init__(self, head: ChainDrafter | StaticDrafter | DynamicDrafter | CustomDrafter):
+        self.head = head
+
+    def propose(self, inp: DraftInput) -> TreeBatch:
+        copied = copies(inp)
+        found = copied.depth > 0  # nothing found: the head's trees as its drafter alone makes them
+        device = inp.feeder.root.feature.device
+        extra = inp.budget is not None and found
+        heads = as_batch(self.head.propose(replace(inp, extra=copied.values().log()) if extra else inp), device)
+        if heads.batch != copied.batch or not found:  # (a custom drafter's wrong count: the engine names it)
+            return heads
+        budget, levels = inp.budget, 1 + inp.feeder.levels
+        return merge(heads, copied, inp.config.tree_size(),
+                     None if budget is None else lambda values: budget.nodes(values.log(), levels))
+
+
+def drafter_for(config: InferConf, custom: Callable | Drafter | None = None) -> Drafter | None:
+    """The drafter of a config's method as its registry entry builds it (None for vanilla), or `custom` (an object
+    with `propose`, or a callable TreeFeeder -> trees) in its place; under a method that uses lookup (a hybrid, or
+    lookup) a custom drafter's trees get the copies merged in."""
+    if custom is not None and not hasattr(custom, "propose"):
+        custom = CustomDrafter(custom)
+    if custom is not None:
+        return HybridDrafter(custom) if config.uses_lookup else custom
+    build = config.spec.drafter
+    return None if build is None else build()

@@ -1,0 +1,270 @@
+"""Drafting with the draft head: grow a TreeBatch, one tree per row. `static` (EAGLE-1; `chain` is its one-path case) and `dynamic`
+(EAGLE-2). Every drafter picks candidates deterministically (top-k), which is what the verifier assumes.
+
+Batches: every drafter drafts one tree per batch row in lockstep (the same number of nodes fed per level, so each
+level is one batched head forward) and returns one TreeBatch ([B, N] tensors on the device). Nothing here reads the
+device from the host (no .item(), .tolist(), host tensors of device values): a level is tensor ops only.
+
+Positions: a row's root token sits at sequence position `base`; a node at depth d sits at base + d and is fed to
+the head as the pair (its parent's predicted feature, its token) at head position base + d - 1 (with a head
+trained on unshifted tokens, the pair carries the parent's token instead).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import torch
+
+from ..head.head_runner import HeadRunner
+from ..models.kv_cache import KVCache
+from .tree import TreeBatch, chain_paths, check_paths
+
+
+@dataclass
+class DraftRoot:
+    """Where this cycle's trees start, one per batch row: the head's predicted feature after the accepted context,
+    the root token (last emitted, at sequence position base), and which request of the batch call the row serves.
+    token_ids, positions: the same roots and bases as LongTensors [B] on the device (built from the lists when not
+    given; the engine passes the ones it keeps on the device)."""
+
+    feature: torch.Tensor  # [B, H], predicts the distribution of the tokens at depth 1 ([B, 0] without a head)
+    tokens: list[int]
+    bases: list[int]
+    requests: list[int]
+    token_ids: torch.Tensor | None = None
+    positions: torch.Tensor | None = None
+
+    def __post_init__(self):
+        device = self.feature.device
+        if self.token_ids is None:
+            self.token_ids = torch.tensor(self.tokens, dtype=torch.long, device=device)
+        if self.positions is None:
+            self.positions = torch.tensor(self.bases, dtype=torch.long, device=device)
+
+    @property
+    def batch(self) -> int:
+        return len(self.tokens)
+
+
+class TreeFeeder:
+    """Feeds tree nodes to the head over its cache, the same number per row. Fed keys stay uncommitted past each
+    row's committed length until `reset()`; a row's fed slots are numbered 0, 1, ... in feeding order. Headless
+    methods (prompt lookup) get a feeder without head and cache: only `root` is meaningful.
+
+    What a level needs of earlier ones lives in buffers indexed [root, fed slot 0, 1, ...] (built at the first
+    feed, grown by doubling), so a level reads its parents by one index op and writes its nodes in place: predicted
+    features, tokens (for heads fed the parent's token), and each node's additive attention row over the head's keys
+    (its prefix and its ancestors incl. itself visible), which a child copies and unmasks its own slot in."""
+
+    def __init__(self, head: HeadRunner | None, cache: KVCache | None, root: DraftRoot, capacity: int = 64):
+        self.head, self.cache, self.root = head, cache, root
+        self.levels = 0  # feed() calls so far: head forwards of one tree level each
+        self.fed = 0  # nodes fed so far
+        self.prefix = list(cache.lengths) if cache is not None else []
+        self._prefix_ids = cache.device_lengths() if cache is not None else None
+        self._capacity = capacity
+        self._cap = 0  # fed slots the buffers hold (0: not built yet)
+
+    def _build(self, cap: int) -> None:
+        """Buffers for `cap` fed slots: [B, 1 + cap, ...] rows (root, then slots) and each slot's own key column."""
+        root, b = self.root, self.root.batch
+        device, dtype = root.feature.device, root.feature.dtype
+        width = max(self.prefix) + cap  # the head's keys when every slot is fed: row b's slot j is key prefix[b] + j
+        rel = torch.arange(width, device=device) - self._prefix_ids[:, None]  # [B, W] key's slot (< 0: prefix)
+        self._own = rel[:, None, :] == torch.arange(cap, device=device)[:, None]  # [B, cap, W] slot j's own key
+        low = torch.finfo(dtype).min
+        masks = torch.empty(b, 1 + cap, width, dtype=dtype, device=device)  # a slot's row is written when it is fed
+        masks[:, 0] = (rel >= 0).to(dtype).mul_(low)  # the root's row: its prefix
+        outputs = root.feature.new_empty(b, 1 + cap, root.feature.shape[1])
+        outputs[:, 0] = root.feature
+        tokens = None
+        if self.head.config.token_shift == 0:  # a head fed (feature, parent's token) reads the parents' tokens
+            tokens = torch.empty(b, 1 + cap, dtype=torch.long, device=device)
+            tokens[:, 0] = root.token_ids
+        if self._cap:  # growing: keep what earlier levels wrote
+            n = 1 + self.fed
+            masks[:, :n, : self._masks.shape[2]] = self._masks[:, :n]
+            masks[:, :n, self._masks.shape[2] :] = low  # keys past every fed row's own
+            outputs[:, :n] = self._outputs[:, :n]
+            if tokens is not None:
+                tokens[:, :n] = self._tokens[:, :n]
+        self._masks, self._outputs, self._tokens, self._cap = masks, outputs, tokens, cap
+        self._rows = torch.arange(b, device=device)[:, None]  # [B, 1]: row index beside a [B, m] slot index
+        self._bases = root.positions[:, None]
+
+    def root_logp(self) -> torch.Tensor:
+        """[B, Vd] log-probabilities of depth-1 tokens over the head's draft vocabulary (see `top`)."""
+        return torch.log_softmax(self.head.draft_logits(self.root.feature), dim=-1)
+
+    def top(self, logp: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """top_tokens over the head's vocabulary."""
+        return top_tokens(logp, k, self.head.vocab_order)
+
+    @torch.inference_mode()
+    def feed(self, parents: torch.Tensor, tokens: torch.Tensor, depth: int) -> torch.Tensor:
+        """Feed m nodes per row, all at `depth`, whose parents are fed slots (or -1 for the root).
+
+        parents, tokens: LongTensor [B, m] on the feeder's device. The new slots are F..F+m-1 (F = nodes fed before).
+        Returns [B, m, Vd] log-probabilities of their children over the draft vocabulary (`top` maps them to target
+        ids)."""
+        b, m = tokens.shape
+        f = self.fed
+        if f + m > self._cap:
+            self._build(max(f + m, 2 * self._cap, self._capacity))
+        up = parents + 1  # [B, m] rows of [root, fed...]
+        parent_feat, rows, mask = level_inputs(self._outputs, self._masks, self._rows, up, self._own[:, f : f + m],
+                                               max(self.prefix) + f + m)
+        fed_tokens = self._tokens[self._rows, up] if self.head.config.token_shift == 0 else tokens
+        self._masks[:, 1 + f : 1 + f + m] = rows
+        out = self.head(parent_feat, fed_tokens, (self._bases + (depth - 1)).expand(b, m), self.cache, mask)
+        self.cache.advance(m)
+        self.levels += 1
+        self.fed += m
+        self._outputs[:, 1 + f : 1 + f + m] = out
+        if self.head.config.token_shift == 0:
+            self._tokens[:, 1 + f : 1 + f + m] = tokens
+        return torch.log_softmax(self.head.draft_logits(out), dim=-1)
+
+    def reset(self) -> None:
+        """Drop every fed node from the head's cache."""
+        if self.cache is not None:
+            self.cache.truncate(self.prefix, self._prefix_ids)
+
+
+def level_inputs(outputs: torch.Tensor, masks: torch.Tensor, rows: torch.Tensor, up: torch.Tensor, own: torch.Tensor,
+                 width: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """What a level of nodes below rows `up` [B, m] of a feeder's buffers (outputs [B, R, H], masks [B, R, W]; rows:
+    arange(B) [B, 1]) feeds the head, by index ops: their parents' predicted features [B, m, H], their attention rows
+    [B, m, W] (the parent's, with each node's own key `own` bool [B, m, W] seen) and the head's mask, those rows cut
+    to the keys a forward attends [B, 1, m, width]. Static shapes, tensor ops only (tests/test_compiled.py)."""
+    attention = masks[rows, up].masked_fill_(own, 0.0)
+    return outputs[rows, up], attention, attention[:, None, :, :width]
+
+
+def top_tokens(logp: torch.Tensor, k: int, order: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The k best of draft-vocabulary log-probs [..., Vd]: (values [..., k], target token ids [..., k]); order: the
+    draft vocabulary's target ids then every other id (HeadRunner.vocab_order; None: the whole vocabulary). With
+    k > Vd the missing candidates are ids outside the draft vocabulary at -inf (probability 0), so tree shapes do
+    not depend on the head's vocabulary."""
+    if k > logp.shape[-1]:
+        logp = torch.cat([logp, logp.new_full((*logp.shape[:-1], k - logp.shape[-1]), float("-inf"))], -1)
+    values, index = logp.topk(k, dim=-1)
+    return values, (index if order is None else order[index])
+
+
+def expand_level(logp: torch.Tensor, parent_values: torch.Tensor, k: int, order: torch.Tensor | None,
+                 by_value: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One EAGLE-2 level's bookkeeping, static shapes and tensor ops only (compiled whole in tests/test_compiled.py):
+    the k best children of each of k expanded nodes. logp [B, k, Vd]: their children's log-probs; parent_values
+    [B, k]: their path log-values. -> the children's target ids, path values and own log-probs [B, k*k] (parent
+    by parent), and which k of them expand next [B, k] (best by value, or by own confidence; ties: earlier)."""
+    own, tokens = top_tokens(logp, k, order)
+    values = (parent_values[:, :, None] + own).flatten(1)
+    own = own.flatten(1)
+    pick = torch.sort(values if by_value else own, dim=1, descending=True, stable=True).indices[:, :k]
+    return tokens.flatten(1), values, own, pick
+
+
+@lru_cache(maxsize=64)
+def _static_plan(paths: tuple[tuple[int, ...], ...]) -> tuple[list[tuple], list[int], list[int]]:
+    """A checked static tree's drafting plan, built once per tree: per depth (node indices, parent row of each node
+    in [root, fed...], rank of each node, fed slot of the parent of each node fed at this depth (-1 = root), node
+    indices fed at this depth); then every node's parent index and depth."""
+    index = {p: i for i, p in enumerate(paths)}
+    has_children = {p[:-1] for p in paths}
+    slot: dict[tuple, int] = {(): -1}
+    plan, fed = [], 0
+    for depth in range(1, len(paths[-1]) + 1):
+        level = [p for p in paths if len(p) == depth]
+        feeding = [p for p in level if p in has_children]
+        plan.append((
+            [index[p] for p in level], [slot[p[:-1]] + 1 for p in level], [p[-1] for p in level],
+            [slot[p[:-1]] for p in feeding], [index[p] for p in feeding],
+        ))
+        for j, p in enumerate(feeding):
+            slot[p] = fed + j
+        fed += len(feeding)
+    return plan, [index[p[:-1]] if len(p) > 1 else -1 for p in paths], [len(p) for p in paths]
+
+
+def draft_static(feeder: TreeFeeder, paths) -> TreeBatch:
+    """EAGLE-1: the tree shape is fixed; a node of rank r is the parent's r-th most likely token. One top-k over the
+    draft vocabulary per level, on the device."""
+    paths = check_paths(paths)
+    device = feeder.root.feature.device
+    b = feeder.root.batch
+    tokens = torch.zeros(b, len(paths), dtype=torch.long, device=device)
+    probs = torch.zeros(b, len(paths), device=device)
+    plan, parents, depths = _static_plan(paths)
+    rows = feeder.root_logp()[:, None]  # [B, 1 + fed, Vd]: the root's and every fed node's child log-probs
+    for depth, (nodes, parent_rows, ranks, fed_parents, fed_nodes) in enumerate(plan, start=1):
+        lp = rows[:, parent_rows]  # [B, n, Vd]
+        vals, toks = feeder.top(lp, max(ranks) + 1)
+        pick = torch.tensor(ranks, device=device)[None, :, None].expand(b, -1, 1)
+        tokens[:, nodes], probs[:, nodes] = toks.gather(2, pick)[..., 0], vals.gather(2, pick)[..., 0].exp()
+        if fed_nodes:
+            fed = torch.tensor(fed_parents, device=device).expand(b, -1)
+            rows = torch.cat([rows, feeder.feed(fed, tokens[:, fed_nodes], depth)], 1)
+    as_rows = lambda x: torch.tensor(x, device=device).expand(b, -1)  # noqa: E731 (host constants of the plan)
+    return TreeBatch.full_rows(tokens, as_rows(parents), as_rows(depths), probs, len(plan))
+
+
+def draft_chain(feeder: TreeFeeder, depth: int) -> TreeBatch:
+    """Top-1 for `depth` steps."""
+    return draft_static(feeder, chain_paths(depth))
+
+
+def draft_dynamic(
+    feeder: TreeFeeder, depth: int, top_k: int, total_tokens: int, expand_by: str = "value", rerank: bool = True,
+    budget=None, extra: torch.Tensor | None = None,
+) -> TreeBatch:
+    """EAGLE-2: grow `depth` levels, expanding the top_k newest nodes by path value (sum of draft log-probs) or by
+    their own confidence; then keep the `total_tokens` best candidates by value (ties prefer shallower, then earlier
+    nodes, so every kept node's parent is kept), or without rerank the expanded nodes level by level. Every row
+    expands the same number of nodes per level, so the head sees one [B, top_k] batch per level. Everything stays
+    on the device: one top-k over the draft vocabulary per level, no host copies.
+
+    Candidates are numbered level by level: the k children of the root, then k*k per level (the k children of each
+    expanded node, parent by parent), so a candidate's depth and parent follow from its number and the expanded
+    nodes' numbers, and a level only reads the newest one.
+
+    budget (a cost.Budget, with rerank): per cycle, stop drafting before a level that cannot pay and keep the number
+    of candidates that maximises expected tokens per second instead of total_tokens (one small host read per level).
+    extra: [B, E] path log-values of candidates another drafter proposes for the same verification (prompt lookup's
+    copies, -inf padding): the budget counts them beside the head's, so strong copies stop the head sooner.
+    """
+    device = feeder.root.feature.device
+    root_lp = feeder.root_logp()
+    b, k = root_lp.shape[0], min(top_k, feeder.head.config.vocab_size)
+    lp, tok = feeder.top(root_lp, k)  # [B, k]
+    toks, vals, owns = [tok], [lp], [lp]  # per level: candidates' target ids, path log-values, own log-probs
+    fronts = [torch.arange(-1, k, device=device).expand(b, k + 1)]  # the root (-1), then per level the numbers of
+    # the k it expands: candidate c's parent is fronts[c // k] of them all
+    front_tok, front_val, parents = tok, lp, torch.full((b, k), -1, device=device)  # parents: fed slots
+    others = [] if extra is None else [extra.to(device)]
+    nodes = None
+    for d in range(2, depth + 1):
+        if budget is not None:
+            mass = owns[-1].exp().view(b, -1, k).sum(-1).mean()  # top-k children's mass per expanded node
+            more, nodes = budget.decide(torch.cat(vals + others, 1), front_val, d - 1, mass)
+            if not more:
+                break
+            nodes = None  # decided before this level: counted again after it
+        logp = feeder.feed(parents, front_tok, d - 1)
+        tok, val, own, pick = expand_level(logp, front_val, k, feeder.head.vocab_order, expand_by == "value")
+        toks.append(tok), vals.append(val), owns.append(own)
+        fronts.append(pick + (k + (d - 2) * k * k))
+        front_tok, front_val, parents = tok.gather(1, pick), val.gather(1, pick), pick // k + (feeder.fed - k)
+    levels, values = len(toks), torch.cat(vals, 1)
+    if budget is not None:  # the count read with the decision to stop, or after the last level
+        total_tokens = nodes if nodes is not None else budget.nodes(torch.cat([values] + others, 1), levels)
+    if rerank:
+        keep = torch.sort(values, dim=1, descending=True, stable=True).indices[:, :total_tokens].sort(dim=1).values
+    else:
+        keep = torch.cat(fronts, 1)[:, 1 : 1 + total_tokens].sort(dim=1).values
+    # candidate c < k: depth 1; c >= k: depth 2 + (c - k) // k²; parents renumbered among the kept (ascending)
+    parents = torch.searchsorted(keep, torch.cat(fronts, 1).gather(1, keep // k), right=True) - 1
+    depths = (keep + (k * k - k)) // (k * k) + 1
+    return TreeBatch.full_rows(torch.cat(toks, 1).gather(1, keep), parents, depths,
+                               torch.cat(owns, 1).gather(1, keep).exp(), levels)

@@ -1,0 +1,255 @@
+"""Draft trees: what every drafter returns and the verifier consumes.
+
+A tree of N draft nodes hangs below a root (the last emitted token, not yet in the target's cache). Nodes are in
+breadth-first order: depth never decreases with the index and every parent precedes its children. In the flattened
+verification input, index 0 is the root and node i sits at index i + 1.
+
+`TreeBatch` is the contract: a cycle's trees, one per batch row, as [B, N] tensors on the device, from which the
+verification input (ids, positions, ancestor masks) is built on the device. `DraftTree` is one row's tree, the
+adapter for custom drafters and tests (`TreeBatch.of_trees`, `TreeBatch.row`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..errors import EagleError
+
+
+def padded_width(n: int, cap: int) -> int:
+    """The bucket a tree of n nodes is padded to when trees are padded (DecodeConfig.pad_trees): the next power of
+    two, at most `cap` (the tree budget), never below n. A run then verifies at most log2(cap) + 2 distinct widths,
+    so a GPU records that many CUDA graphs instead of one per tree size."""
+    if n <= 1:
+        return n
+    return max(n, min(1 << (n - 1).bit_length(), cap))
+
+
+@dataclass
+class DraftTree:
+    """tokens, parents, depths, probs: [N]. parents[i] is a node index, or -1 for a child of the root.
+
+    depths[i] >= 1 is the distance from the root; probs[i] is the draft head's probability of tokens[i] given its
+    parent (its own confidence). Siblings appear in the order the drafter ranked them. copied: bool [N], which
+    nodes prompt lookup proposed (None: a tree drafted without lookup).
+    """
+
+    tokens: torch.Tensor
+    parents: torch.Tensor
+    depths: torch.Tensor
+    probs: torch.Tensor
+    copied: torch.Tensor | None = None
+
+    def __len__(self) -> int:
+        return int(self.tokens.numel())
+
+    @property
+    def depth(self) -> int:
+        return int(self.depths.max()) if len(self) else 0
+
+    def children(self) -> list[list[int]]:
+        """children()[j] lists the node indices under flattened index j (0 = root, node i = i + 1), in order."""
+        out: list[list[int]] = [[] for _ in range(len(self) + 1)]
+        for i, p in enumerate(self.parents.tolist()):
+            out[p + 1].append(i)
+        return out
+
+    def ancestor_mask(self) -> torch.Tensor:
+        """Bool [N+1, N+1] over flattened indices: row j may attend column c iff c is j or an ancestor of j."""
+        return ancestor_masks(self.parents[None].cpu())[0]
+
+
+@dataclass
+class TreeBatch:
+    """A cycle's draft trees, one per batch row, as [B, N] tensors on one device.
+
+    Row b holds sizes[b] nodes in slots [0, sizes[b]), breadth-first, as a DraftTree does; the slots past it are
+    padding: token 0, a child of the root at depth 0 (so verified at the root's position, seeing only the root and
+    itself), prob 0, not copied, never accepted. Two host facts come with it, so nothing reads the device: `depth`,
+    a bound on every row's depth (>= the deepest node), and `full`, True only when every row holds N nodes.
+
+    tokens, parents, depths: LongTensor [B, N]; probs: float32 [B, N] (each node's own draft probability);
+    copied: bool [B, N] (nodes prompt lookup proposed); sizes: LongTensor [B]."""
+
+    tokens: torch.Tensor
+    parents: torch.Tensor
+    depths: torch.Tensor
+    probs: torch.Tensor
+    copied: torch.Tensor
+    sizes: torch.Tensor
+    depth: int
+    full: bool = False
+
+    @property
+    def batch(self) -> int:
+        return self.tokens.shape[0]
+
+    @property
+    def width(self) -> int:
+        return self.tokens.shape[1]
+
+    @classmethod
+    def full_rows(cls, tokens, parents, depths, probs, depth: int, copied=None) -> "TreeBatch":
+        """Trees of N nodes in every row ([B, N] tensors, no padding) drafted `depth` levels deep."""
+        b, n = tokens.shape
+        return cls(tokens, parents, depths, probs if probs.dtype == torch.float32 else probs.float(),
+                   torch.zeros(b, n, dtype=torch.bool, device=tokens.device) if copied is None else copied,
+                   torch.full((b,), n, dtype=torch.long, device=tokens.device), depth, True)
+
+    @classmethod
+    def of_trees(cls, trees: list[DraftTree], device, width: int | None = None) -> "TreeBatch":
+        """Per-row DraftTrees (a custom drafter's, a test's) padded to `width` (default: the largest) on `device`."""
+        sizes = [len(t) for t in trees]
+        n = max(sizes + [width or 0])
+        b = len(trees)
+        tokens = torch.zeros(b, n, dtype=torch.long, device=device)
+        parents = torch.full((b, n), -1, dtype=torch.long, device=device)
+        depths = torch.zeros(b, n, dtype=torch.long, device=device)
+        probs = torch.zeros(b, n, device=device)
+        copied = torch.zeros(b, n, dtype=torch.bool, device=device)
+        for i, t in enumerate(trees):
+            k = len(t)
+            tokens[i, :k], parents[i, :k], depths[i, :k], probs[i, :k] = t.tokens, t.parents, t.depths, t.probs
+            if t.copied is not None:
+                copied[i, :k] = t.copied
+        return cls(tokens, parents, depths, probs, copied, torch.tensor(sizes, dtype=torch.long, device=device),
+                   max([t.depth for t in trees] + [0]), min(sizes, default=0) == n)
+
+    def padded(self, width: int) -> "TreeBatch":
+        """The same trees padded with more empty slots up to `width` (>= N) nodes per row."""
+        extra = width - self.width
+        if extra <= 0:
+            return self
+        pad = lambda x, value=0: torch.nn.functional.pad(x, (0, extra), value=value)  # noqa: E731
+        return TreeBatch(pad(self.tokens), pad(self.parents, -1), pad(self.depths), pad(self.probs), pad(self.copied),
+                         self.sizes, self.depth, False)
+
+    def valid(self) -> torch.Tensor:
+        """bool [B, N]: which slots hold nodes."""
+        return torch.arange(self.width, device=self.tokens.device)[None] < self.sizes[:, None]
+
+    def row(self, b: int) -> DraftTree:
+        """Row b as a DraftTree (reads its size from the device: for adapters and tests, not the cycle)."""
+        k = int(self.sizes[b])
+        return DraftTree(self.tokens[b, :k], self.parents[b, :k], self.depths[b, :k], self.probs[b, :k],
+                         self.copied[b, :k])
+
+    def rows(self) -> list[DraftTree]:
+        return [self.row(b) for b in range(self.batch)]
+
+    def select(self, index: torch.Tensor, sizes: torch.Tensor, depth: int | None = None) -> "TreeBatch":
+        """The nodes at slots index [B, M] (ascending, each row's kept nodes first, parents among them), renumbered;
+        sizes [B]: how many of each row's are real. Parents must be kept with their children."""
+        b, m = index.shape
+        n = self.width
+        renumber = torch.full((b, n + 1), -1, dtype=torch.long, device=index.device)  # slot -> new slot; column n: -1
+        real = torch.arange(m, device=index.device)[None] < sizes[:, None]
+        renumber.scatter_(1, torch.where(real, index, n), torch.arange(m, device=index.device).expand(b, m))
+        renumber[:, n] = -1
+        take = lambda x: x.gather(1, index)  # noqa: E731
+        parents = renumber.gather(1, torch.where(self.parents < 0, n, self.parents)).gather(1, index)
+        return TreeBatch(
+            torch.where(real, take(self.tokens), 0), torch.where(real, parents, -1),
+            torch.where(real, take(self.depths), 0), torch.where(real, take(self.probs), 0.0),
+            take(self.copied) & real, sizes, self.depth if depth is None else depth, False)
+
+    def values(self, valid: torch.Tensor | None = None) -> torch.Tensor:
+        """float64 [B, N] EAGLE-2 path values: the product of probs from depth 1 down to each node, multiplied in
+        the order path_values multiplies them; 0 outside `valid` (default: the padding slots)."""
+        probs = self.probs.double() * (self.valid() if valid is None else valid)
+        up = self.parents + 1  # index into [1, values...]: a child of the root multiplies by 1
+        values = probs
+        for _ in range(max(self.depth - 1, 0)):  # after d steps, nodes at depth <= d + 1 hold their final value
+            values = probs * torch.nn.functional.pad(values, (1, 0), value=1.0).gather(1, up)
+        return values
+
+
+def path_values(parents: list[int], probs: list[float]) -> list[float]:
+    """Products of probs along each node's path from depth 1 (parents[i] < i, -1 = child of the root)."""
+    values: list[float] = []
+    for par, prob in zip(parents, probs):
+        values.append(prob * (1.0 if par < 0 else values[par]))
+    return values
+
+
+def ancestor_masks(parents: torch.Tensor, depth: int | None = None) -> torch.Tensor:
+    """parents: LongTensor [B, N] of breadth-first trees (-1 = child of the root) -> bool [B, N+1, N+1] ancestor
+    masks over flattened indices (0 = root, node i = i + 1), each row its own tree, on parents' device.
+
+    Tensor ops only (no per-node loop, no host sync): the reflexive parent relation closed transitively by boolean
+    squarings, enough for paths of `depth` steps (a bound on every tree's depth; default N)."""
+    n = parents.shape[1]
+    eye = torch.eye(n + 1, device=parents.device)
+    up = torch.nn.functional.pad(parents + 1, (1, 0))  # flattened parent of each flattened index (root: 0)
+    closure = eye[up] + eye  # > 0 at each index's parent and itself
+    for _ in range(max(min(n, n if depth is None else depth), 1).bit_length()):  # 2^steps > depth
+        closure = (closure @ closure).clamp_(max=1)
+    return closure > 0
+
+
+def additive_mask(allowed: torch.Tensor, prefix: int | list[int], dtype: torch.dtype, device,
+                  prefix_ids: torch.Tensor | None = None) -> torch.Tensor:
+    """Attention mask [B, 1, T, max(prefix) + S] over a cache whose row b holds prefix[b] committed positions and
+    then this forward's S new ones: row b's queries see its whole prefix, its new block as `allowed` says, and
+    nothing past that (other rows' longer prefixes). allowed: bool [T, S] (shared) or [B, T, S]; an int prefix
+    means every row has it (B = 1 for a shared allowed); prefix_ids: the prefixes as a LongTensor [B] on the device
+    where the caller has them (else they are copied there when rows differ)."""
+    if allowed.device != torch.device(device):
+        allowed = allowed.to(device)
+    if allowed.dim() == 2:
+        allowed = allowed[None]
+    prefixes = [prefix] * allowed.shape[0] if isinstance(prefix, int) else list(prefix)
+    if allowed.shape[0] == 1 and len(prefixes) > 1:
+        allowed = allowed.expand(len(prefixes), -1, -1)
+    b, t, s = allowed.shape
+    width = max(prefixes) + s
+    low = torch.finfo(dtype).min
+    if min(prefixes) == max(prefixes):  # every row's prefix visible, then `allowed`: a few ops
+        blocked = (~allowed).to(dtype).mul_(low)  # (allowed slots hold -0.0: adding it changes no score)
+        return torch.nn.functional.pad(blocked, (prefixes[0], 0))[:, None]
+    if prefix_ids is None:
+        prefix_ids = torch.tensor(prefixes, device=device)
+    # key column c of row b: its prefix (c < prefix), new key c - prefix, or past the new block: index [T, 1 + S + 1]
+    column = (torch.arange(width, device=device) - prefix_ids[:, None]).clamp_(-1, s) + 1  # [B, W]
+    seen = torch.nn.functional.pad(torch.nn.functional.pad(allowed, (1, 0), value=True), (0, 1), value=False)
+    seen = seen.gather(-1, column[:, None, :].expand(b, t, width))
+    return (~seen).to(dtype).mul_(low)[:, None]
+
+
+def causal_mask(prefix: int | list[int], t: int, dtype, device, prefix_ids: torch.Tensor | None = None) -> torch.Tensor:
+    """Additive [B, 1, t, max(prefix) + t]: new token i sees its row's prefix and new tokens <= i."""
+    return additive_mask(torch.ones(t, t, dtype=torch.bool, device=device).tril(), prefix, dtype, device, prefix_ids)
+
+
+# EAGLE-1 style static tree: each path lists child ranks from the root (rank 0 = the head's top-1). A CPU-sized
+# default (26 nodes, depth 6): wide near the root where the head is surest, a long top-1 spine below.
+DEFAULT_STATIC_PATHS: tuple[tuple[int, ...], ...] = (
+    (0,), (1,), (2,), (3,),
+    (0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (2, 0), (3, 0),
+    (0, 0, 0), (0, 0, 1), (0, 1, 0), (1, 0, 0), (0, 2, 0),
+    (0, 0, 0, 0), (0, 0, 0, 1), (0, 0, 1, 0), (0, 1, 0, 0),
+    (0, 0, 0, 0, 0), (0, 0, 0, 0, 1), (0, 0, 0, 1, 0),
+    (0, 0, 0, 0, 0, 0), (0, 0, 0, 0, 0, 1), (0, 0, 0, 0, 1, 0),
+)
+
+
+def chain_paths(depth: int) -> tuple[tuple[int, ...], ...]:
+    """A chain is the static tree of one top-1 path."""
+    return tuple((0,) * d for d in range(1, depth + 1))
+
+
+def check_paths(paths) -> tuple[tuple[int, ...], ...]:
+    """Validate a static tree: non-empty paths of non-negative ranks, every proper prefix also a path, no repeats."""
+    norm = tuple(tuple(int(r) for r in p) for p in paths)
+    seen = set(norm)
+    if not norm:
+        raise EagleError("static tree is empty: expected a list of paths such as [[0], [1], [0, 0]]")
+    if len(seen) != len(norm):
+        raise EagleError("static tree lists a path twice: expected distinct paths")
+    for p in norm:
+        if not p or min(p) < 0:
+            raise EagleError(f"static tree path {list(p)} is invalid: expected a non-empty list of ranks >= 0")
+        if len(p) > 1 and p[:-1] not in seen:
+            raise EagleError(f"static tree path {list(p)} has no parent path {list(p[:-1])}: expected a closed tree")
+    return tuple(sorted(norm, key=lambda p: (len(p), p)))
