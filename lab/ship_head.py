@@ -21,6 +21,7 @@ from eagle_infer.errors import EagleError
 from eagle_infer.head_card import write_card
 from eagle_infer.head_checkpoint import load_config
 from eagle_infer.platform import cache_root
+from eagle_train.cli import SELF, DataConf, self_count
 from eagle_train.stage_times import stage_times
 from lab.ablate_head import load_spec, recipe, row_overrides
 from lab.ablation_file import ablation_path, read_ablation
@@ -59,6 +60,19 @@ def row_provenance(spec_recipe: str, row: str, feature_recipes: list[str]) -> di
             "recipe": f"{shipped if shipped in known_recipes() else spec_recipe} (the ablation row {row})"}
 
 
+def prompts_used(feature_recipes: list[str]) -> dict[Path, int]:
+    """For each self-written prompt directory the recipes read, how many of its first kept prompts they used (the
+    furthest recipe's data.skip + its self-written conversations): the card times only the shards holding those."""
+    used: dict[Path, int] = {}
+    for name in feature_recipes:
+        data = DataConf(**recipe(name)["data"])
+        count = self_count(data)
+        if count:
+            directory = Path(data.self_prompts_dir).resolve()
+            used[directory] = max(used.get(directory, 0), (data.skip if data.source == SELF else 0) + count)
+    return used
+
+
 def ship(row: str, spec_name: str, root: Path, out: Path) -> Path:
     """Copy row `row`'s head (trained under `out`) into the checkout `root` as the shipped head; returns its card."""
     lines = read_ablation(ablation_path(root, spec_name))
@@ -73,7 +87,9 @@ def ship(row: str, spec_name: str, root: Path, out: Path) -> Path:
     name = spec["recipe"]
     _, feature_dirs = row_overrides(spec, name, row_spec)
     roots = [Path(f).parent for f in feature_dirs]
-    stages = [{**asdict(t), "directory": Path(t.directory).name} for d in roots if d.is_dir() for t in stage_times(d)]
+    used = prompts_used([d.name for d in roots])
+    stages = [{**asdict(t), "directory": Path(t.directory).name} for d in roots if d.is_dir()
+              for t in stage_times(d, used.get((d / "self-prompts").resolve()))]
     trained = json.loads((head / "card.json").read_text()) if (head / "card.json").exists() else {}
     dest = shipped_dir(root, recipe(name)["model"]["name"])
     dest.mkdir(parents=True, exist_ok=True)
