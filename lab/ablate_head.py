@@ -57,9 +57,10 @@ from eagle_train.train import ALPHA_STEPS, HeadConf, TrainConfig  # ALPHA_STEPS:
 from eagle_train.markdown import table
 from eval.metrics import ALL, summarize, tau
 from eval.records import read_records
-from lab.ablation_file import FIGURES, ablation_path, merge_ablation, plot_path, read_ablation
+from lab.ablation_file import ABLATION, FIGURES, ablation_path, full_lines, plot_path
 from lab.published import EAGLE3_TABLE2
-from lab.training_curves import curves_path, curves_plot_path, merge_curves, plot_curves, read_curves, row_curves
+from lab.result_store import merge, read
+from lab.training_curves import CURVES, curves_path, curves_plot_path, plot_curves, row_curves
 
 log = logging.getLogger("ablate")
 COVERAGE_SIZES = (4096, 8192, 16384, 32768)
@@ -389,7 +390,7 @@ def record_rows(root: Path, spec_name: str, spec: dict, out: Path, results: list
         lines.append({**result, "trained_on": machine,
                       "commit": commit + (" with uncommitted changes" if changed else "")})
     path = ablation_path(root, spec_name)
-    return path if merge_ablation(path, lines, [r["name"] for r in spec["rows"]]) else None
+    return path if merge(ABLATION, path, full_lines(lines), [r["name"] for r in spec["rows"]]) else None
 
 
 def record_curves(root: Path, spec_name: str, spec: dict, out: Path, results: list[dict]) -> Path | None:
@@ -398,9 +399,9 @@ def record_curves(root: Path, spec_name: str, spec: dict, out: Path, results: li
     file changed."""
     rows = {r["row"]: row_curves(out / r["row"]) for r in results if r["status"] == "done"}
     path = curves_path(root, spec_name)
-    if not merge_curves(path, {name: c for name, c in rows.items() if c}, [r["name"] for r in spec["rows"]]):
+    if not merge(CURVES, path, {name: c for name, c in rows.items() if c}, [r["name"] for r in spec["rows"]]):
         return None
-    return plot_curves(read_curves(path), spec.get("curves", []), curves_plot_path(root, spec_name))
+    return plot_curves(read(CURVES, path), spec.get("curves", []), curves_plot_path(root, spec_name))
 
 
 def _fmt(value, digits: int = 3) -> str:
@@ -552,7 +553,7 @@ def main(argv: list[str] | None = None) -> None:
         if drawn:
             print(f"training curves: {drawn}")
         # τ against data for every row the committed file holds (rows of earlier sessions too), else this run's
-        committed = read_ablation(ablation_path(args.results_root, args.spec or args.recipe))
+        committed = read(ABLATION, ablation_path(args.results_root, args.spec or args.recipe))
         picture = plot(out, list(committed.values()) if committed else results)
         if picture:
             print(f"plot: {picture}")

@@ -20,7 +20,8 @@ from eval.records import read_records
 from eval.report import line_plot
 from lab import published as pub
 from lab.ablate_head import load_spec
-from lab.ablation_file import ablation_path, plot_path, read_ablation
+from lab.ablation_file import ABLATION, ablation_path, plot_path
+from lab.result_store import read
 from lab.reproduce_plan import ABLATION_SPEC, BY_NAME, STATIC_DEPTH, STATIC_NODES
 from lab.verdict import AtMost, Larger, Near, Rule, verdict
 
@@ -481,7 +482,7 @@ def _ablation_cells(row: dict | None) -> list[str]:
 
 def committed_ablation(root: Path, spec: str) -> dict[str, dict]:
     """The rows of the checkout `root`'s committed ablation file for `spec` (lab.ablation_file), each marked done."""
-    return {name: {**line, "status": "done"} for name, line in read_ablation(ablation_path(root, spec)).items()}
+    return {name: {**line, "status": "done"} for name, line in read(ABLATION, ablation_path(root, spec)).items()}
 
 
 def committed_source(spec: str) -> str:

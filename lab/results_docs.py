@@ -24,9 +24,10 @@ from eagle_infer.head_card import stage_text
 from eagle_train.markdown import table
 from eval.report import HALF_PRECISION_NOTE
 from lab.ablation_file import COLUMNS as ABLATION_COLUMNS
-from lab.ablation_file import ABLATION_DIR, read_ablation
+from lab.ablation_file import ABLATION, ABLATION_DIR
 from lab.reproduction_doc import COMMITTED_BEGIN, COMMITTED_END, committed_block
-from lab.result_file import DATA_DIR, FILE_NAME, HeadlineResult, MethodResult, read_all
+from lab.result_file import FILE_NAME, HeadlineResult, MethodResult, read_all
+from lab.result_store import DATA_DIR, read
 
 README = Path("README.md")
 TRAINING = Path("docs") / "training.md"
@@ -165,7 +166,7 @@ def ablation_block(root: Path) -> str:
     head = ["row", "loss tokens", "epochs", "held-out top-1", *(f"{c[-1]}-α" for c in shown if c.startswith("alpha_")),
             "τ", "τ held-out prompts", "EAGLE-2 × vanilla (measured on)", "train min", "trained on", "commit"]
     for path in sorted((root / ABLATION_DIR).glob("*.csv")):
-        lines = read_ablation(path)
+        lines = read(ABLATION, path)
         link = path.relative_to(root / TRAINING.parent).as_posix()
         parts.append(f"Rows of `conf/ablate/{path.stem}.yaml` ([{path.name}]({link})):\n\n" + table(
             head, [[line["row"], *(_ablation_cell(line, c) for c in shown)] for line in lines.values()]).rstrip("\n"))

@@ -24,7 +24,8 @@ from eagle_infer.platform import cache_root
 from eagle_train.cli import SELF, DataConf, self_count
 from eagle_train.stage_times import stage_times
 from lab.ablate_head import load_spec, recipe, row_overrides
-from lab.ablation_file import ablation_path, read_ablation
+from lab.ablation_file import ABLATION, ablation_path
+from lab.result_store import read
 
 HEAD_FILES = ("model.safetensors", "config.json")
 
@@ -75,7 +76,7 @@ def prompts_used(feature_recipes: list[str]) -> dict[Path, int]:
 
 def ship(row: str, spec_name: str, root: Path, out: Path) -> Path:
     """Copy row `row`'s head (trained under `out`) into the checkout `root` as the shipped head; returns its card."""
-    lines = read_ablation(ablation_path(root, spec_name))
+    lines = read(ABLATION, ablation_path(root, spec_name))
     if row not in lines:
         raise EagleError(f"ablation row {row!r} is not in {ablation_path(root, spec_name)}: expected a row make "
                          f"ablate-head finished, one of {', '.join(lines) or 'none yet'}")

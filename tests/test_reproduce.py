@@ -11,7 +11,8 @@ import lab.reproduce as rp
 from eagle_infer.errors import EagleError
 from eval import throughput
 from lab import ablate_head, findings
-from lab.ablation_file import ablation_path, merge_ablation
+from lab.ablation_file import ABLATION, ablation_path, full_lines
+from lab.result_store import merge
 from eval.records import RecordWriter
 from lab.reproduce_plan import ABLATION_SPEC, EXPERIMENTS, STATIC_DEPTH, STATIC_NODES
 from lab.verdict import FAILS, HOLDS, PENDING, WEAKER, AtMost, Larger, Near, verdict
@@ -220,7 +221,7 @@ def test_eagle3_findings_read_the_committed_ablation_file(setup, tmp_path):
     """make ablate-head's rows come from docs/results/data/ablation/smollm2-135m.csv of the checkout, not the cache."""
     taus = {"all-cosine-300k": 1.6, "all-cosine-2400k": 2.3, "eagle3-block-k7-300k": 1.5,
             "eagle3-block-k7-2400k": 2.6, "regen-100k": 1.5, "fixed-100k": 1.4}
-    merge_ablation(ablation_path(tmp_path, "smollm2-135m"), [{"row": r, "tau": t} for r, t in taus.items()], [])
+    merge(ABLATION, ablation_path(tmp_path, "smollm2-135m"), full_lines([{"row": r, "tau": t} for r, t in taus.items()]))
     page = rp.reproduce(2, str(setup[0]), rp.Path("results/reproduce"), rp.Path("docs/reproduction.md"))
     lines = {**summary(page), **summary(page, "EAGLE-3")}
     assert "τ 2.30 → 2.60 (+13%) | **holds weaker**" in lines[

@@ -11,7 +11,8 @@ from eagle_infer.cli_support import REPO
 from eagle_infer.draft_head import random_head
 from eagle_infer.errors import EagleError
 from eagle_infer.platform import cache_root
-from lab.ablation_file import ablation_path, merge_ablation
+from lab.ablation_file import ABLATION, ablation_path, full_lines
+from lab.result_store import merge
 from lab.results_docs import shipped_block
 from lab.ship_head import HEAD_FILES, ship, shipped_dir
 from tests.oracles import scaled_target
@@ -25,9 +26,9 @@ def test_ship_copies_the_head_and_writes_its_card_from_files(tmp_path, monkeypat
     with pytest.raises(EagleError, match=f"ablation row '{ROW}' is not in .*smollm2-135m.csv: expected a row make "
                                          "ablate-head finished, one of none yet"):
         ship(ROW, "smollm2-135m", root, out)
-    merge_ablation(ablation_path(root, "smollm2-135m"), [{
+    merge(ABLATION, ablation_path(root, "smollm2-135m"), full_lines([{
         "row": ROW, "loss_tokens": 100, "epochs": 2, "top1": 0.5, "tau": 1.5, "tau_heldout": 1.75, "speedup": 1.25,
-        "speed_cpu": "Some CPU AMX", "trained_on": "Some CPU, 2 threads", "commit": "abc1234"}], [])
+        "speed_cpu": "Some CPU AMX", "trained_on": "Some CPU, 2 threads", "commit": "abc1234"}]))
     with pytest.raises(EagleError, match=f"holds no trained head .*: run make ablate-head ROWS={ROW}"):
         ship(ROW, "smollm2-135m", root, out)
     random_head(scaled_target(vocab=96, seed=1, name="smollm2-135m"), seed=1).save(out / ROW / "head")
