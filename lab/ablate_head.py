@@ -57,8 +57,8 @@ from eagle_train.train import ALPHA_STEPS, HeadConf, TrainConfig  # ALPHA_STEPS:
 from eagle_train.markdown import table
 from eval.metrics import ALL, summarize, tau
 from eval.records import read_records
+from lab.ablation_findings import check_finding
 from lab.ablation_file import ABLATION, FIGURES, ablation_path, full_lines, plot_path
-from lab.published import EAGLE3_TABLE2
 from lab.result_store import merge, read
 from lab.training_curves import CURVES, curves_path, curves_plot_path, plot_curves, row_curves
 
@@ -92,29 +92,8 @@ def load_spec(recipe: str) -> dict:
     if stray:
         raise EagleError(f"{path}: curves names {stray[0]!r}, which is no row: expected some of {', '.join(names)}")
     for finding in spec.get("findings", []):
-        _check_finding(path, finding, names)
+        check_finding(path, finding, names)
     return spec
-
-
-# A finding of a spec (lab.findings reads them): its rule and the keys that rule needs besides `claim`
-FINDING_RULES = {"gain": ("paper", "rows"), "keeps_rising": ("small", "large")}
-PAPER_FIGURES = tuple(k for k in EAGLE3_TABLE2 if k != "source")  # the paper's τ columns a finding may name
-
-
-def _check_finding(path: Path, finding: dict, names: list[str]) -> None:
-    """A spec's finding names a known rule, that rule's keys, two rows in each row list, rows of the spec and the
-    paper's figures; else a one-line error naming the claim."""
-    claim, rule = finding.get("claim", "?"), finding.get("rule")
-    if rule not in FINDING_RULES:
-        raise EagleError(f"{path}: finding {claim!r} has rule {rule!r}: expected one of {', '.join(FINDING_RULES)}")
-    keys = {"claim", "rule", *FINDING_RULES[rule]}
-    if set(finding) != keys:
-        raise EagleError(f"{path}: finding {claim!r} has keys {sorted(finding)}: expected {sorted(keys)} for {rule}")
-    for key in FINDING_RULES[rule]:
-        values = finding[key]
-        known = PAPER_FIGURES if key == "paper" else names
-        if len(values) != 2 or any(v not in known for v in values):
-            raise EagleError(f"{path}: finding {claim!r} has {key} {values}: expected two of {', '.join(known)}")
 
 
 def recipe(name: str, overrides: list[str] | tuple[str, ...] = ()) -> dict:

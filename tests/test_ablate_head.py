@@ -39,14 +39,23 @@ def test_bad_rows_are_one_line_errors(monkeypatch, tmp_path):
 
 
 @pytest.mark.parametrize("finding, message", [
-    ("{claim: c, rule: best, rows: [r, s]}", "finding 'c' has rule 'best': expected one of gain, keeps_rising"),
-    ("{claim: c, rule: gain, paper: [eagle2, ttt], rows: [r, gone]}",
+    ("{claim: c, section: eagle3, effect: best, paper: stated, rows: [r, s]}",
+     "finding 'c' has effect 'best': expected one of gain, difference, keeps_rising"),
+    ("{claim: c, section: eagle3, effect: gain, paper: stated, rows: [r, gone]}",
      r"finding 'c' has rows \['r', 'gone'\]: expected two of r, s"),
-    ("{claim: c, rule: gain, paper: [eagle2, eagle9], rows: [r, s]}", r"finding 'c' has paper \['eagle2', 'eagle9'\]"),
-    ("{claim: c, rule: keeps_rising, small: [r, s]}", r"finding 'c' has keys \['claim', 'rule', 'small'\]"),
+    ("{claim: c, section: eagle3, effect: gain, paper: 'EAGLE-3 Table 2: eagle2 → eagle9', rows: [r, s]}",
+     r"finding 'c' has paper 'EAGLE-3 Table 2: eagle2 → eagle9': expected one of stated"),
+    ("{claim: c, section: table9, effect: gain, paper: stated, rows: [r, s]}", "has section 'table9'"),
+    ("{claim: c, section: eagle3, effect: gain, paper: stated, rows: [r, s], figure: speed}", "has figure 'speed'"),
+    ("{claim: c, section: eagle3, effect: keeps_rising, paper: stated, small: [r, s]}",
+     r"finding 'c' has keys \['claim', 'effect', 'paper', 'section', 'small'\]: expected \['claim', 'effect', "
+     r"'large', 'paper', 'section', 'small'\] for keeps_rising"),
+    ("{claim: c, section: eagle3, effect: difference, paper: stated, rows: [r, s], labels: [a]}",
+     r"has labels \['a'\]: expected two labels"),
 ])
 def test_findings_name_a_rule_the_paper_and_rows_of_the_spec(monkeypatch, tmp_path, finding, message):
-    """The findings a spec declares (which rows, which of the paper's figures, which rule) are checked on load."""
+    """The findings a spec declares (which rows, which figure, which published effect, which rule) are checked on
+    load."""
     (tmp_path / "conf" / "ablate").mkdir(parents=True)
     (tmp_path / "conf" / "ablate" / "f.yaml").write_text(
         "rows:\n  - {name: r, loss_tokens: 1, overrides: []}\n  - {name: s, loss_tokens: 1, overrides: []}\n"
@@ -54,6 +63,22 @@ def test_findings_name_a_rule_the_paper_and_rows_of_the_spec(monkeypatch, tmp_pa
     monkeypatch.setattr(ab, "REPO", tmp_path)
     with pytest.raises(EagleError, match=message):
         ab.load_spec("f")
+
+
+def test_every_row_a_declared_finding_names_is_a_row_of_its_spec():
+    """conf/ablate/*.yaml: each spec's findings (lab.ablation_findings) name rows the spec trains, so a renamed row
+    cannot leave a finding reading nothing; every section reading ablation rows has its findings."""
+    from lab.ablation_findings import SECTIONS, declared
+
+    sections = set()
+    for path in sorted((ab.REPO / "conf" / "ablate").glob("*.yaml")):
+        spec = ab.load_spec(path.stem)
+        names = {r["name"] for r in spec["rows"]}
+        for section in SECTIONS:
+            for finding in declared(spec, section):
+                assert set(finding.named_rows) <= names, (path.name, finding.claim)
+                sections.add(section)
+    assert sections == set(SECTIONS)
 
 
 def test_shipped_recipe_is_its_ablation_row():
