@@ -71,7 +71,7 @@ demo: $(STAMP)
 	@echo "float32 check: vanilla and EAGLE-2 (shipped head) on the same 3 first turns ..."
 	@$(PY) -m eval.cli run=demo-float32 model.name=smollm2-135m model.dtype=float32 bench.names=[mt_bench] bench.limit=3 \
 	  bench.max_turns=1 infer.max_new_tokens=96 methods=[vanilla,eagle2] wandb.mode=disabled > /dev/null
-	$(PY) -m eval.identical results/demo-float32 "float32 greedy"
+	$(PY) -m eval.identical run_dir=results/demo-float32 'label=float32 greedy'
 
 EVAL_ARGS = model.name=$(MODEL) run=$(RUN) $(if $(BENCH),bench.names=[$(BENCH)]) $(if $(LIMIT),bench.limit=$(LIMIT)) \
 	$(if $(METHODS),methods=[$(METHODS)])
@@ -87,9 +87,9 @@ HEADLINE_EVAL = run=headline model.name=smollm2-135m bench.names=[mt_bench] benc
 	infer.max_new_tokens=128 'methods=[vanilla,hf_generate,eagle2,eagle2+lookup]' wandb.mode=disabled
 headline: $(STAMP)
 	rm -rf results/headline
-	$(PY) -m lab.headline begin results/headline
+	$(PY) -m lab.headline step=begin run_dir=results/headline
 	$(PY) -m eval.cli $(HEADLINE_EVAL)
-	$(PY) -m lab.headline end results/headline --command "make headline"
+	$(PY) -m lab.headline step=end run_dir=results/headline 'command=make headline'
 	$(PY) -m lab.results_docs
 
 # docs/results/<platform>.md, the README's results block and the generated blocks of docs/ from the committed result
@@ -117,7 +117,7 @@ ifeq ($(SWEEP_AUTO),1)
 	$(PY) -m eval.cli -m model.name=$(MODEL) run=$(SWEEP) methods=[eagle2] bench.names=[$(SWEEP_BENCH)] bench.limit=$(SWEEP_LIMIT) \
 	  bench.max_turns=$(SWEEP_TURNS) wandb.mode=disabled infer.depth=auto infer.top_k=$(TOPKS) infer.total_tokens=auto $(ARGS)
 endif
-	$(PY) -m eval.sweep results/$(SWEEP)
+	$(PY) -m eval.sweep sweep_dir=results/$(SWEEP)
 
 # Tokens/s of vanilla and EAGLE-2 at batch sizes 1, 2, 4, 8 on MT-bench first turns (one generate_batch per point).
 BATCHES ?= 1,2,4,8
@@ -135,7 +135,7 @@ sweep-batch: $(STAMP)
 	$(PY) -m eval.cli -m mode=throughput model.name=$(MODEL) run=$(SWEEP)-batch methods=[$(TP_METHODS)] \
 	  bench.names=[$(SWEEP_BENCH)] bench.limit=$(TP_LIMIT) 'batch_sizes=[$(BATCHES)]' infer.batch_token_budget=$(BUDGETS) \
 	  $(if $(DTYPE),model.dtype=$(DTYPE)) wandb.mode=disabled $(ARGS)
-	$(PY) -m eval.sweep results/$(SWEEP)-batch
+	$(PY) -m eval.sweep sweep_dir=results/$(SWEEP)-batch
 
 # Which training choices make a head good, one factor at a time (rows in conf/ablate/$(MODEL).yaml): each row trains
 # a head (resumable), measures τ on 10 MT-bench first turns, and merges its line into the committed
@@ -144,20 +144,20 @@ sweep-batch: $(STAMP)
 ROWS ?=
 FEATURIZE ?=
 ablate-head: $(STAMP)
-	$(PY) -m lab.ablate_head --recipe $(MODEL) $(if $(ROWS),--rows $(ROWS)) $(if $(FEATURIZE),--featurize) --coverage
+	$(PY) -m lab.ablate_head recipe=$(MODEL) $(if $(ROWS),'rows=[$(ROWS)]') $(if $(FEATURIZE),featurize=true) coverage=true $(ARGS)
 
 # An ablation row's head becomes eagle_infer/heads/$(MODEL), its card written from the row's files (lab/ship_head.py),
 # then docs/training.md's shipped-head block is regenerated. ROW=<row of conf/ablate/$(MODEL).yaml>.
 .PHONY: ship-head
 ship-head: $(STAMP)
-	$(PY) -m lab.ship_head --row $(ROW) --spec $(MODEL)
+	$(PY) -m lab.ship_head row=$(ROW) spec=$(MODEL)
 	$(PY) -m lab.results_docs
 
 # The EAGLE papers' findings against ours (SmolLM2, shipped head) with a verdict each: docs/reproduction.md and its
 # plots (lab/reproduce.py). Resumable; LIMIT=n questions per benchmark (default 10); DATA_DIR: bench.data_dir.
 .PHONY: reproduce
 reproduce: $(STAMP)
-	$(PY) -m lab.reproduce $(if $(LIMIT),--limit $(LIMIT)) $(if $(wildcard $(DATA_DIR)),--data-dir $(DATA_DIR)) $(ARGS)
+	$(PY) -m lab.reproduce $(if $(LIMIT),limit=$(LIMIT)) $(if $(wildcard $(DATA_DIR)),data_dir=$(DATA_DIR)) $(ARGS)
 
 # A trained head in a server's layout, with its card's serve commands: make export HEAD=<head directory or hub id>
 # FORMAT=speculators|vllm|sglang|eagle OUT=<dir> (speculators: vLLM's format, EAGLE-3-block heads; ARGS=export.verifier=

@@ -1,4 +1,5 @@
-"""How long each data stage took, read from what the stages record: `python -m eagle_train.stage_times DIR [DIR ...]`.
+"""How long each data stage took, read from what the stages record: `python -m eagle_train.stage_times
+'directories=[DIR,DIR]'` (conf/command/stage_times.yaml).
 
 For each feature directory (a recipe's `data.features_dir`):
 - self-prompts: `self-prompts/shard-*.json` (seconds; samples written, prompts kept); with `prompts`, only the
@@ -12,7 +13,6 @@ of those, and their rate: a figure never mixes two machines. No model is loaded.
 """
 from __future__ import annotations
 
-import argparse
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +20,7 @@ from pathlib import Path
 from eagle_infer.cli_support import one_line_errors
 from eagle_infer.errors import EagleError
 
+from .command_line import command_settings
 from .markdown import table as markdown
 
 SPLITS = ("train", "heldout")
@@ -97,12 +98,15 @@ def table(times: list[StageTime]) -> str:
          "—" if t.rate is None else f"{t.rate:.3g} {t.unit}/s", t.machine or "—"] for t in times])
 
 
+@dataclass
+class StageTimesSettings:
+    directories: list[str]
+
+
 @one_line_errors
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("directories", nargs="+", type=Path)
-    args = parser.parse_args(argv)
-    print(table([t for d in args.directories for t in stage_times(d)]), end="")
+    directories = command_settings("stage_times", StageTimesSettings, argv).directories
+    print(table([t for d in directories for t in stage_times(d)]), end="")
 
 
 if __name__ == "__main__":

@@ -30,7 +30,7 @@ MIN_BUCKET = 20  # a calibration rate counts over at least this many draft token
 CALIBRATION_TOLERANCE = 0.05  # our tolerance around EAGLE-2's ~4 % and ~98 %
 ABLATE_HEAD = "ablate-head"  # make ablate-head's directory under the cache root
 ABLATE_HEAD_SPEC = "smollm2-135m"  # its spec, whose committed result file (lab.ablation_file) the findings read
-TRAINED_HERE = f"make reproduce (python -m lab.ablate_head --spec {ABLATION_SPEC})"
+TRAINED_HERE = f"make reproduce (python -m lab.ablate_head spec={ABLATION_SPEC})"
 
 
 @dataclass
@@ -242,7 +242,7 @@ def figure8(res: Results) -> Section:
     rows = [[mode, name, *_ablation_cells(table.get(name))] for mode, name in by_mode.items()]
     return Section(
         "EAGLE Figure 8: draft-model inputs",
-        f"Four heads trained alike by `python -m lab.ablate_head --spec {ABLATION_SPEC}` (conf/ablate/"
+        f"Four heads trained alike by `python -m lab.ablate_head spec={ABLATION_SPEC}` (conf/ablate/"
         f"{ABLATION_SPEC}.yaml: the recipe's settings, one decoder layer, the first {_loss_tokens(spec)} loss tokens "
         "of the target's own answers, 2 epochs), differing in train.input_mode alone; held-out top-1 and α on the "
         "training's held-out split, τ on MT-bench first turns with EAGLE-2's fixed tree, speedup with the defaults. "

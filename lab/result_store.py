@@ -83,7 +83,9 @@ def build(cls: type, data: dict):
     for f in fields(cls):
         nested, many = _nested(f.type, cls)
         value = data[f.name]
-        values[f.name] = value if nested is None else [build(nested, v) for v in value] if many else build(nested, value)
+        if nested is not None:
+            value = [build(nested, v) for v in value] if many else build(nested, value)
+        values[f.name] = value
     return cls(**values)
 
 

@@ -1,4 +1,5 @@
-"""`make ship-head ROW=<row>` (python -m lab.ship_head): an ablation row's head becomes the shipped head.
+"""`make ship-head ROW=<row>` (python -m lab.ship_head row=<row>; conf/command/ship_head.yaml): an ablation row's head
+becomes the shipped head.
 
 Copies `<cache root>/ablate-head/<row>/head` (its weights and config) into `eagle_infer/heads/<model>` of the checkout
 and writes the card (`eagle_infer.head_card`) from files only: the training facts of the row's own card (data, loss
@@ -10,10 +11,9 @@ one line.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from eagle_infer.cli_support import REPO, known_recipes, one_line_errors
@@ -22,6 +22,7 @@ from eagle_infer.head_card import write_card
 from eagle_infer.head_checkpoint import load_config
 from eagle_infer.platform import cache_root
 from eagle_train.cli import SELF, DataConf, self_count
+from eagle_train.command_line import command_settings
 from eagle_train.stage_times import stage_times
 from lab.ablate_head import load_spec, recipe, row_overrides
 from lab.ablation_file import ABLATION, ablation_path
@@ -102,17 +103,20 @@ def ship(row: str, spec_name: str, root: Path, out: Path) -> Path:
     return write_card(dest, load_config(dest), facts)
 
 
+@dataclass
+class ShipSettings:
+    row: str
+    spec: str
+    out: str | None
+    root: str | None
+
+
 @one_line_errors
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--row", required=True, help="the ablation row whose head to ship")
-    parser.add_argument("--spec", default="smollm2-135m", help="the ablation spec (conf/ablate/<spec>.yaml)")
-    parser.add_argument("--out", type=Path, default=None, help="where the rows were trained (default: "
-                        "<cache root>/ablate-head)")
-    parser.add_argument("--root", type=Path, default=REPO, help="the checkout (default: this one)")
-    args = parser.parse_args(argv)
-    card = ship(args.row, args.spec, args.root, args.out or cache_root() / "ablate-head")
-    print(f"shipped {args.row}: {card.parent} (commit it, then run make results-docs)")
+    conf = command_settings("ship_head", ShipSettings, argv)
+    card = ship(conf.row, conf.spec, Path(conf.root) if conf.root else REPO,
+                Path(conf.out) if conf.out else cache_root() / "ablate-head")
+    print(f"shipped {conf.row}: {card.parent} (commit it, then run make results-docs)")
 
 
 if __name__ == "__main__":

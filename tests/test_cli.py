@@ -324,7 +324,7 @@ def test_sweep_aggregator(tmp_path):
     assert csv_lines[0] == "depth,total_tokens,questions,tok_s,speedup,tau,error" and len(csv_lines) == 4
 
     with pytest.raises(SystemExit) as exit_:
-        main([str(tmp_path / "missing")])
+        main([f"sweep_dir={tmp_path / 'missing'}"])
     assert exit_.value.code == 2
 
 

@@ -259,7 +259,7 @@ def test_headline_names_the_ablation_row_of_the_shipped_head(tmp_path, monkeypat
 
 
 def test_headline_result_needs_begin_and_a_run_directory(tmp_path):
-    with pytest.raises(EagleError, match="checkout.json does not exist; expected `python -m lab.headline begin"):
+    with pytest.raises(EagleError, match="checkout.json does not exist; expected `python -m lab.headline step=begin"):
         headline_result(tmp_path, "make headline")
     begin(tmp_path, ROOT)
     with pytest.raises(EagleError, match="config.yaml does not exist"):
