@@ -61,22 +61,6 @@ def test_merge_replaces_a_rows_curves_and_keeps_the_others(tmp_path):
     assert read(CURVES, path) == {"a": curves(2), "b": curves(3), "z": curves(4)}
 
 
-@pytest.mark.parametrize("text, message", [
-    ('{"a": {"steps": 2, "eval": []}}', "missing field 'cls_loss'"),
-    ('{"a": {"steps": "2", "eval": [], "cls_loss": []}}', "field 'steps' is '2'; expected int"),
-    ('[1]', "holds list; expected a JSON object"),
-    ('{"a": ', "Expecting value"),
-])
-def test_a_malformed_curve_file_is_one_line_naming_it(tmp_path, text, message):
-    path = tmp_path / "c.json"
-    path.write_text(text)
-    with pytest.raises(EagleError, match=message) as err:
-        read(CURVES, path)
-    assert str(path) in str(err.value) and "\n" not in str(err.value)
-    with pytest.raises(EagleError, match=message):  # a merge refuses the file rather than overwrite it
-        merge(CURVES, path, {"b": curves(1)})
-
-
 def test_plot_draws_the_named_rows_that_have_curves(tmp_path):
     write_logs(tmp_path / "eagle3", steps=40, unrolled=6)
     write_logs(tmp_path / "eagle1", steps=30)
