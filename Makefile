@@ -60,18 +60,19 @@ else
 endif
 
 # The whole pipeline in miniature: featurize a few hundred conversations, train a head for a few minutes, then
-# evaluate that head and the shipped one against vanilla on a few MT-bench questions with the default settings (the
-# tree chosen per cycle by the measured cost model); then a short float32 check that
-# greedy EAGLE-2 output is vanilla's token for token (the table above may be in bfloat16, where near-ties can flip).
+# evaluate that head and the shipped one against vanilla on a few MT-bench questions with the default method and
+# settings (EAGLE-2 with prompt lookup, the tree chosen per cycle by the measured cost model); then a short float32
+# check that its greedy output is vanilla's token for token (the table above may be in bfloat16, where near-ties can
+# flip).
 demo: $(STAMP)
 	$(PY) -m eagle_train.cli recipes=demo stage=featurize
 	$(CPU_ENV) .venv/bin/deepspeed --num_gpus 1 --no_local_rank --module eagle_train.cli recipes=demo stage=train
 	$(PY) -m eval.cli run=demo model.name=smollm2-135m bench.names=[mt_bench] bench.limit=3 infer.max_new_tokens=96 \
-	  methods=[vanilla,eagle2,eagle2:demo] +heads.demo=runs/demo/head/head $(ARGS)
-	@echo "float32 check: vanilla and EAGLE-2 (shipped head) on the same 3 first turns ..."
+	  'methods=[vanilla,eagle2+lookup,eagle2+lookup:demo]' +heads.demo=runs/demo/head/head $(ARGS)
+	@echo "float32 check: vanilla and EAGLE-2 + lookup (shipped head) on the same 3 first turns ..."
 	@$(PY) -m eval.cli run=demo-float32 model.name=smollm2-135m model.dtype=float32 bench.names=[mt_bench] bench.limit=3 \
-	  bench.max_turns=1 infer.max_new_tokens=96 methods=[vanilla,eagle2] wandb.mode=disabled > /dev/null
-	$(PY) -m eval.identical results/demo-float32 "float32 greedy"
+	  bench.max_turns=1 infer.max_new_tokens=96 'methods=[vanilla,eagle2+lookup]' wandb.mode=disabled > /dev/null
+	$(PY) -m eval.identical run_dir=results/demo-float32 'label=float32 greedy'
 
 EVAL_ARGS = model.name=$(MODEL) run=$(RUN) $(if $(BENCH),bench.names=[$(BENCH)]) $(if $(LIMIT),bench.limit=$(LIMIT)) \
 	$(if $(METHODS),methods=[$(METHODS)])
@@ -87,9 +88,9 @@ HEADLINE_EVAL = run=headline model.name=smollm2-135m bench.names=[mt_bench] benc
 	infer.max_new_tokens=128 'methods=[vanilla,hf_generate,eagle2,eagle2+lookup]' wandb.mode=disabled
 headline: $(STAMP)
 	rm -rf results/headline
-	$(PY) -m lab.headline begin results/headline
+	$(PY) -m lab.headline step=begin run_dir=results/headline
 	$(PY) -m eval.cli $(HEADLINE_EVAL)
-	$(PY) -m lab.headline end results/headline --command "make headline"
+	$(PY) -m lab.headline step=end run_dir=results/headline 'command=make headline'
 	$(PY) -m lab.results_docs
 
 # docs/results/<platform>.md, the README's results block and the generated blocks of docs/ from the committed result
@@ -117,25 +118,27 @@ ifeq ($(SWEEP_AUTO),1)
 	$(PY) -m eval.cli -m model.name=$(MODEL) run=$(SWEEP) methods=[eagle2] bench.names=[$(SWEEP_BENCH)] bench.limit=$(SWEEP_LIMIT) \
 	  bench.max_turns=$(SWEEP_TURNS) wandb.mode=disabled infer.depth=auto infer.top_k=$(TOPKS) infer.total_tokens=auto $(ARGS)
 endif
-	$(PY) -m eval.sweep results/$(SWEEP)
+	$(PY) -m eval.sweep sweep_dir=results/$(SWEEP)
 
-# Tokens/s of vanilla and EAGLE-2 at batch sizes 1, 2, 4, 8 on MT-bench first turns (one generate_batch per point).
+# Tokens/s of vanilla and the default method (EAGLE-2 with prompt lookup) at batch sizes 1, 2, 4, 8 on MT-bench first
+# turns (one generate_batch per point).
 BATCHES ?= 1,2,4,8
-TP_METHODS ?= vanilla,eagle2
+TP_METHODS ?= vanilla,eagle2+lookup
 TP_LIMIT ?= 8
 DTYPE ?=
 throughput: $(STAMP)
 	$(PY) -m eval.cli mode=throughput model.name=$(MODEL) run=$(RUN)-throughput bench.names=[$(if $(BENCH),$(BENCH),mt_bench)] \
-	  bench.limit=$(if $(LIMIT),$(LIMIT),$(TP_LIMIT)) 'batch_sizes=[$(BATCHES)]' methods=[$(if $(METHODS),$(METHODS),$(TP_METHODS))] \
+	  bench.limit=$(if $(LIMIT),$(LIMIT),$(TP_LIMIT)) 'batch_sizes=[$(BATCHES)]' 'methods=[$(if $(METHODS),$(METHODS),$(TP_METHODS))]' \
 	  $(if $(DTYPE),model.dtype=$(DTYPE)) $(ARGS)
 
-# Hydra multirun of the throughput mode over the per-batch tree budget (infer.batch_token_budget; 0 = off).
+# Hydra multirun of the throughput mode over EAGLE-2's per-batch tree budget (infer.batch_token_budget; 0 = off);
+# eval.sweep tabulates eagle2's points.
 BUDGETS ?= 0,16,32
 sweep-batch: $(STAMP)
-	$(PY) -m eval.cli -m mode=throughput model.name=$(MODEL) run=$(SWEEP)-batch methods=[$(TP_METHODS)] \
+	$(PY) -m eval.cli -m mode=throughput model.name=$(MODEL) run=$(SWEEP)-batch methods=[vanilla,eagle2] \
 	  bench.names=[$(SWEEP_BENCH)] bench.limit=$(TP_LIMIT) 'batch_sizes=[$(BATCHES)]' infer.batch_token_budget=$(BUDGETS) \
 	  $(if $(DTYPE),model.dtype=$(DTYPE)) wandb.mode=disabled $(ARGS)
-	$(PY) -m eval.sweep results/$(SWEEP)-batch
+	$(PY) -m eval.sweep sweep_dir=results/$(SWEEP)-batch
 
 # Which training choices make a head good, one factor at a time (rows in conf/ablate/$(MODEL).yaml): each row trains
 # a head (resumable), measures τ on 10 MT-bench first turns, and merges its line into the committed
@@ -144,20 +147,20 @@ sweep-batch: $(STAMP)
 ROWS ?=
 FEATURIZE ?=
 ablate-head: $(STAMP)
-	$(PY) -m lab.ablate_head --recipe $(MODEL) $(if $(ROWS),--rows $(ROWS)) $(if $(FEATURIZE),--featurize) --coverage
+	$(PY) -m lab.ablate_head recipe=$(MODEL) $(if $(ROWS),'rows=[$(ROWS)]') $(if $(FEATURIZE),featurize=true) coverage=true $(ARGS)
 
 # An ablation row's head becomes eagle_infer/heads/$(MODEL), its card written from the row's files (lab/ship_head.py),
 # then docs/training.md's shipped-head block is regenerated. ROW=<row of conf/ablate/$(MODEL).yaml>.
 .PHONY: ship-head
 ship-head: $(STAMP)
-	$(PY) -m lab.ship_head --row $(ROW) --spec $(MODEL)
+	$(PY) -m lab.ship_head row=$(ROW) spec=$(MODEL)
 	$(PY) -m lab.results_docs
 
 # The EAGLE papers' findings against ours (SmolLM2, shipped head) with a verdict each: docs/reproduction.md and its
 # plots (lab/reproduce.py). Resumable; LIMIT=n questions per benchmark (default 10); DATA_DIR: bench.data_dir.
 .PHONY: reproduce
 reproduce: $(STAMP)
-	$(PY) -m lab.reproduce $(if $(LIMIT),--limit $(LIMIT)) $(if $(wildcard $(DATA_DIR)),--data-dir $(DATA_DIR)) $(ARGS)
+	$(PY) -m lab.reproduce $(if $(LIMIT),limit=$(LIMIT)) $(if $(wildcard $(DATA_DIR)),data_dir=$(DATA_DIR)) $(ARGS)
 
 # A trained head in a server's layout, with its card's serve commands: make export HEAD=<head directory or hub id>
 # FORMAT=speculators|vllm|sglang|eagle OUT=<dir> (speculators: vLLM's format, EAGLE-3-block heads; ARGS=export.verifier=

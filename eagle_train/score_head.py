@@ -1,6 +1,7 @@
-"""Score a saved head on a held-out feature split, as training scores it: `python -m eagle_train.score_head HEAD
-FEATURES [--conversations 32]` prints held-out top-1, top-3 and simulated chain acceptance 0-α…6-α (JSON), in
-float32, on the split's first `--conversations` conversations (training's train.eval_conversations).
+"""Score a saved head on a held-out feature split, as training scores it: `python -m eagle_train.score_head head=HEAD
+features=FEATURES [conversations=32]` (conf/command/score_head.yaml) prints held-out top-1, top-3 and simulated
+chain acceptance 0-α…6-α (JSON), in float32, on the split's first `conversations` conversations (training's
+train.eval_conversations).
 
 Heads trained on different machines or at different times can be compared on one split this way: an ablation row's
 held-out columns come from the split it trained against, and a split regenerated on another machine (other greedy
@@ -8,14 +9,15 @@ answers) moves them a little (docs/training.md).
 """
 from __future__ import annotations
 
-import argparse
 import json
+from dataclasses import dataclass
 
 from eagle_infer.entry.cli_support import one_line_errors
 from eagle_infer.errors import EagleError
 from eagle_infer.head.head_checkpoint import load_head
 from eagle_infer.models.target import load_target
 
+from .command_line import command_settings
 from .features import Manifest, read_samples
 from .train import evaluate
 
@@ -34,13 +36,16 @@ def score(head_dir: str, features: str, conversations: int = 32, target=None) ->
     return evaluate(head, samples, target.dtype, target.device)
 
 
+@dataclass
+class ScoreSettings:
+    head: str
+    features: str
+    conversations: int
+
+
 @one_line_errors
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("head", help="a head directory (this toolkit's or a published EAGLE checkpoint)")
-    parser.add_argument("features", help="a feature split, e.g. ~/.cache/eagle-toolkit/features/smollm2-135m/heldout")
-    parser.add_argument("--conversations", type=int, default=32)
-    args = parser.parse_args(argv)
+    args = command_settings("score_head", ScoreSettings, argv)
     result = score(args.head, args.features, args.conversations)
     print(json.dumps({"head": args.head, "features": args.features, "conversations": args.conversations,
                       **{k: round(v, 4) for k, v in result.items()}}, indent=1))

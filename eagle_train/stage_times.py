@@ -1,7 +1,10 @@
-"""How long each data stage took, read from what the stages record: `python -m eagle_train.stage_times DIR [DIR ...]`.
+"""How long each data stage took, read from what the stages record: `python -m eagle_train.stage_times
+'directories=[DIR,DIR]'` (conf/command/stage_times.yaml).
 
 For each feature directory (a recipe's `data.features_dir`):
-- self-prompts: `self-prompts/shard-*.json` (seconds; samples written, prompts kept);
+- self-prompts: `self-prompts/shard-*.json` (seconds; samples written, prompts kept); with `prompts`, only the
+  shards that hold the first `prompts` kept prompts (those the directory's recipes used: later shards may have been
+  written for further parts of the data);
 - regenerate: `train|heldout/regenerated/shard-*.json` (regenerate_s; answer tokens);
 - forward: `train|heldout/shard-*.json` (forward_s; tokens).
 A stage reports, for each machine and thread count its shards ran on, its shards, how many recorded their time there
@@ -10,7 +13,6 @@ of those, and their rate: a figure never mixes two machines. No model is loaded.
 """
 from __future__ import annotations
 
-import argparse
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +20,7 @@ from pathlib import Path
 from eagle_infer.entry.cli_support import one_line_errors
 from eagle_infer.errors import EagleError
 
+from .command_line import command_settings
 from .markdown import table as markdown
 
 SPLITS = ("train", "heldout")
@@ -41,10 +44,10 @@ class StageTime:
         return self.units / self.seconds if self.seconds else None
 
 
-def _stage(directory: Path, stage: str, files: list[Path], seconds_key: str, units_key: str, unit: str) -> list[StageTime]:
-    """The stage's time per machine its timed shards ran on (a figure never sums two machines' seconds), or one
-    untimed entry when no shard recorded a time; none when the stage has no shard."""
-    records = [json.loads(p.read_text()) for p in files]
+def _stage(directory: Path, stage: str, records: list[dict], seconds_key: str, units_key: str, unit: str
+           ) -> list[StageTime]:
+    """The stage's time per machine its timed shards (`records`) ran on (a figure never sums two machines' seconds),
+    or one untimed entry when no shard recorded a time; none when the stage has no shard."""
     timed = [r for r in records if r.get(seconds_key) is not None]  # 0.0 is a time (a tiny shard)
     by_machine: dict[str, list[dict]] = {}
     for r in timed:
@@ -55,19 +58,37 @@ def _stage(directory: Path, stage: str, files: list[Path], seconds_key: str, uni
                       sum(r[units_key] for r in rs), unit, machine) for machine, rs in sorted(by_machine.items())]
 
 
-def stage_times(directory: str | Path) -> list[StageTime]:
+def _read(files: list[Path]) -> list[dict]:
+    return [json.loads(p.read_text()) for p in files]
+
+
+def first_prompt_shards(records: list[dict], prompts: int) -> list[dict]:
+    """The leading prompt shards (in shard order) that hold the first `prompts` kept prompts; all of them when they
+    hold fewer."""
+    kept = 0
+    for n, record in enumerate(records):
+        if kept >= prompts:
+            return records[:n]
+        kept += len(record["kept"])
+    return records
+
+
+def stage_times(directory: str | Path, prompts: int | None = None) -> list[StageTime]:
     """The stages found in a feature directory, in pipeline order, one entry per machine a stage ran on (a stage
-    with no shard is left out)."""
+    with no shard is left out); `prompts`: count only the self-prompt shards holding the first that many kept
+    prompts (module docstring)."""
     root = Path(directory)
     if not root.is_dir():
         raise EagleError(f"feature directory {str(root)!r} does not exist; expected a recipe's data.features_dir")
+    prompt_shards = _read(sorted((root / "self-prompts").glob("shard-*.json")))
+    if prompts is not None:
+        prompt_shards = first_prompt_shards(prompt_shards, prompts)
+    answers = _read([p for s in SPLITS for p in sorted((root / s / "regenerated").glob("shard-*.json"))])
+    features = _read([p for s in SPLITS for p in sorted((root / s).glob("shard-*.json"))])
     return [
-        *_stage(root, "self-prompts", sorted((root / "self-prompts").glob("shard-*.json")), "seconds", "sampled",
-                "samples"),
-        *_stage(root, "regenerate", [p for s in SPLITS for p in sorted((root / s / "regenerated").glob("shard-*.json"))],
-                "regenerate_s", "answer_tokens", "answer tokens"),
-        *_stage(root, "forward", [p for s in SPLITS for p in sorted((root / s).glob("shard-*.json"))], "forward_s",
-                "tokens", "tokens"),
+        *_stage(root, "self-prompts", prompt_shards, "seconds", "sampled", "samples"),
+        *_stage(root, "regenerate", answers, "regenerate_s", "answer_tokens", "answer tokens"),
+        *_stage(root, "forward", features, "forward_s", "tokens", "tokens"),
     ]
 
 
@@ -77,12 +98,15 @@ def table(times: list[StageTime]) -> str:
          "—" if t.rate is None else f"{t.rate:.3g} {t.unit}/s", t.machine or "—"] for t in times])
 
 
+@dataclass
+class StageTimesSettings:
+    directories: list[str]
+
+
 @one_line_errors
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("directories", nargs="+", type=Path)
-    args = parser.parse_args(argv)
-    print(table([t for d in args.directories for t in stage_times(d)]), end="")
+    directories = command_settings("stage_times", StageTimesSettings, argv).directories
+    print(table([t for d in directories for t in stage_times(d)]), end="")
 
 
 if __name__ == "__main__":

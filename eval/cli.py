@@ -27,8 +27,8 @@ from eagle_infer.errors import EagleError
 from eagle_infer.decoding.methods import DEFAULT_METHOD
 from eagle_infer.models.target import load_target
 from eagle_train.benchmarks import BENCHMARKS, benchmark_dir, check_names, load_benchmark
-from eval import throughput
-from eval.harness import HarnessSettings, run
+from eval import harness, throughput
+from eval.harness import HarnessSettings
 from eval.methods import PEER_METHODS, make_methods, needs_head
 from eval.metrics import cycle_split, summarize
 from eval.records import RecordWriter, RunLock, read_records
@@ -112,7 +112,7 @@ def evaluate(conf: EvalRunConf, out: Path) -> str:
                   conf.wandb.project)
         return markdown
     writer = RecordWriter(out / "records.jsonl")
-    run(benchmarks, methods, target, settings, writer, stop_ids(target))
+    harness.run(benchmarks, methods, target, settings, writer, stop_ids(target))
     records = [r for r in read_records(out / "records.jsonl") if r["method"] in conf.methods and r["benchmark"] in benchmarks]
     rows = summarize(records)
     markdown = write_table(rows, out, str(target.dtype).removeprefix("torch."), category_table(records))

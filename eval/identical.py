@@ -1,13 +1,22 @@
-"""`python -m eval.identical results/RUN [LABEL]`: one line saying, for each method of a run but vanilla, on how many
-answers its generated tokens equal vanilla's (make demo prints it for its float32 check)."""
+"""`python -m eval.identical run_dir=results/RUN ['label=float32 greedy']` (conf/command/identical.yaml): one line
+saying, for each method of a run but vanilla, on how many answers its generated tokens equal vanilla's (make demo
+prints it for its float32 check)."""
 from __future__ import annotations
 
-import sys
+from dataclasses import dataclass
 from pathlib import Path
 
+from eagle_infer.entry.cli_support import one_line_errors
 from eagle_infer.errors import EagleError
+from eagle_train.command_line import command_settings
 
 from .records import read_records
+
+
+@dataclass
+class IdenticalSettings:
+    run_dir: str
+    label: str
 
 
 def identical_line(records: list[dict], label: str) -> str:
@@ -23,14 +32,14 @@ def identical_line(records: list[dict], label: str) -> str:
     return f"{label}: " + ", ".join(parts)
 
 
-def main(argv: list[str]) -> None:
-    if not argv:
-        raise SystemExit("usage: python -m eval.identical results/RUN [LABEL]")
-    path = Path(argv[0]) / "records.jsonl"
+@one_line_errors
+def main(argv: list[str] | None = None) -> None:
+    conf = command_settings("identical", IdenticalSettings, argv)
+    path = Path(conf.run_dir) / "records.jsonl"
     if not path.exists():
-        raise SystemExit(f"error: {path} does not exist")
-    print(identical_line(read_records(path), argv[1] if len(argv) > 1 else "greedy"))
+        raise EagleError(f"{path} does not exist; expected the records of an eval run in run_dir")
+    print(identical_line(read_records(path), conf.label))
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    main()

@@ -1,4 +1,5 @@
-"""Merge runs into one table: `python -m eval.merge results/OUT results/RUN_A results/RUN_B ...`.
+"""Merge runs into one table: `python -m eval.merge out=results/OUT 'runs=[results/RUN_A,results/RUN_B]'`
+(conf/command/merge.yaml).
 
 For runs of the same model and settings split by benchmark (e.g. run side by side on two machines or cores):
 their records are concatenated into OUT/records.jsonl (a (benchmark, method, question) present twice is an
@@ -7,14 +8,22 @@ error), then OUT gets table.md, table.csv, cycles.md, calibration.md and the plo
 from __future__ import annotations
 
 import json
-import sys
+from dataclasses import dataclass
 from pathlib import Path
 
+from eagle_infer.entry.cli_support import one_line_errors
 from eagle_infer.errors import EagleError
+from eagle_train.command_line import command_settings
 
 from .metrics import cycle_split, summarize
 from .records import read_records, record_key
 from .report import plot_all, write_calibration, write_cycles, write_table
+
+
+@dataclass
+class MergeSettings:
+    out: str
+    runs: list[str]
 
 
 def merge(out: Path, runs: list[Path]) -> str:
@@ -39,16 +48,13 @@ def merge(out: Path, runs: list[Path]) -> str:
     return markdown
 
 
-def main(argv: list[str]) -> None:
-    if len(argv) < 2:
-        print("usage: python -m eval.merge results/OUT results/RUN [results/RUN ...]", file=sys.stderr)
-        sys.exit(2)
-    try:
-        print(merge(Path(argv[0]), [Path(a) for a in argv[1:]]))
-    except EagleError as err:
-        print(f"error: {err}", file=sys.stderr)
-        sys.exit(2)
+@one_line_errors
+def main(argv: list[str] | None = None) -> None:
+    conf = command_settings("merge", MergeSettings, argv)
+    if not conf.runs:
+        raise EagleError("runs=[] names no run; expected runs=[results/RUN_A,results/RUN_B,...]")
+    print(merge(Path(conf.out), [Path(run) for run in conf.runs]))
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    main()

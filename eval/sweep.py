@@ -1,4 +1,5 @@
-"""Aggregate a sweep: `python -m eval.sweep results/<sweep>` (make sweep runs it after the Hydra multirun).
+"""Aggregate a sweep: `python -m eval.sweep sweep_dir=results/<sweep>` (conf/command/sweep.yaml; make sweep runs it
+after the Hydra multirun).
 
 Each job directory under the sweep holds records.jsonl (or failed.txt); its name is Hydra's override_dirname
 (`infer.depth=4,infer.top_k=8,...`). The `baseline` directory holds the vanilla records that speedups divide by.
@@ -9,11 +10,12 @@ infer.batch_token_budget) give one point per batch size, with speedup against va
 from __future__ import annotations
 
 import csv
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from eagle_infer.entry.cli_support import one_line_errors
 from eagle_infer.errors import EagleError
+from eagle_train.command_line import command_settings
 
 from . import throughput
 from eagle_train.markdown import table
@@ -149,17 +151,16 @@ def _num(value: str):
         return float("inf")
 
 
-def main(argv: list[str]) -> None:
-    if len(argv) != 1:
-        print("usage: python -m eval.sweep results/<sweep>", file=sys.stderr)
-        sys.exit(2)
-    try:
-        sweep_dir = Path(argv[0])
-        print(write(collect(sweep_dir), sweep_dir))
-    except EagleError as err:
-        print(f"error: {err}", file=sys.stderr)
-        sys.exit(2)
+@dataclass
+class SweepSettings:
+    sweep_dir: str
+
+
+@one_line_errors
+def main(argv: list[str] | None = None) -> None:
+    sweep_dir = Path(command_settings("sweep", SweepSettings, argv).sweep_dir)
+    print(write(collect(sweep_dir), sweep_dir))
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    main()

@@ -1,4 +1,5 @@
-"""`make ablate-head` (python -m lab.ablate_head): which training choices make a draft head good, one at a time.
+"""`make ablate-head` (python -m lab.ablate_head [key=value ...], conf/command/ablate_head.yaml): which training
+choices make a draft head good, one at a time.
 
 Rows come from conf/ablate/<recipe>.yaml. Each row trains a head (`eagle_train.cli stage=train` under the deepspeed
 launcher, the same command as `make train`, with the row's overrides and a cap on training loss tokens), then
@@ -9,7 +10,7 @@ turns with the defaults (auto budget, packed weights: the speed a user gets; bot
 is measured side by side; the CPU it ran on is in the row). Every step resumes: a trained
 row (summary.json) is not retrained, an interrupted one continues from its DeepSpeed checkpoint, τ records resume.
 A row whose features hold fewer loss tokens than it asks for is reported as pending, never trained on less; with
-`--featurize` the recipes its data comes from are featurized first (each resumable, hours per part on a CPU), so one
+`featurize=true` the recipes its data comes from are featurized first (each resumable, hours per part on a CPU), so one
 command carries every row of a spec from nothing to its table.
 
 Everything lives under the cache root ($EAGLE_CACHE or ~/.cache/eagle-toolkit)/ablate-head, so rows that take
@@ -20,16 +21,15 @@ of the target's held-out argmax tokens inside draft vocabularies of 4k..32k ids,
 Finished rows are merged into the checkout's committed result files: the ablation table (lab.ablation_file) and the
 rows' training curves (lab.training_curves, held-out top-1 over training and per unrolled step, and the training
 loss), whose plot shows the spec's `curves` rows.
-On a lent GPU machine, `--featurize --train-only --conversations FILE` (docs/gpu.md) featurizes and trains rows
+On a lent GPU machine, `featurize=true train_only=true conversations=FILE` (docs/gpu.md) featurizes and trains rows
 from the kept answers and a conversations file instead of the ShareGPT package, and measures nothing: the rows'
 directories come back to a CPU machine, where the same command without those options measures and records them.
-`--spec NAME` takes the rows of conf/ablate/NAME.yaml instead, trained with the recipe it names, under ablate-NAME/
-(`make reproduce` trains the draft-inputs spec so; its eval.heldout: false skips the held-out τ); `--questions N`
+`spec=NAME` takes the rows of conf/ablate/NAME.yaml instead, trained with the recipe it names, under ablate-NAME/
+(`make reproduce` trains the draft-inputs spec so; its eval.heldout: false skips the held-out τ); `questions=N`
 sets the questions of every τ and speed run.
 """
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import logging
@@ -38,16 +38,18 @@ import os
 import shutil
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from eagle_infer.entry.cli_support import CONF_DIR, REPO, check_recipe_arg, setup_logging
+from eagle_infer.entry.cli_support import CONF_DIR, REPO, check_recipe_arg, one_line_errors, setup_logging
 from eagle_infer.errors import EagleError
 from eagle_infer.platform import cache_root, cpu
 from eagle_infer.models.target import load_target
 from eagle_train.cli import TrainRunConf  # noqa: F401 (registers the schema `recipes=` composes over)
+from eagle_train.command_line import command_settings
 from eagle_train.conversations import SHAREGPT_PACKAGE
 from eagle_train.features import Manifest, read_samples
 from eagle_train.launch import accelerator_env, free_port
@@ -57,9 +59,10 @@ from eagle_train.train import ALPHA_STEPS, HeadConf, TrainConfig  # ALPHA_STEPS:
 from eagle_train.markdown import table
 from eval.metrics import ALL, summarize, tau
 from eval.records import read_records
-from lab.ablation_file import FIGURES, ablation_path, merge_ablation, plot_path, read_ablation
-from lab.published import EAGLE3_TABLE2
-from lab.training_curves import curves_path, curves_plot_path, merge_curves, plot_curves, read_curves, row_curves
+from lab.ablation_findings import check_finding
+from lab.ablation_file import ABLATION, FIGURES, ablation_path, full_lines, plot_path
+from lab.result_store import merge, read
+from lab.training_curves import CURVES, curves_path, curves_plot_path, plot_curves, row_curves
 
 log = logging.getLogger("ablate")
 COVERAGE_SIZES = (4096, 8192, 16384, 32768)
@@ -91,29 +94,8 @@ def load_spec(recipe: str) -> dict:
     if stray:
         raise EagleError(f"{path}: curves names {stray[0]!r}, which is no row: expected some of {', '.join(names)}")
     for finding in spec.get("findings", []):
-        _check_finding(path, finding, names)
+        check_finding(path, finding, names)
     return spec
-
-
-# A finding of a spec (lab.findings reads them): its rule and the keys that rule needs besides `claim`
-FINDING_RULES = {"gain": ("paper", "rows"), "keeps_rising": ("small", "large")}
-PAPER_FIGURES = tuple(k for k in EAGLE3_TABLE2 if k != "source")  # the paper's τ columns a finding may name
-
-
-def _check_finding(path: Path, finding: dict, names: list[str]) -> None:
-    """A spec's finding names a known rule, that rule's keys, two rows in each row list, rows of the spec and the
-    paper's figures; else a one-line error naming the claim."""
-    claim, rule = finding.get("claim", "?"), finding.get("rule")
-    if rule not in FINDING_RULES:
-        raise EagleError(f"{path}: finding {claim!r} has rule {rule!r}: expected one of {', '.join(FINDING_RULES)}")
-    keys = {"claim", "rule", *FINDING_RULES[rule]}
-    if set(finding) != keys:
-        raise EagleError(f"{path}: finding {claim!r} has keys {sorted(finding)}: expected {sorted(keys)} for {rule}")
-    for key in FINDING_RULES[rule]:
-        values = finding[key]
-        known = PAPER_FIGURES if key == "paper" else names
-        if len(values) != 2 or any(v not in known for v in values):
-            raise EagleError(f"{path}: finding {claim!r} has {key} {values}: expected two of {', '.join(known)}")
 
 
 def recipe(name: str, overrides: list[str] | tuple[str, ...] = ()) -> dict:
@@ -243,7 +225,7 @@ def featurize_command(part: str, conversations: str | None = None) -> list[str]:
     cmd = [sys.executable, "-m", "eagle_train.cli", f"recipes={part}", "stage=featurize"]
     if conversations is not None and recipe(part)["data"]["source"] == SHAREGPT_PACKAGE:
         if not Path(conversations).is_file():
-            raise EagleError(f"--conversations {conversations!r} does not exist: expected the .jsonl file "
+            raise EagleError(f"conversations={conversations!r} does not exist: expected the .jsonl file "
                              "`eagle_train.cli stage=export-conversations` writes")
         cmd.append(f"data.source={Path(conversations).resolve()}")
     return cmd
@@ -389,7 +371,7 @@ def record_rows(root: Path, spec_name: str, spec: dict, out: Path, results: list
         lines.append({**result, "trained_on": machine,
                       "commit": commit + (" with uncommitted changes" if changed else "")})
     path = ablation_path(root, spec_name)
-    return path if merge_ablation(path, lines, [r["name"] for r in spec["rows"]]) else None
+    return path if merge(ABLATION, path, full_lines(lines), [r["name"] for r in spec["rows"]]) else None
 
 
 def record_curves(root: Path, spec_name: str, spec: dict, out: Path, results: list[dict]) -> Path | None:
@@ -398,9 +380,9 @@ def record_curves(root: Path, spec_name: str, spec: dict, out: Path, results: li
     file changed."""
     rows = {r["row"]: row_curves(out / r["row"]) for r in results if r["status"] == "done"}
     path = curves_path(root, spec_name)
-    if not merge_curves(path, {name: c for name, c in rows.items() if c}, [r["name"] for r in spec["rows"]]):
+    if not merge(CURVES, path, {name: c for name, c in rows.items() if c}, [r["name"] for r in spec["rows"]]):
         return None
-    return plot_curves(read_curves(path), spec.get("curves", []), curves_plot_path(root, spec_name))
+    return plot_curves(read(CURVES, path), spec.get("curves", []), curves_plot_path(root, spec_name))
 
 
 def _fmt(value, digits: int = 3) -> str:
@@ -491,26 +473,27 @@ def coverage(out: Path, name: str) -> str:
     return markdown
 
 
+@dataclass
+class AblateSettings:
+    """conf/command/ablate_head.yaml's settings."""
+
+    recipe: str
+    spec: str | None
+    rows: list[str]
+    table_only: bool
+    featurize: bool
+    train_only: bool
+    conversations: str | None
+    coverage: bool
+    questions: int | None
+    out: str | None
+    results_root: str | None
+
+
+@one_line_errors
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--recipe", default="smollm2-135m")
-    parser.add_argument("--rows", default="", help="comma-separated row names (default: all, in spec order)")
-    parser.add_argument("--table-only", action="store_true", help="train and measure nothing; tabulate what exists")
-    parser.add_argument("--featurize", action="store_true", help="featurize (resuming) the recipes of a row whose "
-                        "data holds too few loss tokens, instead of leaving it pending")
-    parser.add_argument("--train-only", action="store_true", help="featurize (with --featurize) and train the rows, "
-                        "measure nothing and record nothing: for a lent GPU whose time is short; a later run without "
-                        "it on the rows' directories measures and records them")
-    parser.add_argument("--conversations", default=None, help="a .jsonl file (eagle_train.cli "
-                        "stage=export-conversations) featurize reads instead of the ShareGPT package")
-    parser.add_argument("--coverage", action="store_true", help="also write coverage.md")
-    parser.add_argument("--spec", default=None, help="rows from conf/ablate/<spec>.yaml, trained with the recipe it "
-                        "names (default: the recipe's own spec); they live in <cache root>/ablate-<spec>")
-    parser.add_argument("--questions", type=int, default=None, help="questions per τ and speed run (default: spec's)")
-    parser.add_argument("--out", default=None, help="where rows, logs and tables live (default: <cache root>/ablate-head)")
-    parser.add_argument("--results-root", type=Path, default=REPO, help="the checkout whose docs/results/data/ablation "
-                        "file finished rows are merged into (default: this one)")
-    args = parser.parse_args(argv)
+    args = command_settings("ablate_head", AblateSettings, argv)
+    results_root = Path(args.results_root) if args.results_root else REPO
     setup_logging()
     out = Path(args.out) if args.out else cache_root() / (f"ablate-{args.spec}" if args.spec else "ablate-head")
     log.info("ablation runs in %s", out)
@@ -519,10 +502,10 @@ def main(argv: list[str] | None = None) -> None:
         name = spec["recipe"] if args.spec else args.recipe
         if args.questions is not None:
             if args.questions < 1:
-                raise EagleError(f"--questions {args.questions} is invalid: expected a positive number of questions")
+                raise EagleError(f"questions={args.questions} is invalid: expected a positive number of questions")
             spec["eval"]["questions"] = args.questions
         benches = ("", HELDOUT) if spec["eval"].get("heldout", True) else ("",)  # eval.heldout: false: MT-bench only
-        wanted = [r for r in args.rows.split(",") if r]
+        wanted = list(args.rows)
         named_rows(spec, wanted)  # an unknown name stops here
         results = []
         for row in spec["rows"]:
@@ -540,24 +523,24 @@ def main(argv: list[str] | None = None) -> None:
             results.append(row_result(out, row, status, *taus, speed))
             write_table(out, results)
         print(write_table(out, results))
-        # The committed file holds rows scored on the spec's own questions only (--questions changes what τ means),
-        # and only after they were measured (--train-only measures nothing).
+        # The committed file holds rows scored on the spec's own questions only (`questions` changes what τ means),
+        # and only after they were measured (train_only=true measures nothing).
         keep = args.questions is None and not args.train_only
         recorded = None if not keep else record_rows(
-            args.results_root, args.spec or args.recipe, spec, out, results)
+            results_root, args.spec or args.recipe, spec, out, results)
         if recorded:
             print(f"updated {recorded}: commit it, then run make results-docs")
         drawn = None if not keep else record_curves(
-            args.results_root, args.spec or args.recipe, spec, out, results)
+            results_root, args.spec or args.recipe, spec, out, results)
         if drawn:
             print(f"training curves: {drawn}")
         # τ against data for every row the committed file holds (rows of earlier sessions too), else this run's
-        committed = read_ablation(ablation_path(args.results_root, args.spec or args.recipe))
+        committed = read(ABLATION, ablation_path(results_root, args.spec or args.recipe))
         picture = plot(out, list(committed.values()) if committed else results)
         if picture:
             print(f"plot: {picture}")
         if picture and recorded:
-            shutil.copyfile(picture, plot_path(args.results_root, args.spec or args.recipe))
+            shutil.copyfile(picture, plot_path(results_root, args.spec or args.recipe))
         if args.coverage:
             print(coverage(out, name))
     except EagleError as err:

@@ -13,24 +13,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from eagle_infer.entry.cli_support import REPO
-from eagle_infer.head.draft_head import INPUT_MODES
 from eval import throughput
 from eval.metrics import ALL, CycleRow, Row, alpha, calibration, cycle_split, summarize
 from eval.records import read_records
 from eval.report import line_plot
 from lab import published as pub
 from lab.ablate_head import load_spec
-from lab.ablation_file import ablation_path, plot_path, read_ablation
+from lab.ablation_findings import Declared, declared
+from lab.ablation_file import ABLATION, ablation_path, plot_path
+from lab.result_store import read
 from lab.reproduce_plan import ABLATION_SPEC, BY_NAME, STATIC_DEPTH, STATIC_NODES
 from lab.verdict import AtMost, Larger, Near, Rule, verdict
 
 MIN_CHAINS = 10  # an acceptance rate at a position counts when at least this many cycles reached it
 MIN_BUCKET = 20  # a calibration rate counts over at least this many draft tokens
 CALIBRATION_TOLERANCE = 0.05  # our tolerance around EAGLE-2's ~4 % and ~98 %
-SAME_ALPHA_TOLERANCE = 0.03  # "about the same 0-α" (Figure 8): within this
 ABLATE_HEAD = "ablate-head"  # make ablate-head's directory under the cache root
 ABLATE_HEAD_SPEC = "smollm2-135m"  # its spec, whose committed result file (lab.ablation_file) the findings read
-TRAINED_HERE = f"make reproduce (python -m lab.ablate_head --spec {ABLATION_SPEC})"
+TRAINED_HERE = f"make reproduce (python -m lab.ablate_head spec={ABLATION_SPEC})"
 
 
 @dataclass
@@ -237,39 +237,12 @@ def figure8(res: Results) -> Section:
     table = res.ablation(f"ablate-{ABLATION_SPEC}")
     by_mode = {a.split("=", 1)[1]: r["name"] for r in spec["rows"] for a in r["overrides"]
                if a.startswith("train.input_mode=")}
-    got = {mode: _done(table.get(name)) for mode, name in by_mode.items()}
     source = _shown(res.cache / f"ablate-{ABLATION_SPEC}" / "table.csv")
-    shifted, unshifted, token, feature = (got[m] for m in INPUT_MODES)
-    paper = pub.FIGURE8_SPEEDUP
-
-    def why(*modes: str, note: str = "") -> str:
-        return _pending_reason(table, [by_mode[m] for m in modes], TRAINED_HERE) or note
-
-    findings = [
-        Finding("shifting the token: feature & shifted token beats feature only (speedup)",
-                f"Vicuna 7B: {paper['feature']:.1f}x → {paper['feature+shifted_token']:.1f}x "
-                f"({paper['feature+shifted_token'] / paper['feature'] - 1:+.0%})",
-                Larger(round(paper["feature+shifted_token"] / paper["feature"] - 1, 4)),
-                _change_text(_get(feature, "speedup"), _get(shifted, "speedup"), unit="x"),
-                _change(_get(feature, "speedup"), _get(shifted, "speedup")), source,
-                why("feature", "feature+shifted_token")),
-        Finding("feature & unshifted token: much higher 1-α than feature only", "stated, no figure", Larger(None),
-                _pair("1-α", _get(unshifted, "alpha_1"), "feature only", _get(feature, "alpha_1")),
-                _diff(_get(unshifted, "alpha_1"), _get(feature, "alpha_1")), source,
-                why("feature+token", "feature", note="held-out simulated chain acceptance (training's split)")),
-        Finding("feature & unshifted token: about the same 0-α as feature only", "stated, no figure",
-                Near(0.0, SAME_ALPHA_TOLERANCE),
-                _pair("0-α", _get(unshifted, "alpha_0"), "feature only", _get(feature, "alpha_0")),
-                _diff(_get(unshifted, "alpha_0"), _get(feature, "alpha_0")), source,
-                why("feature+token", "feature", note=f"held-out simulated; our tolerance {SAME_ALPHA_TOLERANCE}")),
-        Finding("features beat tokens slightly (few draft parameters)", "stated, no figure", Larger(None),
-                _pair("held-out top-1, feature only", _get(feature, "top1"), "token only", _get(token, "top1")),
-                _diff(_get(feature, "top1"), _get(token, "top1")), source, why("feature", "token")),
-    ]
+    findings = [evaluate(d, table, source, TRAINED_HERE) for d in declared(spec, "figure8")]
     rows = [[mode, name, *_ablation_cells(table.get(name))] for mode, name in by_mode.items()]
     return Section(
         "EAGLE Figure 8: draft-model inputs",
-        f"Four heads trained alike by `python -m lab.ablate_head --spec {ABLATION_SPEC}` (conf/ablate/"
+        f"Four heads trained alike by `python -m lab.ablate_head spec={ABLATION_SPEC}` (conf/ablate/"
         f"{ABLATION_SPEC}.yaml: the recipe's settings, one decoder layer, the first {_loss_tokens(spec)} loss tokens "
         "of the target's own answers, 2 epochs), differing in train.input_mode alone; held-out top-1 and α on the "
         "training's held-out split, τ on MT-bench first turns with EAGLE-2's fixed tree, speedup with the defaults. "
@@ -278,35 +251,23 @@ def figure8(res: Results) -> Section:
 
 
 def table6(res: Results) -> Section:
-    spec = load_spec(ABLATION_SPEC)
-    fixed_name = next(r["name"] for r in spec["rows"] if "fixed" in r["overrides"])
-    regen_name = next(r["name"] for r in spec["rows"] if "train.input_mode=feature+shifted_token" in r["overrides"])
-    paper = pub.TABLE6
-    effect = round(paper["regenerated"][1] / paper["fixed"][1] - 1, 4)
-    findings, rows, sources = [], [], []
+    findings, rows, sources, shown = [], [], [], []
     here = res.ablation(f"ablate-{ABLATION_SPEC}"), _shown(res.cache / f"ablate-{ABLATION_SPEC}" / "table.csv")
     committed = committed_ablation(res.root, ABLATE_HEAD_SPEC), committed_source(ABLATE_HEAD_SPEC)
-    for (table, source), directory, regen, fixed, command in (
-            (here, f"ablate-{ABLATION_SPEC}", regen_name, fixed_name, TRAINED_HERE),
-            (committed, "make ablate-head", "regen-100k", "fixed-100k", "make ablate-head ROWS=regen-100k,fixed-100k")):
-        ours_regen, ours_fixed = _done(table.get(regen)), _done(table.get(fixed))
-        findings.append(Finding(
-            f"target-generated answers beat fixed data at equal tokens ({regen} vs {fixed})",
-            f"τ {paper['fixed'][1]:.2f} → {paper['regenerated'][1]:.2f} ({effect:+.1%}); speedup "
-            f"{paper['fixed'][0]:.2f}x → {paper['regenerated'][0]:.2f}x", Larger(effect),
-            _change_text(_get(ours_fixed, "tau"), _get(ours_regen, "tau"), name="τ ")
-            + ("" if _get(ours_regen, "speedup") is None or _get(ours_fixed, "speedup") is None else
-               "; speedup " + _change_text(_get(ours_fixed, "speedup"), _get(ours_regen, "speedup"), unit="x")),
-            _change(_get(ours_fixed, "tau"), _get(ours_regen, "tau")), source,
-            _pending_reason(table, (regen, fixed), command)))
-        rows += [[name, directory, *_ablation_cells(table.get(name))] for name in (regen, fixed)]
+    for spec_name, (table, source), directory in ((ABLATION_SPEC, here, f"ablate-{ABLATION_SPEC}"),
+                                                   (ABLATE_HEAD_SPEC, committed, "make ablate-head")):
+        for d in declared(load_spec(spec_name), "table6"):
+            findings.append(evaluate(d, table, source, _trains(spec_name, d)))
+            rows += [[name, directory, *_ablation_cells(table.get(name))] for name in d.rows]
+            shown.append(d.rows)
         sources.append(source)
+    (fixed_name, regen_name), *committed_rows = shown
     return Section(
         "EAGLE Table 6: fixed vs target-generated training data at equal tokens",
         f"Ours: the draft-input spec's shifted-token head ({regen_name}: the target's own answers) against "
         f"{fixed_name} (ShareGPT's answers, featurized once into the spec's fixed_features: part of the "
-        "draft-inputs step's time), trained alike; and, reused where trained, make ablate-head's regen-100k / "
-        "fixed-100k rows.", findings,
+        "draft-inputs step's time), trained alike; and, reused where trained, make ablate-head's "
+        + ", ".join(f"{regen} / {fixed}" for fixed, regen in committed_rows) + " rows.", findings,
         ["row", "from", *ABLATION_COLUMNS], rows, sources=sources)
 
 
@@ -431,30 +392,8 @@ def eagle2(res: Results, plot_dir: Path) -> Section:
 def eagle3(root: Path) -> Section:
     table = committed_ablation(root, ABLATE_HEAD_SPEC)
     source = committed_source(ABLATE_HEAD_SPEC)
-    paper = pub.EAGLE3_TABLE2
-    command = "make ablate-head ROWS={}"
-
-    def tau(name: str) -> float | None:
-        return _get(_done(table.get(name)), "tau")
-
-    def gain(claim: str, published: tuple[str, str], rows: tuple[str, str]) -> Finding:
-        """The paper's τ going from published[0] to published[1] against ours from row rows[0] to rows[1]."""
-        (p0, p1), (r0, r1) = (paper[k] for k in published), rows
-        return Finding(claim, f"τ {p0:.2f} → {p1:.2f} ({p1 / p0 - 1:+.0%})", Larger(round(p1 / p0 - 1, 4)),
-                       _change_text(tau(r0), tau(r1), name="τ "), _change(tau(r0), tau(r1)), source,
-                       _pending_reason(table, rows, command.format(f"{r0},{r1}")))
-
-    def keeps_rising(claim: str, small: tuple[str, str], large: tuple[str, str]) -> Finding:
-        """τ gains from data: rows small[i] → large[i], with the test (i=0) and without (i=1)."""
-        with_test, without = (_diff(tau(b), tau(a)) for a, b in zip(small, large))
-        return Finding(claim, "stated, no figure (EAGLE-3 Figure 1)", Larger(None),
-                       "—" if with_test is None or without is None else
-                       f"τ gain {with_test:+.2f} with the test, {without:+.2f} without", _diff(with_test, without),
-                       source, _pending_reason(table, (*small, *large), command.format(",".join((*small, *large)))))
-
-    spec = load_spec(ABLATE_HEAD_SPEC)  # its `findings` and `findings_table` say which rows, figures and rules
-    findings = [gain(f["claim"], tuple(f["paper"]), tuple(f["rows"])) if f["rule"] == "gain" else
-                keeps_rising(f["claim"], tuple(f["small"]), tuple(f["large"])) for f in spec.get("findings", [])]
+    spec = load_spec(ABLATE_HEAD_SPEC)  # its `findings` say which rows, figures and rules; `findings_table` the rows
+    findings = [evaluate(d, table, source, _trains(ABLATE_HEAD_SPEC, d)) for d in declared(spec, "eagle3")]
     names = [n for n in table if n.startswith(tuple(spec.get("findings_table", [])))]
     rows = [[name, *_ablation_cells(table.get(name)), table[name].get("commit") or "—"] for name in names]
     curve = plot_path(root, ABLATE_HEAD_SPEC)
@@ -479,9 +418,46 @@ def _ablation_cells(row: dict | None) -> list[str]:
             str(row["status"])]
 
 
+def evaluate(finding: Declared, table: dict[str, dict], source: str, command: str) -> Finding:
+    """A declared finding (lab.ablation_findings) judged on the ablation rows `table` (by name; only done rows
+    count) read from `source`; while a row is missing or unfinished the reason names it, or `command`, which trains
+    the missing rows."""
+    def value(name: str, figure: str = finding.figure):
+        return _get(_done(table.get(name)), figure)
+
+    paper, paper_effect = pub.PAPER_EFFECTS[finding.paper]
+    if finding.effect == "keeps_rising":
+        with_test, without = (_diff(value(b), value(a)) for a, b in zip(finding.small, finding.large))
+        effect = _diff(with_test, without)
+        ours = ("—" if with_test is None or without is None else
+                f"τ gain {with_test:+.2f} with the test, {without:+.2f} without")
+    elif finding.effect == "difference":
+        a, b = (value(name) for name in finding.rows)
+        ours, effect = _pair(finding.labels[0], a, finding.labels[1], b), _diff(a, b)
+    else:  # gain
+        ours, effect = _gain_text(*(value(name) for name in finding.rows), finding.figure), _change(
+            *(value(name) for name in finding.rows))
+        also = [value(name, finding.also) for name in finding.rows] if finding.also else [None]
+        if None not in also:
+            ours += f"; {finding.also} " + _gain_text(*also, finding.also)
+    note = finding.note + (f"; our tolerance {finding.near[1]}" if finding.near and finding.note else "")
+    rule = Near(*finding.near) if finding.near else Larger(paper_effect)
+    return Finding(finding.claim, paper, rule, ours, effect, source,
+                   _pending_reason(table, finding.named_rows, command) or note)
+
+
+def _gain_text(before: float | None, after: float | None, figure: str) -> str:
+    return _change_text(before, after, **{"tau": {"name": "τ "}, "speedup": {"unit": "x"}}.get(figure, {}))
+
+
+def _trains(spec: str, finding: Declared) -> str:
+    """The command that trains a finding's rows of `spec`."""
+    return TRAINED_HERE if spec == ABLATION_SPEC else f"make ablate-head ROWS={','.join(finding.named_rows)}"
+
+
 def committed_ablation(root: Path, spec: str) -> dict[str, dict]:
     """The rows of the checkout `root`'s committed ablation file for `spec` (lab.ablation_file), each marked done."""
-    return {name: {**line, "status": "done"} for name, line in read_ablation(ablation_path(root, spec)).items()}
+    return {name: {**line, "status": "done"} for name, line in read(ABLATION, ablation_path(root, spec)).items()}
 
 
 def committed_source(spec: str) -> str:

@@ -1,18 +1,18 @@
 """An eval run's figures as this machine's headline result file (`lab.result_file`), in two steps around the eval:
 
-    python -m lab.headline begin results/headline       # before it: the checkout's commit, in checkout.json
-    python -m lab.headline end results/headline --command "make headline"
+    python -m lab.headline step=begin run_dir=results/headline       # before it: the checkout's commit
+    python -m lab.headline step=end run_dir=results/headline 'command=make headline'
 
-`end` writes docs/results/data/<platform>/headline.json, stamped with the commit `begin` saw (the code the eval
-ran), the machine, threads and load read here (run it on the machine that ran the eval, right after it: `make
-headline` does), the settings from the run's config.yaml and the figures from its records
+(conf/command/headline.yaml). `end` writes docs/results/data/<platform>/headline.json, stamped with the commit
+`begin` saw (the code the eval ran), the machine, threads and load read here (run it on the machine that ran the
+eval, right after it: `make headline` does), the settings from the run's config.yaml and the figures from its records
 (`eval.metrics.summarize`, one line per method over every question).
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -23,6 +23,7 @@ from eagle_infer.decoding.build import HEADS_DIR
 from eagle_infer.entry.cli_support import one_line_errors
 from eagle_infer.errors import EagleError
 from eagle_infer.platform import machine_label, resolve_device, resolve_dtype
+from eagle_train.command_line import command_settings
 from eagle_train.provenance import checkout_commit
 from eval.cli import EvalRunConf
 from eval.metrics import ALL, summarize
@@ -72,7 +73,8 @@ def begun_checkout(run_dir: Path) -> tuple[str, bool]:
     """The (commit, uncommitted_changes) that `begin` recorded for the run."""
     path = run_dir / CHECKOUT_FILE
     if not path.is_file():
-        raise EagleError(f"{path} does not exist; expected `python -m lab.headline begin {run_dir}` before the eval")
+        raise EagleError(f"{path} does not exist; expected `python -m lab.headline step=begin "
+                         f"run_dir={run_dir}` before the eval")
     stamp = json.loads(path.read_text(encoding="utf-8"))
     return stamp["commit"], stamp["uncommitted_changes"]
 
@@ -98,21 +100,27 @@ def headline_result(run_dir: Path, command: str) -> HeadlineResult:
         settings=settings, methods=method_results(records))
 
 
+@dataclass
+class HeadlineSettings:
+    step: str
+    run_dir: str
+    command: str | None
+    root: str
+
+
 @one_line_errors
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("step", choices=["begin", "end"], help="begin: before the eval; end: after it")
-    parser.add_argument("run_dir", type=Path, help="the eval run, results/<run>")
-    parser.add_argument("--command", help="(end) the command that produced the run, as a reader reruns it")
-    parser.add_argument("--root", type=Path, default=Path("."), help="the checkout (default: the current directory)")
-    args = parser.parse_args(argv)
-    if args.step == "begin":
-        print(f"wrote {begin(args.run_dir, args.root)}")
+    conf = command_settings("headline", HeadlineSettings, argv)
+    run_dir, root = Path(conf.run_dir), Path(conf.root)
+    if conf.step == "begin":
+        print(f"wrote {begin(run_dir, root)}")
         return
-    if not args.command:
-        raise EagleError("end needs --command: the command that produced the run, e.g. --command 'make headline'")
-    result = headline_result(args.run_dir, args.command)
-    print(f"wrote {write_result(result, result_path(args.root, result.machine))}")
+    if conf.step != "end":
+        raise EagleError(f"step={conf.step} is unknown; expected step=begin (before the eval) or step=end (after it)")
+    if not conf.command:
+        raise EagleError("step=end needs command: the command that produced the run, e.g. 'command=make headline'")
+    result = headline_result(run_dir, conf.command)
+    print(f"wrote {write_result(result, result_path(root, result.machine))}")
 
 
 if __name__ == "__main__":

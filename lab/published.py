@@ -54,3 +54,28 @@ EAGLE3_TABLE2 = {  # EAGLE-3 Table 2: LLaMA-3.1-8B, MT-bench, T=0, τ
 def midpoint(span: tuple[float, float]) -> float:
     """The middle of a range the paper states ("0.3–0.5"), the size a verdict compares with."""
     return (span[0] + span[1]) / 2
+
+
+def _gain(before: float, after: float, text: str) -> tuple[str, float]:
+    """A published change from `before` to `after`: `text` (formatted with before, after and the change) and the
+    change, after / before − 1, that a verdict compares with."""
+    return text.format(before=before, after=after, change=after / before - 1), round(after / before - 1, 4)
+
+
+_EAGLE3 = [k for k in EAGLE3_TABLE2 if k != "source"]
+# The published effects a declared finding (lab.ablation_findings, conf/ablate/*.yaml `paper`) is set against: the
+# page's text for the paper's figure, and the effect (None: a direction stated without a figure).
+PAPER_EFFECTS: dict[str, tuple[str, float | None]] = {
+    "stated": ("stated, no figure", None),
+    "stated (EAGLE-3 Figure 1)": ("stated, no figure (EAGLE-3 Figure 1)", None),
+    "EAGLE Figure 8: feature → feature+shifted_token": _gain(
+        FIGURE8_SPEEDUP["feature"], FIGURE8_SPEEDUP["feature+shifted_token"],
+        "Vicuna 7B: {before:.1f}x → {after:.1f}x ({change:+.0%})"),
+    "EAGLE Table 6: fixed → regenerated": _gain(
+        TABLE6["fixed"][1], TABLE6["regenerated"][1],
+        "τ {before:.2f} → {after:.2f} ({change:+.1%}); speedup " + f"{TABLE6['fixed'][0]:.2f}x → "
+        f"{TABLE6['regenerated'][0]:.2f}x"),
+    **{f"EAGLE-3 Table 2: {a} → {b}": _gain(EAGLE3_TABLE2[a], EAGLE3_TABLE2[b],
+                                            "τ {before:.2f} → {after:.2f} ({change:+.0%})")
+       for i, a in enumerate(_EAGLE3) for b in _EAGLE3[i + 1:]},
+}

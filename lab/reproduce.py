@@ -1,30 +1,32 @@
-"""`make reproduce [LIMIT=n]` (python -m lab.reproduce --limit n): the EAGLE papers' findings against ours, written to
-docs/reproduction.md and its plots (lab.reproduction_doc), one verdict per finding (lab.findings, lab.verdict).
+"""`make reproduce [LIMIT=n]` (python -m lab.reproduce limit=n; conf/command/reproduce.yaml): the EAGLE papers'
+findings against ours, written to docs/reproduction.md and its plots (lab.reproduction_doc), one verdict per finding
+(lab.findings, lab.verdict).
 
 Steps (lab.reproduce_plan): the inference experiments on the shipped head, one eval.cli run each into
-<results>/<name>, then the draft-input heads (lab.ablate_head --spec draft-inputs). A complete step is skipped; an
+<results>/<name>, then the draft-input heads (lab.ablate_head spec=draft-inputs). A complete step is skipped; an
 interrupted one resumes (eval's records, ablate-head's rows), so nothing finished is lost or repeated. The page is
 rewritten after every step, and each step's wall time goes to <results>/steps.jsonl, which the page sums.
 make ablate-head's rows (EAGLE-3, the 100k data rows) are read where trained, never trained here.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import re
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
 
-from eagle_infer.entry.cli_support import REPO, setup_logging
+from eagle_infer.entry.cli_support import REPO, one_line_errors, setup_logging
 from eagle_infer.errors import EagleError
 from eagle_infer.platform import cache_root, cpu
 from eagle_train.benchmarks import benchmark_dir, load_benchmark
+from eagle_train.command_line import command_settings
 from eagle_train.provenance import checkout_commit
 from eval.records import read_records
 from lab import findings
@@ -34,7 +36,6 @@ from lab.reproduce_plan import ABLATION_SPEC, EXPERIMENTS, ablation_command
 from lab.reproduction_doc import Stamp, write
 
 log = logging.getLogger("reproduce")
-DEFAULT_LIMIT = 10
 LEDGER = "steps.jsonl"
 
 
@@ -71,28 +72,27 @@ def run_step(cmd: list[str], log_path: Path) -> None:
 def shown(cmd: list[str]) -> str:
     """The command as the page prints it: `python -m ...`, the benchmark directory as $DATA_DIR (`make reproduce`'s
     variable) rather than one machine's absolute path."""
-    return " ".join(["python", *(re.sub(r"^(bench\.data_dir|--data-dir)=\S+$", r"\1=$DATA_DIR", a) for a in cmd[1:])])
+    return " ".join(["python", *(re.sub(r"^bench\.data_dir=\S+$", "bench.data_dir=$DATA_DIR", a) for a in cmd[1:])])
 
 
+@dataclass
+class ReproduceSettings:
+    limit: int
+    data_dir: str | None
+    results: str
+    doc: str
+    doc_only: bool
+
+
+@one_line_errors
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--limit", type=int, default=DEFAULT_LIMIT, help="questions per benchmark (LIMIT)")
-    parser.add_argument("--data-dir", default=None, help="bench.data_dir (default: eval.cli's)")
-    parser.add_argument("--results", default="results/reproduce", help="where the experiments' runs live")
-    parser.add_argument("--doc", default="docs/reproduction.md", help="the page; its plots go to <doc dir>/<doc stem>/")
-    parser.add_argument("--doc-only", action="store_true", help="run nothing; write the page from what exists")
-    args = parser.parse_args(argv)
+    conf = command_settings("reproduce", ReproduceSettings, argv)
     setup_logging()
-    try:
-        if args.limit < 1:
-            raise EagleError(f"--limit {args.limit} is invalid: expected a positive number of questions")
-        if args.data_dir and not Path(args.data_dir).is_dir():
-            raise EagleError(f"--data-dir {args.data_dir!r} is not a directory: expected one holding "
-                             "<name>/question.jsonl")
-        reproduce(args.limit, args.data_dir, Path(args.results), Path(args.doc), args.doc_only)
-    except EagleError as err:
-        print(f"error: {err}", file=sys.stderr)
-        sys.exit(2)
+    if conf.limit < 1:
+        raise EagleError(f"limit={conf.limit} is invalid: expected a positive number of questions")
+    if conf.data_dir and not Path(conf.data_dir).is_dir():
+        raise EagleError(f"data_dir={conf.data_dir!r} is not a directory: expected one holding <name>/question.jsonl")
+    reproduce(conf.limit, conf.data_dir, Path(conf.results), Path(conf.doc), conf.doc_only)
 
 
 def reproduce(limit: int, data_dir: str | None, results: Path, doc: Path, doc_only: bool = False) -> str:

@@ -1,5 +1,5 @@
 """What `make reproduce` measures: inference experiments on the shipped head (each one `eval.cli` run into
-<results>/<name>, resumable record by record) and the draft-input heads (`lab.ablate_head --spec draft-inputs`,
+<results>/<name>, resumable record by record) and the draft-input heads (`lab.ablate_head spec=draft-inputs`,
 resumable row by row), each with the command that makes it and whether it is complete.
 
 `limit` is the number of questions per benchmark (bench.limit: the first `limit` of each; MT-bench with both
@@ -95,4 +95,4 @@ BY_NAME = {e.name: e for e in EXPERIMENTS}
 
 def ablation_command(limit: int) -> list[str]:
     """Train (or resume) the draft-input heads and measure their τ and speed on `limit` MT-bench first turns."""
-    return [sys.executable, "-m", "lab.ablate_head", "--spec", ABLATION_SPEC, "--questions", str(limit)]
+    return [sys.executable, "-m", "lab.ablate_head", f"spec={ABLATION_SPEC}", f"questions={limit}"]

@@ -16,21 +16,22 @@
   (tok/s over vanilla's), tau (tokens per target forward; null for transformers' peers) and identical (share of
   answers equal to vanilla's, token for token; null for vanilla).
 
-A file missing a field, or holding one not listed here, is refused in one line naming the file and the field.
+A file missing a field, or holding one not listed here, is refused in one line naming the file and the field
+(lab.result_store, kind HEADLINE: the file's one record).
 """
 from __future__ import annotations
 
 import json
 import os
 import re
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from eagle_infer.errors import EagleError
+from lab.result_store import DATA_DIR, ONLY, Kind, build, merge, read
 
 FORMAT = 1
 FILE_NAME = "headline.json"
-DATA_DIR = Path("docs") / "results" / "data"
 
 
 @dataclass(frozen=True)
@@ -100,29 +101,28 @@ def result_path(root: str | os.PathLike, machine: str) -> Path:
     return Path(root) / DATA_DIR / platform_slug(machine) / FILE_NAME
 
 
+def _rule(record: dict) -> str:
+    if record["format"] != FORMAT:
+        return f"format {record['format']!r}; expected {FORMAT}"
+    return "" if record["methods"] else "field 'methods' is empty; expected one object per method"
+
+
+HEADLINE = Kind("a headline result file (a JSON object)", lambda text: {ONLY: json.loads(text)},
+                lambda records: json.dumps(records[ONLY], indent=2, ensure_ascii=False) + "\n", HeadlineResult, _rule)
+
+
 def write_result(result: HeadlineResult, path: str | os.PathLike) -> Path:
     """Write `result` as indented JSON (keys in field order, a final newline); returns the path."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(asdict(result), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    return path
+    merge(HEADLINE, path, {ONLY: asdict(result)})
+    return Path(path)
 
 
 def read_result(path: str | os.PathLike) -> HeadlineResult:
     """A validated headline file; bad JSON, a missing or unknown field, or a wrong type is a one-line EagleError."""
-    path = Path(path)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as err:
-        raise EagleError(f"{path}: not a readable JSON file ({err}); expected a headline result file") from None
-    top = _checked(data, HeadlineResult, path, "")
-    if top["format"] != FORMAT:
-        raise EagleError(f"{path}: format {top['format']!r}; expected {FORMAT}")
-    if not top["methods"]:
-        raise EagleError(f"{path}: field 'methods' is empty; expected one object per method")
-    settings = RunSettings(**_checked(top["settings"], RunSettings, path, "settings."))
-    methods = [MethodResult(**_checked(m, MethodResult, path, f"methods[{i}].")) for i, m in enumerate(top["methods"])]
-    return HeadlineResult(**{**top, "settings": settings, "methods": methods})
+    records = read(HEADLINE, path)
+    if not records:
+        raise EagleError(f"{path} does not exist; expected a headline result file")
+    return build(HeadlineResult, records[ONLY])
 
 
 def read_all(root: str | os.PathLike) -> list[HeadlineResult]:
@@ -136,34 +136,3 @@ def read_all(root: str | os.PathLike) -> list[HeadlineResult]:
                              f"not {path.parent.name!r}")
         results.append(result)
     return results
-
-
-_TYPES = {"int": int, "float": (int, float), "str": str, "bool": bool, "list": list, "None": type(None)}
-
-
-def _checked(data, cls, path: Path, prefix: str) -> dict:
-    """`data`'s fields as `cls` declares them: every field present, none unknown, each of a type its annotation
-    names (nested objects are checked by the caller)."""
-    if not isinstance(data, dict):
-        raise EagleError(f"{path}: {prefix.rstrip('.') or 'the file'} is {data!r}; expected a JSON object")
-    declared = {f.name: f.type for f in fields(cls)}
-    for name in declared:
-        if name not in data:
-            raise EagleError(f"{path}: missing field '{prefix}{name}'; a {cls.__name__} needs {', '.join(declared)}")
-    for name, value in data.items():
-        if name not in declared:
-            raise EagleError(f"{path}: unknown field '{prefix}{name}'; expected only {', '.join(declared)}")
-        if not _accepts(declared[name], value):
-            raise EagleError(f"{path}: field '{prefix}{name}' is {value!r}; expected {declared[name]}")
-    return dict(data)
-
-
-def _accepts(annotation: str, value) -> bool:
-    """Whether a JSON value fits an annotation such as 'int | None' or 'list[str]' (a bool is no number; a nested
-    dataclass accepts any object here)."""
-    kinds = [part.split("[")[0] for part in annotation.split(" | ")]
-    if any(kind not in _TYPES for kind in kinds):
-        return isinstance(value, dict) or (value is None and "None" in kinds)
-    if isinstance(value, bool):
-        return "bool" in kinds
-    return isinstance(value, tuple(_TYPES[kind] for kind in kinds))

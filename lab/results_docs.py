@@ -1,4 +1,5 @@
-"""`python -m lab.results_docs [--check]` (make results-docs): the results docs from the committed result files only.
+"""`python -m lab.results_docs [check=true]` (make results-docs; conf/command/results_docs.yaml): the results docs
+from the committed result files only.
 
 From every `docs/results/data/<platform>/headline.json` (`lab.result_file`) it writes `docs/results/<platform>.md`
 and the README's results block (between BEGIN and END), one row per platform with its machine, commit and command;
@@ -6,27 +7,28 @@ from every `docs/results/data/ablation/<spec>.csv` (`lab.ablation_file`) the abl
 docs/training.md (between ABLATION_BEGIN and ABLATION_END), from the shipped heads' cards its shipped-heads block
 (between SHIPPED_BEGIN and SHIPPED_END) and, where make reproduce has written
 docs/reproduction.md, its sections read from those files (lab.reproduction_doc.committed_block). No model is loaded.
-`docs/results/*.md` are generated pages only: one without a data file is deleted. `--check` writes nothing and
+`docs/results/*.md` are generated pages only: one without a data file is deleted. `check=true` writes nothing and
 exits 1 naming every file that differs from what it would write.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from eagle_infer.entry.cli_support import one_line_errors
 from eagle_infer.errors import EagleError
 from eagle_infer.head.head_card import stage_text
+from eagle_train.command_line import command_settings
 from eagle_train.markdown import table
 from eval.report import HALF_PRECISION_NOTE
 from lab.ablation_file import COLUMNS as ABLATION_COLUMNS
-from lab.ablation_file import ABLATION_DIR, read_ablation
+from lab.ablation_file import ABLATION, ABLATION_DIR
 from lab.reproduction_doc import COMMITTED_BEGIN, COMMITTED_END, committed_block
-from lab.result_file import DATA_DIR, FILE_NAME, HeadlineResult, MethodResult, read_all
+from lab.result_file import FILE_NAME, HeadlineResult, MethodResult, read_all
+from lab.result_store import DATA_DIR, read
 
 README = Path("README.md")
 TRAINING = Path("docs") / "training.md"
@@ -165,7 +167,7 @@ def ablation_block(root: Path) -> str:
     head = ["row", "loss tokens", "epochs", "held-out top-1", *(f"{c[-1]}-α" for c in shown if c.startswith("alpha_")),
             "τ", "τ held-out prompts", "EAGLE-2 × vanilla (measured on)", "train min", "trained on", "commit"]
     for path in sorted((root / ABLATION_DIR).glob("*.csv")):
-        lines = read_ablation(path)
+        lines = read(ABLATION, path)
         link = path.relative_to(root / TRAINING.parent).as_posix()
         parts.append(f"Rows of `conf/ablate/{path.stem}.yaml` ([{path.name}]({link})):\n\n" + table(
             head, [[line["row"], *(_ablation_cell(line, c) for c in shown)] for line in lines.values()]).rstrip("\n"))
@@ -248,20 +250,24 @@ def write_docs(root: Path) -> list[Path]:
     return changed
 
 
+@dataclass
+class DocsSettings:
+    check: bool
+    root: str
+
+
 @one_line_errors
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="write nothing; exit 1 if a generated file is stale")
-    parser.add_argument("--root", type=Path, default=Path("."), help="the checkout (default: the current directory)")
-    args = parser.parse_args(argv)
-    if not (args.root / DATA_DIR).is_dir():
-        raise EagleError(f"{args.root / DATA_DIR} does not exist; expected the checkout's result files there")
-    if args.check:
-        changed = stale(args.root)
+    conf = command_settings("results_docs", DocsSettings, argv)
+    root = Path(conf.root)
+    if not (root / DATA_DIR).is_dir():
+        raise EagleError(f"{root / DATA_DIR} does not exist; expected the checkout's result files there")
+    if conf.check:
+        changed = stale(root)
         for path in changed:
             print(f"stale: {path} (run make results-docs)")
         sys.exit(1 if changed else 0)
-    changed = write_docs(args.root)
+    changed = write_docs(root)
     print("\n".join(f"updated {path}" for path in changed) or "results docs up to date")
 
 

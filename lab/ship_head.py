@@ -1,4 +1,5 @@
-"""`make ship-head ROW=<row>` (python -m lab.ship_head): an ablation row's head becomes the shipped head.
+"""`make ship-head ROW=<row>` (python -m lab.ship_head row=<row>; conf/command/ship_head.yaml): an ablation row's head
+becomes the shipped head.
 
 Copies `<cache root>/ablate-head/<row>/head` (its weights and config) into `eagle_infer/heads/<model>` of the checkout
 and writes the card (`eagle_infer.head.head_card`) from files only: the training facts of the row's own card (data, loss
@@ -10,10 +11,9 @@ one line.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from eagle_infer.entry.cli_support import REPO, known_recipes, one_line_errors
@@ -21,9 +21,12 @@ from eagle_infer.errors import EagleError
 from eagle_infer.head.head_card import write_card
 from eagle_infer.head.head_checkpoint import load_config
 from eagle_infer.platform import cache_root
+from eagle_train.cli import SELF, DataConf, self_count
+from eagle_train.command_line import command_settings
 from eagle_train.stage_times import stage_times
 from lab.ablate_head import load_spec, recipe, row_overrides
-from lab.ablation_file import ablation_path, read_ablation
+from lab.ablation_file import ABLATION, ablation_path
+from lab.result_store import read
 
 HEAD_FILES = ("model.safetensors", "config.json")
 
@@ -59,9 +62,22 @@ def row_provenance(spec_recipe: str, row: str, feature_recipes: list[str]) -> di
             "recipe": f"{shipped if shipped in known_recipes() else spec_recipe} (the ablation row {row})"}
 
 
+def prompts_used(feature_recipes: list[str]) -> dict[Path, int]:
+    """For each self-written prompt directory the recipes read, how many of its first kept prompts they used (the
+    furthest recipe's data.skip + its self-written conversations): the card times only the shards holding those."""
+    used: dict[Path, int] = {}
+    for name in feature_recipes:
+        data = DataConf(**recipe(name)["data"])
+        count = self_count(data)
+        if count:
+            directory = Path(data.self_prompts_dir).resolve()
+            used[directory] = max(used.get(directory, 0), (data.skip if data.source == SELF else 0) + count)
+    return used
+
+
 def ship(row: str, spec_name: str, root: Path, out: Path) -> Path:
     """Copy row `row`'s head (trained under `out`) into the checkout `root` as the shipped head; returns its card."""
-    lines = read_ablation(ablation_path(root, spec_name))
+    lines = read(ABLATION, ablation_path(root, spec_name))
     if row not in lines:
         raise EagleError(f"ablation row {row!r} is not in {ablation_path(root, spec_name)}: expected a row make "
                          f"ablate-head finished, one of {', '.join(lines) or 'none yet'}")
@@ -73,7 +89,9 @@ def ship(row: str, spec_name: str, root: Path, out: Path) -> Path:
     name = spec["recipe"]
     _, feature_dirs = row_overrides(spec, name, row_spec)
     roots = [Path(f).parent for f in feature_dirs]
-    stages = [{**asdict(t), "directory": Path(t.directory).name} for d in roots if d.is_dir() for t in stage_times(d)]
+    used = prompts_used([d.name for d in roots])
+    stages = [{**asdict(t), "directory": Path(t.directory).name} for d in roots if d.is_dir()
+              for t in stage_times(d, used.get((d / "self-prompts").resolve()))]
     trained = json.loads((head / "card.json").read_text()) if (head / "card.json").exists() else {}
     dest = shipped_dir(root, recipe(name)["model"]["name"])
     dest.mkdir(parents=True, exist_ok=True)
@@ -85,17 +103,20 @@ def ship(row: str, spec_name: str, root: Path, out: Path) -> Path:
     return write_card(dest, load_config(dest), facts)
 
 
+@dataclass
+class ShipSettings:
+    row: str
+    spec: str
+    out: str | None
+    root: str | None
+
+
 @one_line_errors
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--row", required=True, help="the ablation row whose head to ship")
-    parser.add_argument("--spec", default="smollm2-135m", help="the ablation spec (conf/ablate/<spec>.yaml)")
-    parser.add_argument("--out", type=Path, default=None, help="where the rows were trained (default: "
-                        "<cache root>/ablate-head)")
-    parser.add_argument("--root", type=Path, default=REPO, help="the checkout (default: this one)")
-    args = parser.parse_args(argv)
-    card = ship(args.row, args.spec, args.root, args.out or cache_root() / "ablate-head")
-    print(f"shipped {args.row}: {card.parent} (commit it, then run make results-docs)")
+    conf = command_settings("ship_head", ShipSettings, argv)
+    card = ship(conf.row, conf.spec, Path(conf.root) if conf.root else REPO,
+                Path(conf.out) if conf.out else cache_root() / "ablate-head")
+    print(f"shipped {conf.row}: {card.parent} (commit it, then run make results-docs)")
 
 
 if __name__ == "__main__":

@@ -12,15 +12,18 @@ needs:
 - `cls_loss`: [[step, mean step-0 cross-entropy against the target's distribution over the window ending there]],
   WINDOWS windows. Each objective divides it its own way (per loss token; per batch position for EAGLE-3's
   reference, `train.loss_per=position`), so compare its shape across rows, not its level.
+
+The file is read and merged by lab.result_store as kind CURVES (each row a RowCurves).
 """
 from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass
 from pathlib import Path
 
 from lab.ablation_file import ABLATION_DIR, ALPHAS
-from lab.result_file import DATA_DIR
+from lab.result_store import DATA_DIR, Kind
 
 WINDOWS = 100  # training-loss points kept per row
 
@@ -72,24 +75,24 @@ def row_curves(row_dir: Path) -> dict | None:
     return {"steps": train[-1]["step"], "eval": evals, "cls_loss": loss}
 
 
-def read_curves(path: str | Path) -> dict[str, dict]:
-    """The curve file's rows by name; a missing file reads as no rows."""
-    path = Path(path)
-    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+@dataclass(frozen=True)
+class RowCurves:
+    """A row's curves as row_curves gives them (the module docstring)."""
+
+    steps: int
+    eval: list
+    cls_loss: list
 
 
-def merge_curves(path: str | Path, rows: dict[str, dict], order: list[str]) -> bool:
-    """Put `rows` (name → row_curves) into the file at `path`, replacing those rows' earlier curves and keeping the
-    others, in `order` first; returns whether the file changed."""
-    path = Path(path)
-    merged = {**read_curves(path), **rows}
-    names = [n for n in order if n in merged] + [n for n in merged if n not in order]
-    text = json.dumps({n: merged[n] for n in names}, indent=1) + "\n"
-    if path.exists() and path.read_text(encoding="utf-8") == text:
-        return False
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
-    return True
+def _decode(text: str) -> dict[str, dict]:
+    rows = json.loads(text)
+    if not isinstance(rows, dict):
+        raise ValueError(f"holds {type(rows).__name__}")
+    return rows
+
+
+CURVES = Kind("a JSON object of rows' curves, each {steps, eval, cls_loss}", _decode,
+              lambda rows: json.dumps(rows, indent=1) + "\n", RowCurves)
 
 
 def plot_curves(curves: dict[str, dict], rows: list[str], path: Path) -> Path | None:

@@ -31,7 +31,7 @@ after() {  # recipes...: wait until each is featurized; fails at once when one f
 }
 row() {  # row name: train it (ablate_head finds its data featurized)
   [ "$(left)" -gt 0 ] || return
-  timeout "$(left)" python3 -m lab.ablate_head --train-only --out $out --rows "$1" > "$out/logs/ablate-$1.log" 2>&1
+  timeout "$(left)" python3 -m lab.ablate_head train_only=true out=$out "rows=[$1]" > "$out/logs/ablate-$1.log" 2>&1
   say "row $1 (exit $?, $(test -e $out/$1/summary.json && echo trained || echo unfinished))"
 }
 

@@ -39,14 +39,23 @@ def test_bad_rows_are_one_line_errors(monkeypatch, tmp_path):
 
 
 @pytest.mark.parametrize("finding, message", [
-    ("{claim: c, rule: best, rows: [r, s]}", "finding 'c' has rule 'best': expected one of gain, keeps_rising"),
-    ("{claim: c, rule: gain, paper: [eagle2, ttt], rows: [r, gone]}",
+    ("{claim: c, section: eagle3, effect: best, paper: stated, rows: [r, s]}",
+     "finding 'c' has effect 'best': expected one of gain, difference, keeps_rising"),
+    ("{claim: c, section: eagle3, effect: gain, paper: stated, rows: [r, gone]}",
      r"finding 'c' has rows \['r', 'gone'\]: expected two of r, s"),
-    ("{claim: c, rule: gain, paper: [eagle2, eagle9], rows: [r, s]}", r"finding 'c' has paper \['eagle2', 'eagle9'\]"),
-    ("{claim: c, rule: keeps_rising, small: [r, s]}", r"finding 'c' has keys \['claim', 'rule', 'small'\]"),
+    ("{claim: c, section: eagle3, effect: gain, paper: 'EAGLE-3 Table 2: eagle2 → eagle9', rows: [r, s]}",
+     r"finding 'c' has paper 'EAGLE-3 Table 2: eagle2 → eagle9': expected one of stated"),
+    ("{claim: c, section: table9, effect: gain, paper: stated, rows: [r, s]}", "has section 'table9'"),
+    ("{claim: c, section: eagle3, effect: gain, paper: stated, rows: [r, s], figure: speed}", "has figure 'speed'"),
+    ("{claim: c, section: eagle3, effect: keeps_rising, paper: stated, small: [r, s]}",
+     r"finding 'c' has keys \['claim', 'effect', 'paper', 'section', 'small'\]: expected \['claim', 'effect', "
+     r"'large', 'paper', 'section', 'small'\] for keeps_rising"),
+    ("{claim: c, section: eagle3, effect: difference, paper: stated, rows: [r, s], labels: [a]}",
+     r"has labels \['a'\]: expected two labels"),
 ])
 def test_findings_name_a_rule_the_paper_and_rows_of_the_spec(monkeypatch, tmp_path, finding, message):
-    """The findings a spec declares (which rows, which of the paper's figures, which rule) are checked on load."""
+    """The findings a spec declares (which rows, which figure, which published effect, which rule) are checked on
+    load."""
     (tmp_path / "conf" / "ablate").mkdir(parents=True)
     (tmp_path / "conf" / "ablate" / "f.yaml").write_text(
         "rows:\n  - {name: r, loss_tokens: 1, overrides: []}\n  - {name: s, loss_tokens: 1, overrides: []}\n"
@@ -54,6 +63,22 @@ def test_findings_name_a_rule_the_paper_and_rows_of_the_spec(monkeypatch, tmp_pa
     monkeypatch.setattr(ab, "REPO", tmp_path)
     with pytest.raises(EagleError, match=message):
         ab.load_spec("f")
+
+
+def test_every_row_a_declared_finding_names_is_a_row_of_its_spec():
+    """conf/ablate/*.yaml: each spec's findings (lab.ablation_findings) name rows the spec trains, so a renamed row
+    cannot leave a finding reading nothing; every section reading ablation rows has its findings."""
+    from lab.ablation_findings import SECTIONS, declared
+
+    sections = set()
+    for path in sorted((ab.REPO / "conf" / "ablate").glob("*.yaml")):
+        spec = ab.load_spec(path.stem)
+        names = {r["name"] for r in spec["rows"]}
+        for section in SECTIONS:
+            for finding in declared(spec, section):
+                assert set(finding.named_rows) <= names, (path.name, finding.claim)
+                sections.add(section)
+    assert sections == set(SECTIONS)
 
 
 def test_shipped_recipe_is_its_ablation_row():
@@ -260,15 +285,15 @@ def test_speed_column_is_eagle2_over_vanilla_from_one_run(out, monkeypatch):
 def test_unknown_row_is_one_line_error(capsys, monkeypatch, tmp_path):
     monkeypatch.setenv("EAGLE_CACHE", str(tmp_path))
     with pytest.raises(SystemExit) as exit_info:
-        ab.main(["--rows", "nope"])
+        ab.main(["rows=[nope]"])
     assert exit_info.value.code == 2
     assert "unknown ablation row 'nope'" in capsys.readouterr().err
 
 
 def test_other_spec_runs_its_recipe_with_its_questions_and_skips_heldout_tau(monkeypatch, tmp_path):
-    """--spec draft-inputs: conf/ablate/draft-inputs.yaml's rows (the four draft inputs of EAGLE's Figure 8, trained
+    """spec=draft-inputs: conf/ablate/draft-inputs.yaml's rows (the four draft inputs of EAGLE's Figure 8, trained
     alike, and the fixed-data row), trained with the recipe it names, under <cache root>/ablate-draft-inputs;
-    --questions sets every τ and speed run's questions; eval.heldout: false measures no held-out τ."""
+    questions=N sets every τ and speed run's questions; eval.heldout: false measures no held-out τ."""
     from eagle_infer.head.draft_head import INPUT_MODES
 
     spec = ab.load_spec("draft-inputs")
@@ -280,21 +305,20 @@ def test_other_spec_runs_its_recipe_with_its_questions_and_skips_heldout_tau(mon
     monkeypatch.setattr(ab, "tau_row", lambda out, spec, name, row, bench="": calls.append(
         ("tau", bench, spec["eval"]["questions"])) or 1.5)
     monkeypatch.setattr(ab, "speed_row", lambda out, spec, name, row: {"speedup": 1.1, "speed_cpu": "cpu"})
-    ab.main(["--spec", "draft-inputs", "--rows", "input-token-200k", "--questions", "2", "--results-root",
-             str(tmp_path)])
+    ab.main(["spec=draft-inputs", "rows=[input-token-200k]", "questions=2", f"results_root={tmp_path}"])
     assert calls == [("train", tmp_path / "ablate-draft-inputs", "smollm2-135m"), ("tau", "", 2)]
     assert "| input-token-200k |" in (tmp_path / "ablate-draft-inputs" / "table.md").read_text()
 
 
 def test_conversations_file_replaces_the_sharegpt_package_in_featurize(out, monkeypatch, tmp_path):
-    """--conversations (a lent GPU has no ShareGPT package): featurize of a recipe reading the package reads the file
+    """conversations=FILE (a lent GPU has no ShareGPT package): featurize of a recipe reading the package reads the file
     instead; a recipe of self-written prompts is featurized as it is; a missing file is a one-line error."""
     conversations = tmp_path / "conversations.jsonl"
     conversations.write_text("")
     assert ab.featurize_command("smollm2-135m")[-2:] == ["recipes=smollm2-135m", "stage=featurize"]
     assert ab.featurize_command("smollm2-135m-part2", str(conversations))[-1] == f"data.source={conversations}"
     assert not any(a.startswith("data.source=") for a in ab.featurize_command("smollm2-135m-self", str(conversations)))
-    with pytest.raises(EagleError, match="--conversations '/no/such.jsonl' does not exist"):
+    with pytest.raises(EagleError, match="conversations='/no/such.jsonl' does not exist"):
         ab.featurize_command("smollm2-135m", "/no/such.jsonl")
     runs = []
     monkeypatch.setattr(ab, "_loss_tokens", lambda directory: 1000 if runs else 0)
@@ -307,7 +331,7 @@ def test_conversations_file_replaces_the_sharegpt_package_in_featurize(out, monk
 
 
 def test_train_only_trains_measures_nothing_and_records_nothing(monkeypatch, tmp_path):
-    """--train-only (a lent GPU's short time): the rows train, no τ or speed run starts, and neither the committed
+    """train_only=true (a lent GPU's short time): the rows train, no τ or speed run starts, and neither the committed
     ablation file nor the curves change; the table shows the trained row."""
     monkeypatch.setenv("EAGLE_CACHE", str(tmp_path))
     trained = []
@@ -323,8 +347,8 @@ def test_train_only_trains_measures_nothing_and_records_nothing(monkeypatch, tmp
     monkeypatch.setattr(ab, "speed_row", lambda *a, **k: pytest.fail("--train-only measures no speed"))
     monkeypatch.setattr(ab, "record_rows", lambda *a, **k: pytest.fail("--train-only records no row"))
     monkeypatch.setattr(ab, "record_curves", lambda *a, **k: pytest.fail("--train-only records no curve"))
-    ab.main(["--rows", "eagle3-block-k7-300k", "--train-only", "--featurize", "--conversations", "c.jsonl",
-             "--results-root", str(tmp_path)])
+    ab.main(["rows=[eagle3-block-k7-300k]", "train_only=true", "featurize=true", "conversations=c.jsonl",
+             f"results_root={tmp_path}"])
     assert trained == [("eagle3-block-k7-300k", True, "c.jsonl")]
     assert "| eagle3-block-k7-300k | 5 |" in (tmp_path / "ablate-head" / "table.md").read_text()
 

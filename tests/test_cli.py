@@ -251,6 +251,22 @@ def test_eval_unknown_benchmark(cli, model_dir, tmp_path):
     assert not any(tmp_path.iterdir())  # refused before writing anything
 
 
+def test_eval_answers_with_the_default_method(cli, model_dir, tmp_path):
+    """A run in answer mode end to end: vanilla and the default method (EAGLE-2 with prompt lookup, a random head)
+    answer a question each into records.jsonl and the table."""
+    (tmp_path / "data" / "mt_bench").mkdir(parents=True)
+    (tmp_path / "data" / "mt_bench" / "question.jsonl").write_text(json.dumps(
+        {"question_id": 1, "category": "writing", "turns": ["Say hi."]}) + "\n")
+    proc = cli("eval.cli", f"model.name={model_dir}", "model.dtype=float32", f"results_dir={tmp_path}", "run=r",
+               f"bench.data_dir={tmp_path / 'data'}", "bench.names=[mt_bench]", "bench.max_turns=1",
+               "infer.max_new_tokens=6", "infer.head=random", "infer.budget=fixed", "wandb.mode=disabled",
+               "methods=[vanilla,eagle2+lookup]")
+    assert proc.returncode == 0, proc.stderr
+    records = [json.loads(line) for line in (tmp_path / "r" / "records.jsonl").read_text().splitlines()]
+    assert sorted(r["method"] for r in records) == ["eagle2+lookup", "vanilla"]
+    assert "eagle2+lookup" in (tmp_path / "r" / "table.md").read_text()
+
+
 @pytest.mark.parametrize(
     "args,needles",
     [
@@ -324,7 +340,7 @@ def test_sweep_aggregator(tmp_path):
     assert csv_lines[0] == "depth,total_tokens,questions,tok_s,speedup,tau,error" and len(csv_lines) == 4
 
     with pytest.raises(SystemExit) as exit_:
-        main([str(tmp_path / "missing")])
+        main([f"sweep_dir={tmp_path / 'missing'}"])
     assert exit_.value.code == 2
 
 

@@ -11,7 +11,8 @@ import lab.reproduce as rp
 from eagle_infer.errors import EagleError
 from eval import throughput
 from lab import ablate_head, findings
-from lab.ablation_file import ablation_path, merge_ablation
+from lab.ablation_file import ABLATION, ablation_path, full_lines
+from lab.result_store import merge
 from eval.records import RecordWriter
 from lab.reproduce_plan import ABLATION_SPEC, EXPERIMENTS, STATIC_DEPTH, STATIC_NODES
 from lab.verdict import FAILS, HOLDS, PENDING, WEAKER, AtMost, Larger, Near, verdict
@@ -52,7 +53,7 @@ def setup(tmp_path, monkeypatch):
     def fake_step(cmd, log_path):
         calls.append(cmd)
         if "lab.ablate_head" in cmd:
-            questions = int(cmd[cmd.index("--questions") + 1])
+            questions = int(next(a for a in cmd if a.startswith("questions=")).split("=", 1)[1])
             return _train_ablation(tmp_path / "cache" / f"ablate-{ABLATION_SPEC}", questions)
         args = dict(a.split("=", 1) for a in cmd[3:])
         out = tmp_path / args["results_dir"] / args["run"]
@@ -88,7 +89,7 @@ def _answer(bench, method, qid):
 
 
 def _train_ablation(out, questions):
-    """What `lab.ablate_head --spec draft-inputs` leaves for the draft-input rows: a summary, τ and speed records,
+    """What `lab.ablate_head spec=draft-inputs` leaves for the draft-input rows: a summary, τ and speed records,
     the table; the token-only row stays pending."""
     spec = ablate_head.load_spec(ABLATION_SPEC)
     results = []
@@ -121,19 +122,19 @@ def test_limit_passes_through_to_every_command():
     assert by["throughput"].run_name(12) == "throughput-12q" and by["tasks"].run_name(12) == "tasks"
     assert {"infer.budget=fixed", f"infer.total_tokens={STATIC_NODES}", f"infer.depth={STATIC_DEPTH}"} <= set(
         by["mt-bench-t0"].command(rp.Path("r"), 2, None))
-    assert rp.ablation_command(3)[-4:] == ["--spec", ABLATION_SPEC, "--questions", "3"]
+    assert rp.ablation_command(3)[-2:] == [f"spec={ABLATION_SPEC}", "questions=3"]
 
 
 def test_resume_runs_only_what_is_missing(setup, tmp_path):
     data, calls = setup
     rp.reproduce(2, str(data), rp.Path("results/reproduce"), rp.Path("docs/reproduction.md"))
     assert len(calls) == len(EXPERIMENTS) + 1  # every experiment and the ablation, once
-    assert all("bench.limit=2" in c or "bench.limit=4" in c or "--questions" in c for c in calls)
+    assert all("bench.limit=2" in c or "bench.limit=4" in c or "questions=2" in c for c in calls)
     ledger = [json.loads(line) for line in (tmp_path / "results/reproduce" / rp.LEDGER).read_text().splitlines()]
     assert [s["step"] for s in ledger] == [e.name for e in EXPERIMENTS] + [ABLATION_SPEC]
     calls.clear()
     rp.reproduce(2, str(data), rp.Path("results/reproduce"), rp.Path("docs/reproduction.md"))
-    assert [c[c.index("--spec") + 1] for c in calls if "--spec" in c] == [ABLATION_SPEC]  # its token row is pending
+    assert [c[3] for c in calls if "lab.ablate_head" in c] == [f"spec={ABLATION_SPEC}"]  # its token row is pending
     assert len(calls) == 1  # complete experiments are not rerun
     calls.clear()
     rp.reproduce(3, str(data), rp.Path("results/reproduce"), rp.Path("docs/reproduction.md"))
@@ -220,7 +221,7 @@ def test_eagle3_findings_read_the_committed_ablation_file(setup, tmp_path):
     """make ablate-head's rows come from docs/results/data/ablation/smollm2-135m.csv of the checkout, not the cache."""
     taus = {"all-cosine-300k": 1.6, "all-cosine-2400k": 2.3, "eagle3-block-k7-300k": 1.5,
             "eagle3-block-k7-2400k": 2.6, "regen-100k": 1.5, "fixed-100k": 1.4}
-    merge_ablation(ablation_path(tmp_path, "smollm2-135m"), [{"row": r, "tau": t} for r, t in taus.items()], [])
+    merge(ABLATION, ablation_path(tmp_path, "smollm2-135m"), full_lines([{"row": r, "tau": t} for r, t in taus.items()]))
     page = rp.reproduce(2, str(setup[0]), rp.Path("results/reproduce"), rp.Path("docs/reproduction.md"))
     lines = {**summary(page), **summary(page, "EAGLE-3")}
     assert "τ 2.30 → 2.60 (+13%) | **holds weaker**" in lines[
@@ -243,8 +244,9 @@ def summary(page: str, section: str = "Verdicts") -> dict[str, str]:
 
 
 def test_bad_limit_and_data_dir_are_one_line_errors(capsys, tmp_path):
-    for argv, message in ((["--limit", "0"], "--limit 0 is invalid"), (["--data-dir", str(tmp_path / "nope")],
-                                                                      "is not a directory")):
+    for argv, message in ((["limit=0"], "limit=0 is invalid"), ([f"data_dir={tmp_path / 'nope'}"], "is not a directory"),
+                          (["limit=ten"], "limit=ten: Value 'ten' of type 'str' could not be converted to Integer"),
+                          (["limt=3"], "Could not override 'limt'")):
         with pytest.raises(SystemExit) as exit_info:
             rp.main(argv)
         assert exit_info.value.code == 2 and message in capsys.readouterr().err

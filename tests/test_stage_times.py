@@ -46,3 +46,14 @@ def test_stage_times_reports_an_untimed_stage_once(tmp_path):
 def test_stage_times_names_a_missing_directory(tmp_path):
     with pytest.raises(EagleError, match="does not exist"):
         stage_times(tmp_path / "nope")
+
+
+def test_stage_times_counts_only_the_prompt_shards_the_data_used(tmp_path):
+    """Prompt shards written later for further parts of the data (here on another machine) are not the data's: with
+    `prompts`, only the shards holding the first that many kept prompts are timed."""
+    for i, machine in enumerate(["CPU X", "CPU X", "GPU Y"]):
+        _write(tmp_path / "self-prompts" / f"shard-{i:05d}.json",
+               {"sampled": 4, "kept": ["a", "b", "c"], "seconds": 1.0, "machine": machine, "threads": 2})
+    assert [(t.machine, t.shards) for t in stage_times(tmp_path, prompts=4)] == [("CPU X, 2 threads", 2)]
+    assert [(t.machine, t.shards) for t in stage_times(tmp_path, prompts=3)] == [("CPU X, 2 threads", 1)]
+    assert len(stage_times(tmp_path)) == 2 and len(stage_times(tmp_path, prompts=100)) == 2

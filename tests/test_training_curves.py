@@ -8,7 +8,8 @@ import pytest
 
 import lab.ablate_head as ab
 from eagle_infer.errors import EagleError
-from lab.training_curves import WINDOWS, merge_curves, plot_curves, read_curves, row_curves
+from lab.result_store import merge, read
+from lab.training_curves import CURVES, WINDOWS, plot_curves, row_curves
 
 
 def write_logs(row_dir, steps: int, resumed_from: int | None = None, unrolled: int = 0):
@@ -47,13 +48,17 @@ def test_rows_without_the_training_time_test_have_one_unrolled_step(tmp_path):
     assert row_curves(tmp_path / "r")["eval"][-1]["top1_steps"] == [1.0]
 
 
+def curves(steps: int) -> dict:
+    return {"steps": steps, "eval": [], "cls_loss": []}
+
+
 def test_merge_replaces_a_rows_curves_and_keeps_the_others(tmp_path):
     path = tmp_path / "c.json"
-    assert merge_curves(path, {"b": {"steps": 1}, "a": {"steps": 2}}, ["a", "b"])
-    assert list(read_curves(path)) == ["a", "b"]
-    assert not merge_curves(path, {"a": {"steps": 2}}, ["a", "b"])  # unchanged file
-    assert merge_curves(path, {"b": {"steps": 3}, "z": {"steps": 4}}, ["a", "b"])
-    assert read_curves(path) == {"a": {"steps": 2}, "b": {"steps": 3}, "z": {"steps": 4}}
+    assert merge(CURVES, path, {"b": curves(1), "a": curves(2)}, ["a", "b"])
+    assert list(read(CURVES, path)) == ["a", "b"]
+    assert not merge(CURVES, path, {"a": curves(2)}, ["a", "b"])  # unchanged file
+    assert merge(CURVES, path, {"b": curves(3), "z": curves(4)}, ["a", "b"])
+    assert read(CURVES, path) == {"a": curves(2), "b": curves(3), "z": curves(4)}
 
 
 def test_plot_draws_the_named_rows_that_have_curves(tmp_path):
@@ -73,7 +78,7 @@ def test_ablate_head_records_finished_rows_curves_and_plots_the_specs(tmp_path):
     results = [{"row": "done", "status": "done"}, {"row": "running", "status": "not run"}]
     picture = ab.record_curves(root, "s", spec, out, results)
     assert picture is not None and picture.exists()
-    assert list(read_curves(root / "docs/results/data/ablation/s-curves.json")) == ["done"]
+    assert list(read(CURVES, root / "docs/results/data/ablation/s-curves.json")) == ["done"]
     assert ab.record_curves(root, "s", spec, out, results) is None  # nothing new: the plot is not redrawn
 
 
@@ -86,3 +91,11 @@ def test_curves_naming_no_row_is_a_one_line_error(monkeypatch, tmp_path):
     monkeypatch.setattr(ab, "REPO", tmp_path)
     with pytest.raises(EagleError, match="curves names 'nope', which is no row"):
         ab.load_spec("bad")
+
+
+def test_the_committed_curve_files_read():
+    from lab.ablation_file import ABLATION_DIR
+    from tests.test_ablation_file import ROOT
+
+    files = sorted((ROOT / ABLATION_DIR).glob("*-curves.json"))
+    assert files and all(read(CURVES, path) for path in files)
