@@ -243,7 +243,7 @@ def test_verification_and_acceptance_compile_without_a_graph_break():
 def test_a_draft_level_compiles_without_a_graph_break():
     """One EAGLE-2 level of a head with a draft vocabulary smaller than top-k: the level's inputs read from the
     feeder's buffers, the head's step over a static cache (its decoder layer, as the compiled head step runs it),
-    draft logits, log-softmax, top-k over the vocabulary, the level's bookkeeping and the auto budget's decision,
+    draft logits, log-softmax, top-k over the vocabulary, the level's bookkeeping and the auto budget's plan,
     traced as one graph, give what the eager level gives."""
     from eagle_infer.decoding.cost import Budget, CostModel
     from eagle_infer.trees.drafting import expand_level, level_inputs
@@ -272,7 +272,7 @@ def test_a_draft_level_compiles_without_a_graph_break():
         out = runner.module.layers_forward(feats, tokens, positions, mask, cache.hf)
         logp = torch.log_softmax(runner.draft_logits(out), dim=-1)
         children = expand_level(logp, values, 8, runner.vocab_order, True)
-        more = budget.decision(torch.cat([children[1], others], 1), values, 2, logp.exp().sum() / 16)
+        more = budget.next_plan(torch.cat([children[1], others], 1), 2, values, logp.exp().sum() / 16, others)
         return (parents, rows, head_mask, out) + children + (more,)
 
     results = []

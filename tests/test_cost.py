@@ -34,6 +34,16 @@ def test_forward_interpolates_and_extends():
     assert model.forward(12) == pytest.approx(20.0)  # the last segment's slope, extended
 
 
+def nodes(budget: Budget, values: torch.Tensor, levels: int) -> int:
+    """The nodes per row the budget plans to verify after drafting `values` in `levels` levels."""
+    return int(budget.next_plan(values, levels)[1])
+
+
+def deeper(budget: Budget, values, frontier, levels: int, mass=1.0) -> bool:
+    """Whether the budget plans one level more than `levels`."""
+    return int(budget.next_plan(values, levels, frontier, mass)[0]) == levels + 1
+
+
 def test_plan_maximises_expected_tokens_per_ms():
     gen = torch.Generator().manual_seed(0)
     values = torch.rand(2, 40, generator=gen).log() * 3  # path log-probabilities of 40 candidates in 2 rows
@@ -41,46 +51,69 @@ def test_plan_maximises_expected_tokens_per_ms():
         model = cost(per_token)
         probs = values.exp().sort(-1, descending=True).values
         rates = [(2 + float(probs[:, :m].sum())) / (levels + model.forward(2 * (1 + m))) for m in range(1, 33)]
-        assert Budget(model, 2, 32).nodes(values, levels) == 1 + max(range(32), key=rates.__getitem__)
-    assert Budget(cost(0.0), 2, 32).nodes(values, 3) == 32  # free verification: verify every candidate allowed
-    assert Budget(cost(50.0), 2, 32).nodes(values, 3) == 1  # dear verification: the best node only
+        assert nodes(Budget(model, 2, 32), values, levels) == 1 + max(range(32), key=rates.__getitem__)
+    assert nodes(Budget(cost(0.0), 2, 32), values, 3) == 32  # free verification: verify every candidate allowed
+    assert nodes(Budget(cost(50.0), 2, 32), values, 3) == 1  # dear verification: the best node only
+    # Fewer candidates than the cap, each worth verifying, and one more as likely would be too: the cap, for the
+    # next cycle may draft more; weak ones at a dear cost: the best only.
+    likely, weak = torch.full((1, 3), 0.99).log(), torch.full((1, 3), 0.3).log()
+    assert nodes(Budget(cost(0.01), 1, 8), likely, 1) == 8
+    assert nodes(Budget(cost(0.01), 1, 8), likely[:, :0].new_full((1, 3), -torch.inf), 1) == 1  # none: nothing pays
+    assert nodes(Budget(cost(50.0), 1, 8), weak, 1) == 1
 
 
-def test_decide_stops_when_a_level_cannot_pay():
+def test_plan_goes_deeper_only_when_a_level_pays():
     values = torch.tensor([[-0.1, -2.0, -3.0]])
     likely, unlikely = torch.tensor([[-0.2]]), torch.tensor([[-9.0]])
-    assert Budget(cost(0.1, level_ms=1.0), 1, 8).decide(values, likely, 1)[0]
-    assert not Budget(cost(0.1, level_ms=1.0), 1, 8).decide(values, unlikely, 1)[0]
-    assert not Budget(cost(0.1, level_ms=1e4), 1, 8).decide(values, likely, 1)[0]
+    assert deeper(Budget(cost(0.1, level_ms=1.0), 1, 8), values, likely, 1)
+    assert not deeper(Budget(cost(0.1, level_ms=1.0), 1, 8), values, unlikely, 1)
+    assert not deeper(Budget(cost(0.1, level_ms=1e4), 1, 8), values, likely, 1)
     # The children's expected mass scales the gain: a head spreading its probability thin stops sooner.
-    assert not Budget(cost(0.1, level_ms=1.0), 1, 8).decide(values, likely, 1, mass=0.01)[0]
+    assert not deeper(Budget(cost(0.1, level_ms=1.0), 1, 8), values, likely, 1, mass=0.01)
     # Verifying the new level's nodes costs too: with dear tokens a doubtful level does not pay, with free ones it does.
     doubtful = torch.tensor([[-1.0]])
-    assert not Budget(cost(10.0, level_ms=0.0), 1, 8).decide(values, doubtful, 1)[0]
-    assert Budget(cost(0.0, level_ms=0.0), 1, 8).decide(values, doubtful, 1)[0]
-    # The count read with the decision is what `nodes` chooses over the same candidates.
+    assert not deeper(Budget(cost(10.0, level_ms=0.0), 1, 8), values, doubtful, 1)
+    assert deeper(Budget(cost(0.0, level_ms=0.0), 1, 8), values, doubtful, 1)
+    # The count planned with the depth is what the candidates alone decide.
     for per_token in (0.0, 0.1, 10.0):
         budget = Budget(cost(per_token, level_ms=1.0), 1, 8)
-        assert budget.decide(values, unlikely, 2)[1] == budget.nodes(values, 2)
+        assert int(budget.next_plan(values, 2, unlikely)[1]) == nodes(budget, values, 2)
+
+
+def test_plan_goes_shallower_when_the_last_level_did_not_pay():
+    """Without its last level, a level cheaper, the candidates are worth more tokens per ms: one level fewer. A
+    level whose candidates are likely, or one that costs nothing, stays; the first level always does."""
+    older = torch.tensor([[-0.1, -0.5, -3.0]])
+    weak, strong = torch.tensor([[-6.0, -7.0]]), torch.tensor([[-0.2, -0.3]])
+    plan = lambda budget, newest, levels=3: int(budget.next_plan(  # noqa: E731
+        torch.cat([older, newest], 1), levels, older=older)[0])
+    assert plan(Budget(cost(0.1, level_ms=5.0), 1, 8), weak) == 2
+    assert plan(Budget(cost(0.1, level_ms=0.01), 1, 8), strong) == 3
+    assert plan(Budget(cost(0.1, level_ms=0.0), 1, 8), weak) == 3
+    assert plan(Budget(cost(0.1, level_ms=5.0), 1, 8), weak, levels=1) == 1
 
 
 @pytest.mark.parametrize("per_token,level_ms", [(0.0, 0.0), (0.3, 1.0), (50.0, 1.0), (0.1, 1e5)])
 def test_auto_budget_is_lossless_and_follows_the_cost(per_token, level_ms):
+    """Each cycle follows the plan the one before made (the first drafts and verifies up to the caps): from the
+    second cycle the count, and after a level per cycle the depth, are where the costs put them."""
     config = InferConf(method="eagle2", depth=5, top_k=4, total_tokens=24, budget="auto")
-    sizes = []
+    sizes, depths = [], []
     for seed, prompt_len, max_new in CASES:
         target, head = target_and_head(seed)
         prompt, expected = case(seed, prompt_len, max_new)
         result = Engine(target, head, config, cost=cost(per_token, level_ms)).generate(list(prompt), max_new)
         assert result.tokens == list(expected)
         assert all(c.tree_size <= 24 and c.tree_depth <= 5 for c in result.cycles)
-        sizes += [(c.tree_size, c.tree_depth) for c in result.cycles]
+        assert result.cycles[0].tree_size == 24
+        sizes += [c.tree_size for c in result.cycles[1:]]
+        depths += [c.tree_depth for c in result.cycles[5:]]  # from 5 levels down to 1, one a cycle
     if per_token == 0 and level_ms == 0:
-        assert {s for s, _ in sizes} == {24}  # everything is free: the whole budget
+        assert set(sizes) == {24}  # everything is free: the whole budget
     if per_token == 50:
-        assert {s for s, _ in sizes} == {1}
+        assert set(sizes) == {1}
     if level_ms == 1e5:
-        assert {d for _, d in sizes} == {1}  # no level beyond the root's can pay
+        assert depths and set(depths) == {1}  # no level beyond the root's can pay
 
 
 @pytest.mark.parametrize("method", ["eagle2", "lookup", "eagle2+lookup"])
@@ -106,7 +139,8 @@ LOOKUP_AUTO = {
 def test_auto_budget_with_lookup_is_lossless_and_follows_the_cost(name, per_token, level_ms):
     """Prompt lookup under an auto budget: the copies' path values (their measured acceptance rates) compete with
     the head's candidates for the verified nodes. With free verification and drafting it verifies what the fixed
-    budget does, cycle for cycle; with dear verification one node at most; output is always vanilla's."""
+    budget does, cycle for cycle; with dear verification one node at most once a cycle with candidates has planned
+    (before, nothing planned yet, a cycle verifies up to the caps); output is always vanilla's."""
     fixed = LOOKUP_AUTO[name]
     auto = replace(fixed, budget="auto")
     sizes = []
@@ -119,7 +153,8 @@ def test_auto_budget_with_lookup_is_lossless_and_follows_the_cost(name, per_toke
         if per_token == 0:
             same = Engine(target, head, fixed).generate(prompt, 40)
             assert [c.tree_size for c in result.cycles] == [c.tree_size for c in same.cycles]
-        sizes += [c.tree_size for c in result.cycles]
+        planned = next((i for i, c in enumerate(result.cycles) if c.tree_size), len(result.cycles)) + 1
+        sizes += [c.tree_size for c in result.cycles[planned:]]
     if per_token == 50:
         assert set(sizes) <= {0, 1}
     else:
@@ -127,22 +162,25 @@ def test_auto_budget_with_lookup_is_lossless_and_follows_the_cost(name, per_toke
 
 
 def test_strong_copies_stop_the_head_sooner():
-    """draft_dynamic's `extra`: with an auto budget, likely copied candidates (path values near 1) never make the head
-    draft deeper, and at some level cost they make a level not pay that pays without them."""
-    from eagle_infer.trees.drafting import DraftRoot, TreeFeeder, draft_dynamic
-
+    """A hybrid's copies counted beside the head's candidates (DraftInput.extra): likely copies (path values near
+    1) never make the budget plan deeper trees, and at some level cost they make a level not pay that pays without
+    them."""
     from eagle_infer.head.head_runner import HeadRunner
+    from eagle_infer.trees.drafting import DraftRoot, TreeFeeder, grow_dynamic
 
     target, head = target_and_head(2)
     head = HeadRunner(head, target)
     cache = head.new_cache(1, 64)
     root = DraftRoot(torch.randn(1, target.hidden_size, generator=torch.Generator().manual_seed(0)), [3], [0], [0])
+    feeder = TreeFeeder(head, cache, root)
+    d = grow_dynamic(feeder, 3, 4, 24)
+    feeder.reset()
 
     def levels(extra, level_ms):
-        feeder = TreeFeeder(head, cache, root)
-        draft_dynamic(feeder, 5, 4, 24, budget=Budget(cost(0.0, level_ms), 1, 24), extra=extra)
-        feeder.reset()
-        return feeder.levels
+        values, older = d.values, d.older
+        if extra is not None:
+            values, older = torch.cat([values, extra], 1), torch.cat([older, extra], 1)
+        return int(Budget(cost(0.0, level_ms), 1, 24).next_plan(values, d.levels, d.frontier, d.mass(), older)[0])
 
     copies = torch.full((1, 10), 0.95).log().cumsum(-1)  # a 10-token chain, each copy accepted at 0.95
     pairs = [(levels(copies, ms), levels(None, ms)) for ms in 10.0 ** torch.arange(-8, 2).double()]
@@ -214,12 +252,12 @@ def test_padded_budget_verifies_whole_buckets():
     values = torch.rand(1, 40, generator=gen).log() * 2
     for per_token in (0.05, 0.5, 2.0):
         model, budget = cost(per_token), Budget(cost(per_token), 1, 24, padded=True)
-        n = budget.nodes(values, 2)
+        n = nodes(budget, values, 2)
         assert n in (1, 2, 4, 8, 16, 24)
         probs = values.exp().sort(-1, descending=True).values
         rates = [(1 + float(probs[:, :m].sum())) / (2 + model.forward(1 + padded_width(m, 24))) for m in range(1, 25)]
         assert n == 1 + max(range(24), key=rates.__getitem__)
-    assert Budget(cost(0.5), 1, 24, padded=True).nodes(values, 2) != Budget(cost(0.5), 1, 24).nodes(values, 2)
+    assert nodes(Budget(cost(0.5), 1, 24, padded=True), values, 2) != nodes(Budget(cost(0.5), 1, 24), values, 2)
 
 
 def test_first_measurement_says_what_it_does_and_how_long(tmp_path, monkeypatch):
@@ -263,3 +301,47 @@ def test_the_engine_measures_nothing_and_the_build_step_does(tmp_path, monkeypat
     model = measure_cost(config, target, head)  # read back from the cache: the same timings
     assert model.forward_ms == engine.cost.forward_ms
     assert Engine(target, head, config, cost=model).cost is model
+
+
+HOST_READS = ("aten.item.", "aten._local_scalar_dense.", "aten.is_nonzero.", "aten.equal.", "aten.nonzero.",
+              "aten.masked_select.", "aten.unique", "aten.allclose.")
+
+
+@pytest.mark.parametrize("method", ["eagle2", "lookup", "eagle2+lookup"])
+@pytest.mark.parametrize("budget", ["auto", "fixed"])
+def test_a_cycle_reads_the_device_once(method, budget, monkeypatch):
+    """Every cycle, the auto budget's included, reads the device once (its plan for the next cycle travels in that
+    copy): host reads counted at dispatch (.item(), .tolist() and the like) inside the cycles and the head's
+    feeding between them, batch of one and of two."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from eagle_infer.decoding import cycle
+
+    class Reads(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            counted[0] += str(func).startswith(HOST_READS)
+            return func(*args, **(kwargs or {}))
+
+    counted, cycles, tolist = [0], [0], torch.Tensor.tolist
+
+    def counting(step, is_cycle):
+        def run(r):
+            cycles[0] += is_cycle
+            monkeypatch.setattr(torch.Tensor, "tolist", lambda t: (counted.__setitem__(0, counted[0] + 1), tolist(t))[1])
+            try:
+                with Reads():
+                    return step(r)
+            finally:
+                monkeypatch.setattr(torch.Tensor, "tolist", tolist)
+        return run
+
+    monkeypatch.setattr(cycle, "draft_cycle", counting(cycle.draft_cycle, True))
+    monkeypatch.setattr(cycle, "feed_pending", counting(cycle.feed_pending, False))
+    config = InferConf(method=method.split("+")[0], depth=4, top_k=4, total_tokens=12, budget=budget,
+                       lookup=method.endswith("+lookup"))
+    target, head = target_and_head(2)
+    engine = Engine(target, None if method == "lookup" else head, config, cost=cost(0.3))
+    prompts = [copy_prompt(1, 9), list(case(2, 7, 20)[0])]
+    engine.generate(prompts[0], 24)
+    engine.generate_batch(prompts, 24, batch_size=2)
+    assert cycles[0] > 10 and counted[0] == cycles[0]

@@ -11,9 +11,12 @@ and a file whose key differs from the running one's is never used.
 Per cycle, `Budget` picks how many of the drafted candidates to verify: EAGLE-2's path value of a candidate (the
 product of the draft probabilities along its path) estimates the probability that the target accepts it, so verifying
 the n best candidates of B rows is expected to emit B + (sum of their path probabilities) tokens, at a cost of the
-draft levels plus a forward of B (1 + n) tokens; n maximises the ratio. Drafting stops early when one more level is
-expected to lower that ratio (its children add the frontier's path probabilities times the mass the head gave its
-top-k children at the last level, and cost a level plus a larger forward).
+draft levels plus a forward of B (1 + n) tokens; n maximises the ratio. It also judges the depth: one more level pays
+when its children (the frontier's path probabilities times the mass the head gave its top-k children at the last
+level) are worth a level plus a larger forward; the last level did not pay when the candidates without it, a level
+cheaper, are worth more tokens per ms. The choice is made on the device from a cycle's candidates and read with that
+cycle's one host copy, and the next cycle drafts and verifies by it (`Plan`): drafting never waits for the device.
+A batch call's first cycle, with nothing decided yet, drafts and verifies up to the method's caps.
 """
 from __future__ import annotations
 
@@ -25,9 +28,8 @@ from pathlib import Path
 
 import torch
 
-from ..trees.merge import cut
 from ..platform import cache_root
-from ..trees.tree import TreeBatch, padded_width
+from ..trees.tree import padded_width
 
 SIZES = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128)  # verified tokens per forward at which the forward is timed
 # Part of every cache key: raise it when a change to the engine changes what a forward or a draft level costs (2: the
@@ -81,7 +83,7 @@ class Budget:
     Built once per (batch, max_nodes): verify_ms[n - 1] is the forward of batch x (1 + n) tokens, or with
     `padded` trees of batch x (1 + tree.padded_width(n)) tokens (so n stops only at the top of a bucket, where the
     padding it would carry costs the same as real nodes). The cycle costs of every n are host arithmetic, kept on
-    the device per (levels, candidates[, frontier]) so a decision is a few tensor ops and one host read."""
+    the device per (levels, candidates[, frontier]) so a decision is a few tensor ops and no host read."""
 
     cost: CostModel
     batch: int
@@ -94,60 +96,69 @@ class Budget:
         self.verify_ms = [self.cost.forward(self.batch * (1 + width(n))) for n in range(1, self.max_nodes + 1)]
         self._tables: dict[tuple, torch.Tensor] = {}
 
-    def _table(self, levels: int, m: int, grown: int, device) -> torch.Tensor:
-        """float64 [m] on `device`: ms of a cycle verifying n = 1..m nodes with `levels` draft levels paid; with
-        grown > 0, of the cycle after one more level whose `grown` children join the n (at most max_nodes)."""
-        key = (levels, m, grown, str(device))
+    def _table(self, levels: int, grown: int, device) -> torch.Tensor:
+        """float64 [3, max_nodes + 1] on `device`, ms of a cycle verifying n = 1..max_nodes + 1 nodes: with `levels`
+        draft levels paid, with one fewer, and after one more level whose `grown` children join the n (at most
+        max_nodes). Built once per key."""
+        key = (levels, grown, str(device))
         if key not in self._tables:
-            v, level = self.verify_ms, self.cost.level_ms
-            ms = [level * levels + v[n - 1] for n in range(1, m + 1)]
-            if grown:
-                ms = [now + (level + v[min(n + grown, self.max_nodes) - 1] - v[n - 1]) for n, now in enumerate(ms, 1)]
-            self._tables[key] = torch.tensor(ms, dtype=torch.float64, device=device)
+            v, level = self.verify_ms + [self.cost.forward(self.batch * (2 + self.max_nodes))], self.cost.level_ms
+            now = [level * levels + x for x in v]
+            grow = [t + level + v[min(n + grown, self.max_nodes) - 1] - v[n - 1] for n, t in enumerate(now, 1)]
+            self._tables[key] = torch.tensor([now, [t - level for t in now], grow], dtype=torch.float64,
+                                             device=device)
         return self._tables[key]
 
-    def _best(self, values: torch.Tensor, levels: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """-> (expected tokens per cycle over the batch with n = 1, 2, ... [m], the best ratio tokens / ms [1], its
-        index n - 1 [1]: the first best, fewer nodes on a tie), on the values' device (one-element tensors index
-        without a host read, where a 0-dim index would be read as a Python int)."""
-        m = min(values.shape[-1], self.max_nodes)
-        probs = values.double().exp().topk(m, dim=-1).values  # each row's m best, descending
-        tokens = self.batch + probs.sum(0).cumsum(0)  # expected tokens with n = 1, 2, ...
-        ratio, best = (tokens / self._table(levels, m, 0, values.device)).max(0, keepdim=True)
-        return tokens, ratio, best
+    def next_plan(self, values: torch.Tensor, levels: int, frontier: torch.Tensor | None = None,
+                  mass: torch.Tensor | float = 1.0, older: torch.Tensor | None = None) -> torch.Tensor:
+        """What the next cycle drafts and verifies, decided on the device from this cycle's candidates (tensor ops
+        only; the cycle's one host copy reads it): LongTensor [2] = (levels, nodes per row), see `Plan`.
 
-    def nodes(self, values: torch.Tensor, levels: int) -> int:
-        """How many nodes per row to verify (one host read)."""
-        return int(self._best(values, levels)[2]) + 1
+        values [B, C]: every candidate's path log-value (the head's and any other drafter's), drafted in `levels`
+        levels (the head's trees' depth; 0 without a head). Nodes: the n whose best candidates maximise expected
+        tokens per ms, or the cap when one more candidate, as likely as the least likely one, would still raise it
+        (every candidate paid: the next cycle may have more). Levels go up by one when one more level pays:
+        frontier [B, F] are the path log-values of the nodes it would expand, whose children are expected to add
+        `mass` x their probabilities (mass: the mean probability the head gave its top-k children at the last level,
+        at most 1) and to join the verified nodes, at the cost of a level and a larger verification forward. They go
+        down by one when the last level did not pay: older [B, C'] are the candidates without it, whose best tokens
+        per ms with a level fewer beat these. Ties keep fewer nodes and the same depth."""
+        c, m = values.shape[-1], min(values.shape[-1], self.max_nodes)
+        sets = values[None]  # [S, B, C]: these candidates, and (S = 2) those without the last level
+        if older is not None and levels > 1:
+            sets = torch.cat([sets, torch.nn.functional.pad(older, (0, c - older.shape[-1]), value=-torch.inf)[None]])
+        probs = sets.double().exp().topk(m, dim=-1).values.sum(1)  # [S, m] the rows' m best, descending, summed
+        least = probs[0].masked_fill(probs[0] == 0, torch.inf).amin(0, keepdim=True).nan_to_num(posinf=0.0)
+        tokens = torch.cat([probs, least.expand(len(sets), 1)], 1).cumsum(1) + self.batch  # n = 1 .. m + 1
+        table = self._table(levels, 0 if frontier is None else frontier.shape[-1], values.device)
+        ratio, best = (tokens / table[: len(sets), : m + 1]).max(1, keepdim=True)  # [S, 1] each
+        nodes = torch.where(best[0] == m, self.max_nodes, best[0] + 1)  # best[0] = m: the one more candidate
+        step = torch.zeros_like(nodes)
+        if frontier is not None:
+            gain = frontier.double().exp().sum() * mass  # (a float32 mass is promoted to float64 inside the product)
+            now = best[0].clamp(max=m - 1)
+            step = step + ((tokens[0, now] + gain) / table[2, now] > ratio[0]).long()
+        if len(sets) == 2:
+            step = step - (ratio[1] > ratio[0]).long()
+        return torch.cat([levels + step, nodes])
 
-    def decision(self, values: torch.Tensor, frontier: torch.Tensor, levels: int,
-                 mass: torch.Tensor | float = 1.0) -> torch.Tensor:
-        """`decide`'s answer on the device, tensor ops only: LongTensor [1], 2 x (n - 1) + (1 if drafting on)."""
-        tokens, ratio, best = self._best(values, levels)
-        gain = frontier.double().exp().sum() * mass  # (a float32 mass is promoted to float64 inside the product)
-        grown_ms = self._table(levels, tokens.shape[0], frontier.shape[-1], values.device)[best]
-        return best * 2 + ((tokens[best] + gain) / grown_ms > ratio)
 
-    def decide(self, values: torch.Tensor, frontier: torch.Tensor, levels: int, mass: torch.Tensor | float = 1.0
-               ) -> tuple[bool, int]:
-        """Whether one more level pays, and the nodes per row to verify if drafting stops now (one host read for
-        both). One more level's children are expected to add `mass` x the frontier's [B, F] path probabilities
-        (mass: the mean probability the head gave its top-k children at the last level, at most 1) and to join
-        the verified nodes, at the cost of one more level and a larger verification forward."""
-        code = int(self.decision(values, frontier, levels, mass))  # the one host read
-        return bool(code % 2), code // 2 + 1
+@dataclass(frozen=True)
+class Plan:
+    """An auto budget's choice for one cycle, made on the device by the cycle before it (`Budget.next_plan`) and
+    read with that cycle's one host copy, so drafting never reads the device: `levels` levels of candidates to draft
+    (the head's trees' depth; 0 for a drafter without a head) and `nodes` per row to verify."""
+
+    levels: int
+    nodes: int
+
+    def bounded(self, max_levels: int, max_nodes: int) -> "Plan":
+        """Within the method's caps: 1..max_levels levels (0 without a head), 1..max_nodes nodes."""
+        levels = min(max(self.levels, 1), max_levels) if max_levels else 0
+        return Plan(levels, min(max(self.nodes, 1), max_nodes))
 
 
 def cache_path(key: dict) -> Path:
     """Where the cost model measured under `key` is cached (cost_measure.load_or_measure)."""
     name = hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
     return cache_root() / "cost-models" / f"{key['model']}-{name}.json"
-
-
-def cut_trees(trees: TreeBatch, budget: Budget, levels: int) -> TreeBatch:
-    """Every row's tree cut to the best n nodes by path value, n chosen by `budget` over the whole batch with
-    `levels` draft levels paid (one host read)."""
-    if trees.depth == 0:  # no row holds a node
-        return trees
-    values = trees.values()
-    return cut(trees, budget.nodes(values.log(), levels), values)

@@ -7,8 +7,8 @@
   once by index ops (fed in one batched forward by `feed_pending` after the scheduler refills rows);
 - record: the cycle's one device-to-host copy (accepted lengths, bonus tokens, the trees), a CycleStats per row, copy
   rates updated, the accepted tokens and the bonus token emitted.
-A cycle reads the device once (tests/test_engine_batch.py counts it); drafting never does unless an auto
-budget decides per level. A vanilla cycle is one target forward of the roots and one token each. `run` is the
+A cycle reads the device once (tests/test_engine_batch.py counts it), drafting never: an auto budget's plan
+for the next cycle (cost.Plan) travels in the same copy. A vanilla cycle is one target forward of the roots and one token each. `run` is the
 scheduler's BatchRun: its rows' roots, the head's features and the pending head inputs are [B, ...] tensors on the
 device, kept row for row with the caches.
 """
@@ -20,10 +20,11 @@ from dataclasses import dataclass
 import torch
 
 from ..config import InferConf
-from ..trees.drafters import DraftInput, as_batch
+from ..trees.drafters import DraftInput, as_batch, next_plan
 from ..trees.drafting import DraftRoot, TreeFeeder
 from ..errors import EagleError
 from ..platform import sync
+from .cost import Plan
 from .records import CycleStats
 from ..trees.tree import TreeBatch, additive_mask, causal_mask, padded_width
 from .verify import BatchAcceptance, sample_device, verify_greedy, verify_sampled
@@ -82,26 +83,30 @@ def vanilla_cycle(run) -> None:
 @dataclass
 class Proposal:
     """A cycle's trees and what drafted them: the feeder (its levels were head forwards) and the config at this batch
-    size; lengths: each row's committed cache length before the cycle; draft_s: seconds spent."""
+    size; lengths: each row's committed cache length before the cycle; draft_s: seconds spent; next_plan: an auto
+    budget's plan for the next cycle, LongTensor [2] on the device (None: fixed trees)."""
 
     trees: TreeBatch
     feeder: TreeFeeder
     lengths: list[int]
     config: InferConf
     draft_s: float
+    next_plan: torch.Tensor | None = None
 
 
 @dataclass
 class Verdict:
     """What verification decided, on the device (acceptance of every row, and what it commits) and on the host (a
     HostRow per row, from the cycle's one copy); features: the target's at every verified position
-    [B, 1 + N, H or k*H]; started: when verification began (perf_counter seconds)."""
+    [B, 1 + N, H or k*H]; started: when verification began (perf_counter seconds); plan: the auto budget's plan for
+    the next cycle, read in the same copy (None: fixed trees)."""
 
     accepted: BatchAcceptance
     commit: Commit
     rows: list[HostRow]
     features: torch.Tensor
     started: float
+    plan: list[int] | None = None
 
 
 def draft_cycle(run) -> None:
@@ -122,16 +127,21 @@ def propose(run, rows) -> Proposal:
                      run.cache.device_lengths())
     feeder = TreeFeeder(run.head, run.head_cache, root)
     budget = engine.budget_at(batch, config.tree_size()) if config.budget == "auto" else None
+    plan = None
+    if budget is not None:
+        caps = (config.depth if run.head else 0, budget.max_nodes)
+        plan = Plan(*caps) if run.plan is None else run.plan.bounded(*caps)  # the first cycle: the caps
     contexts = [run.context(r) for r in rows] if config.uses_lookup else []
-    inp = DraftInput(feeder, contexts, [r.rates for r in rows], config, budget)
-    trees = as_batch(engine.drafter.propose(inp), device)
+    inp = DraftInput(feeder, contexts, [r.rates for r in rows], config, budget, plan)
+    drafted = engine.drafter.propose(inp)
+    trees = as_batch(drafted, device)
     feeder.reset()
     limit = engine.config.tree_budget(batch)
     if trees.batch != batch or trees.width > limit:
         raise EagleError(f"drafter returned {trees.batch} trees of up to {trees.width} nodes: expected one per batch "
                          f"row ({batch}) of at most the tree budget {limit}")
     sync(device)
-    return Proposal(trees, feeder, lengths, config, time.perf_counter() - t0)
+    return Proposal(trees, feeder, lengths, config, time.perf_counter() - t0, next_plan(drafted))
 
 
 def verify(run, rows, proposal: Proposal) -> Verdict:
@@ -153,7 +163,8 @@ def verify(run, rows, proposal: Proposal) -> Verdict:
         accepted = verify_sampled(trees.tokens, trees.parents, trees.sizes, batch.allowed, logits, sampling,
                                   [r.generator for r in rows], 1 + run.engine.config.tree_size())
     commit_ = commit_paths(batch.ids, trees, accepted.on_path, accepted.accepted, accepted.bonus)
-    return Verdict(accepted, commit_, to_host(trees, accepted), features, t0)
+    rows_, plan = to_host(trees, accepted, proposal.next_plan)
+    return Verdict(accepted, commit_, rows_, features, t0, plan)
 
 
 def commit(run, verdict: Verdict) -> float:
@@ -177,6 +188,8 @@ def record(run, rows, proposal: Proposal, verdict: Verdict, verify_s: float) -> 
     copy rates updated, then the accepted tokens and the bonus token emitted."""
     draft_s, head_forwards = run.carry_s + proposal.draft_s, run.carry_forwards + proposal.feeder.levels
     run.carry_s, run.carry_forwards = 0.0, 0
+    if verdict.plan is not None:
+        run.plan = Plan(*verdict.plan)
     for b, (request, row) in enumerate(zip(rows, verdict.rows)):
         acc, on_path = row.acceptance, set(row.acceptance.path)
         request.cycles.append(CycleStats(

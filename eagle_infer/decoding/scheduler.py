@@ -15,6 +15,7 @@ import torch
 from . import cycle
 from ..trees.lookup import CopyRates
 from ..platform import sync
+from .cost import Plan
 from .records import GenerationResult
 from ..trees.tree import causal_mask
 from .verify import SamplingParams, sample_device
@@ -94,6 +95,7 @@ class BatchRun:
         self.roots = torch.zeros(call.size, dtype=torch.long, device=device)
         self.features = self.head.module.weight.new_zeros(call.size, self.head.config.hidden_size) if self.head else None
         self.pending: cycle.Pending | None = None
+        self.plan: Plan | None = None  # an auto budget's plan for the next cycle (cost.Plan), read by the last cycle
         self.waiting = deque(range(len(call.prompts)))
         self.results: list[GenerationResult | None] = [None] * len(call.prompts)
         self.carry_s = 0.0  # head time spent after the last verification, counted in the next cycle's draft time

@@ -65,13 +65,18 @@ class HostRow:
     depths: list[int]
 
 
-def to_host(tree: TreeBatch, accepted: BatchAcceptance) -> list[HostRow]:
+def to_host(tree: TreeBatch, accepted: BatchAcceptance, plan: torch.Tensor | None = None
+            ) -> tuple[list[HostRow], list[int] | None]:
     """The cycle's one device-to-host copy: every row's acceptance (bonus, accepted and tested nodes) and its tree,
-    as one float64 tensor (which holds every token id exactly)."""
+    as one float64 tensor (which holds every token id exactly), and with it `plan` (an auto budget's LongTensor [P]
+    for the next cycle, copied beside every row) as a list of ints."""
     n = tree.width
     fields = [accepted.bonus[:, None], tree.sizes[:, None], accepted.on_path, accepted.tested, tree.tokens,
               tree.probs.double(), tree.copied, tree.depths]
+    if plan is not None:
+        fields.append(plan.expand(tree.batch, -1))
     host = torch.cat(fields, 1).tolist()  # (cat promotes every field to probs' float64)
+    planned = None if plan is None else [int(x) for x in host[0][len(host[0]) - plan.shape[0]:]]
     rows = []
     for row in host:
         size = int(row[1])
@@ -81,4 +86,4 @@ def to_host(tree: TreeBatch, accepted: BatchAcceptance) -> list[HostRow]:
                                 [i for i in range(size) if tested[i]])
         rows.append(HostRow(acceptance, size, [int(x) for x in part(2)], part(3), [bool(x) for x in part(4)],
                             [int(x) for x in part(5)]))
-    return rows
+    return rows, planned

@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING, Callable, Protocol
 
 import torch
 
-from ..decoding.cost import Budget, cut_trees
-from .drafting import TreeFeeder, draft_chain, draft_dynamic, draft_static
+from ..decoding.cost import Budget, Plan
+from .drafting import TreeFeeder, draft_chain, draft_static, grow_dynamic
 from .lookup import CopyRates, copy_batch
-from .merge import merge
+from .merge import cut, merge
 from .tree import DraftTree, TreeBatch
 
 if TYPE_CHECKING:  # type-only: config imports the method registry, which imports this module
@@ -34,20 +34,31 @@ class DraftInput:
     positions, request indices); contexts[b]: row b's prompt and emitted tokens, ending with the root (built only
     when the config uses lookup); rates[b]: its
     measured acceptance of copied tokens per depth (lookup only); config: the settings at this batch size; budget:
-    the auto budget's per-cycle chooser for this batch (None: fixed trees); extra: [B, E] path log-values of
-    candidates another drafter proposes for the same verification (a hybrid's copies, -inf padding), which an auto
-    budget counts beside the head's, so strong copies stop the head sooner."""
+    the auto budget for this batch (None: fixed trees) and plan: what it decided for this cycle (levels, nodes), to
+    be followed without reading the device; extra: [B, E] path log-values of candidates another drafter proposes
+    for the same verification (a hybrid's copies, -inf padding), which the budget counts beside the head's when it
+    plans the next cycle."""
 
     feeder: TreeFeeder
     contexts: list[list[int]]
     rates: list[CopyRates | None]
     config: InferConf
     budget: Budget | None = None
+    plan: Plan | None = None
     extra: torch.Tensor | None = None
 
 
+@dataclass
+class Drafted:
+    """A drafter's trees under an auto budget, with the budget's plan for the next cycle: LongTensor [2] on the
+    device (Budget.next_plan), read with the cycle's one host copy."""
+
+    trees: TreeBatch
+    next_plan: torch.Tensor
+
+
 class Drafter(Protocol):
-    def propose(self, inp: DraftInput) -> TreeBatch | list[DraftTree]: ...
+    def propose(self, inp: DraftInput) -> TreeBatch | list[DraftTree] | Drafted: ...
 
 
 class ChainDrafter:
@@ -65,13 +76,17 @@ class StaticDrafter:
 
 
 class DynamicDrafter:
-    """EAGLE-2: expand the top_k best nodes per level by value, rerank to total_tokens (or, under an auto budget,
-    stop and cut where expected tokens per ms peak, counting inp.extra's candidates too)."""
+    """EAGLE-2: expand the top_k best nodes per level by value, rerank to total_tokens; under an auto budget, draft
+    the plan's levels, keep its nodes, and plan the next cycle from these candidates (inp.extra's too)."""
 
-    def propose(self, inp: DraftInput) -> TreeBatch:
-        c = inp.config
-        return draft_dynamic(inp.feeder, c.depth, c.top_k, c.total_tokens, c.expand_by, c.rerank, inp.budget,
-                             inp.extra)
+    def propose(self, inp: DraftInput) -> TreeBatch | Drafted:
+        c, plan, budget = inp.config, inp.plan, inp.budget
+        if budget is None:
+            return grow_dynamic(inp.feeder, c.depth, c.top_k, c.total_tokens, c.expand_by, c.rerank).trees
+        d = grow_dynamic(inp.feeder, plan.levels, c.top_k, plan.nodes, c.expand_by, c.rerank)
+        values, older = (d.values, d.older) if inp.extra is None else (
+            torch.cat([d.values, inp.extra], 1), torch.cat([d.older, inp.extra], 1))
+        return Drafted(d.trees, budget.next_plan(values, d.levels, d.frontier, d.mass(), older))
 
 
 class CustomDrafter:
@@ -84,10 +99,17 @@ class CustomDrafter:
         return self.fn(inp.feeder)
 
 
-def as_batch(trees: TreeBatch | list[DraftTree], device) -> TreeBatch:
-    """A drafter's answer as the cycle's contract: a TreeBatch as is, per-row DraftTrees (custom drafters) padded
+def as_batch(trees: TreeBatch | list[DraftTree] | Drafted, device) -> TreeBatch:
+    """A drafter's trees as the cycle's contract: a TreeBatch as is, per-row DraftTrees (custom drafters) padded
     into one."""
+    if isinstance(trees, Drafted):
+        return trees.trees
     return trees if isinstance(trees, TreeBatch) else TreeBatch.of_trees(trees, device)
+
+
+def next_plan(drafted: TreeBatch | list[DraftTree] | Drafted) -> torch.Tensor | None:
+    """The auto budget's plan for the next cycle a drafter returned (None: it returned trees alone)."""
+    return drafted.next_plan if isinstance(drafted, Drafted) else None
 
 
 def copies(inp: DraftInput) -> TreeBatch:
@@ -97,11 +119,14 @@ def copies(inp: DraftInput) -> TreeBatch:
 
 
 class LookupDrafter:
-    """Prompt lookup alone: the copies, cut per cycle by the auto budget (no head levels to pay)."""
+    """Prompt lookup alone: the copies, cut per cycle to the auto budget's plan (no head levels to pay)."""
 
-    def propose(self, inp: DraftInput) -> TreeBatch:
+    def propose(self, inp: DraftInput) -> TreeBatch | Drafted:
         trees = copies(inp)  # already within the budget: num_tokens x branches is lookup's tree size
-        return trees if inp.budget is None else cut_trees(trees, inp.budget, 0)
+        if inp.budget is None or trees.depth == 0:  # (no copies: nothing to plan by)
+            return trees
+        values = trees.values()
+        return Drafted(cut(trees, inp.plan.nodes, values), inp.budget.next_plan(values.log(), 0))
 
 
 class HybridDrafter:
@@ -112,17 +137,22 @@ class HybridDrafter:
     def __init__(self, head: ChainDrafter | StaticDrafter | DynamicDrafter | CustomDrafter):
         self.head = head
 
-    def propose(self, inp: DraftInput) -> TreeBatch:
+    def propose(self, inp: DraftInput) -> TreeBatch | Drafted:
         copied = copies(inp)
         found = copied.depth > 0  # nothing found: the head's trees as its drafter alone makes them
         device = inp.feeder.root.feature.device
         extra = inp.budget is not None and found
-        heads = as_batch(self.head.propose(replace(inp, extra=copied.values().log()) if extra else inp), device)
+        drafted = self.head.propose(replace(inp, extra=copied.values().log()) if extra else inp)
+        heads, plan = as_batch(drafted, device), next_plan(drafted)
         if heads.batch != copied.batch or not found:  # (a custom drafter's wrong count: the engine names it)
-            return heads
-        budget, levels = inp.budget, 1 + inp.feeder.levels
-        return merge(heads, copied, inp.config.tree_size(),
-                     None if budget is None else lambda values: budget.nodes(values.log(), levels))
+            return drafted
+        limit = inp.config.tree_size() if inp.plan is None else min(inp.config.tree_size(), inp.plan.nodes)
+        merged = merge(heads, copied, limit)
+        if inp.budget is None:
+            return merged
+        if plan is None:  # a head drafter that does not plan: the merged candidates decide the count
+            plan = inp.budget.next_plan(merged.values().log(), heads.depth)
+        return Drafted(merged, plan)
 
 
 def drafter_for(config: InferConf, custom: Callable | Drafter | None = None) -> Drafter | None:

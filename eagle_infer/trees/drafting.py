@@ -215,10 +215,38 @@ def draft_chain(feeder: TreeFeeder, depth: int) -> TreeBatch:
     return draft_static(feeder, chain_paths(depth))
 
 
-def draft_dynamic(
-    feeder: TreeFeeder, depth: int, top_k: int, total_tokens: int, expand_by: str = "value", rerank: bool = True,
-    budget=None, extra: torch.Tensor | None = None,
-) -> TreeBatch:
+@dataclass
+class DynamicDraft:
+    """One cycle of EAGLE-2 drafting: the trees, and what an auto budget judges the next cycle by
+    (cost.Budget.next_plan): values [B, C] every candidate's path log-value, level by level, the last level's L
+    last; newest_own [B, L] their own log-probs (k children of each of L / k expanded nodes); frontier [B, k] the
+    path log-values of the nodes one more level would expand; levels: levels of candidates drafted (the depth)."""
+
+    trees: TreeBatch
+    values: torch.Tensor
+    newest_own: torch.Tensor
+    frontier: torch.Tensor
+    levels: int
+
+    @property
+    def older(self) -> torch.Tensor:
+        """[B, C - L] the candidates drafted before the last level."""
+        return self.values[:, : self.values.shape[1] - self.newest_own.shape[1]]
+
+    def mass(self) -> torch.Tensor:
+        """[] the mean probability the head gave its top-k children at the last level (at most 1)."""
+        b, k = self.frontier.shape
+        return self.newest_own.exp().view(b, -1, k).sum(-1).mean()
+
+
+def draft_dynamic(feeder: TreeFeeder, depth: int, top_k: int, total_tokens: int, expand_by: str = "value",
+                  rerank: bool = True) -> TreeBatch:
+    """EAGLE-2's trees (`grow_dynamic`)."""
+    return grow_dynamic(feeder, depth, top_k, total_tokens, expand_by, rerank).trees
+
+
+def grow_dynamic(feeder: TreeFeeder, depth: int, top_k: int, total_tokens: int, expand_by: str = "value",
+                 rerank: bool = True) -> DynamicDraft:
     """EAGLE-2: grow `depth` levels, expanding the top_k newest nodes by path value (sum of draft log-probs) or by
     their own confidence; then keep the `total_tokens` best candidates by value (ties prefer shallower, then earlier
     nodes, so every kept node's parent is kept), or without rerank the expanded nodes level by level. Every row
@@ -227,13 +255,7 @@ def draft_dynamic(
 
     Candidates are numbered level by level: the k children of the root, then k*k per level (the k children of each
     expanded node, parent by parent), so a candidate's depth and parent follow from its number and the expanded
-    nodes' numbers, and a level only reads the newest one.
-
-    budget (a cost.Budget, with rerank): per cycle, stop drafting before a level that cannot pay and keep the number
-    of candidates that maximises expected tokens per second instead of total_tokens (one small host read per level).
-    extra: [B, E] path log-values of candidates another drafter proposes for the same verification (prompt lookup's
-    copies, -inf padding): the budget counts them beside the head's, so strong copies stop the head sooner.
-    """
+    nodes' numbers, and a level only reads the newest one."""
     device = feeder.root.feature.device
     root_lp = feeder.root_logp()
     b, k = root_lp.shape[0], min(top_k, feeder.head.config.vocab_size)
@@ -242,23 +264,13 @@ def draft_dynamic(
     fronts = [torch.arange(-1, k, device=device).expand(b, k + 1)]  # the root (-1), then per level the numbers of
     # the k it expands: candidate c's parent is fronts[c // k] of them all
     front_tok, front_val, parents = tok, lp, torch.full((b, k), -1, device=device)  # parents: fed slots
-    others = [] if extra is None else [extra.to(device)]
-    nodes = None
     for d in range(2, depth + 1):
-        if budget is not None:
-            mass = owns[-1].exp().view(b, -1, k).sum(-1).mean()  # top-k children's mass per expanded node
-            more, nodes = budget.decide(torch.cat(vals + others, 1), front_val, d - 1, mass)
-            if not more:
-                break
-            nodes = None  # decided before this level: counted again after it
         logp = feeder.feed(parents, front_tok, d - 1)
         tok, val, own, pick = expand_level(logp, front_val, k, feeder.head.vocab_order, expand_by == "value")
         toks.append(tok), vals.append(val), owns.append(own)
         fronts.append(pick + (k + (d - 2) * k * k))
         front_tok, front_val, parents = tok.gather(1, pick), val.gather(1, pick), pick // k + (feeder.fed - k)
-    levels, values = len(toks), torch.cat(vals, 1)
-    if budget is not None:  # the count read with the decision to stop, or after the last level
-        total_tokens = nodes if nodes is not None else budget.nodes(torch.cat([values] + others, 1), levels)
+    values = torch.cat(vals, 1)
     if rerank:
         keep = torch.sort(values, dim=1, descending=True, stable=True).indices[:, :total_tokens].sort(dim=1).values
     else:
@@ -266,5 +278,6 @@ def draft_dynamic(
     # candidate c < k: depth 1; c >= k: depth 2 + (c - k) // k²; parents renumbered among the kept (ascending)
     parents = torch.searchsorted(keep, torch.cat(fronts, 1).gather(1, keep // k), right=True) - 1
     depths = (keep + (k * k - k)) // (k * k) + 1
-    return TreeBatch.full_rows(torch.cat(toks, 1).gather(1, keep), parents, depths,
-                               torch.cat(owns, 1).gather(1, keep).exp(), levels)
+    trees = TreeBatch.full_rows(torch.cat(toks, 1).gather(1, keep), parents, depths,
+                                torch.cat(owns, 1).gather(1, keep).exp(), len(toks))
+    return DynamicDraft(trees, values, owns[-1], front_val, len(toks))
