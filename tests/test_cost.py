@@ -95,8 +95,9 @@ def test_plan_goes_shallower_when_the_last_level_did_not_pay():
 
 @pytest.mark.parametrize("per_token,level_ms", [(0.0, 0.0), (0.3, 1.0), (50.0, 1.0), (0.1, 1e5)])
 def test_auto_budget_is_lossless_and_follows_the_cost(per_token, level_ms):
-    """Each cycle follows the plan the one before made (the first drafts and verifies up to the caps): from the
-    second cycle the count, and after a level per cycle the depth, are where the costs put them."""
+    """Each cycle follows the plan the one before made (the first drafts and verifies up to the caps): the count
+    rises at once and falls by half a cycle, the depth moves a level a cycle, so after a few cycles both are where
+    the costs put them."""
     config = InferConf(method="eagle2", depth=5, top_k=4, total_tokens=24, budget="auto")
     sizes, depths = [], []
     for seed, prompt_len, max_new in CASES:
@@ -106,10 +107,10 @@ def test_auto_budget_is_lossless_and_follows_the_cost(per_token, level_ms):
         assert result.tokens == list(expected)
         assert all(c.tree_size <= 24 and c.tree_depth <= 5 for c in result.cycles)
         assert result.cycles[0].tree_size == 24
-        sizes += [c.tree_size for c in result.cycles[1:]]
-        depths += [c.tree_depth for c in result.cycles[5:]]  # from 5 levels down to 1, one a cycle
+        sizes += [c.tree_size for c in result.cycles[6:]]  # 24 nodes halving down to 1, 5 levels down to 1
+        depths += [c.tree_depth for c in result.cycles[6:]]
     if per_token == 0 and level_ms == 0:
-        assert set(sizes) == {24}  # everything is free: the whole budget
+        assert sizes and set(sizes) == {24}  # everything is free: the whole budget
     if per_token == 50:
         assert set(sizes) == {1}
     if level_ms == 1e5:
@@ -139,8 +140,8 @@ LOOKUP_AUTO = {
 def test_auto_budget_with_lookup_is_lossless_and_follows_the_cost(name, per_token, level_ms):
     """Prompt lookup under an auto budget: the copies' path values (their measured acceptance rates) compete with
     the head's candidates for the verified nodes. With free verification and drafting it verifies what the fixed
-    budget does, cycle for cycle; with dear verification one node at most once a cycle with candidates has planned
-    (before, nothing planned yet, a cycle verifies up to the caps); output is always vanilla's."""
+    budget does, cycle for cycle; with dear verification mostly one node once the count has fallen from the caps
+    (a cycle with candidates plans it; it halves its fall a cycle); output is always vanilla's."""
     fixed = LOOKUP_AUTO[name]
     auto = replace(fixed, budget="auto")
     sizes = []
@@ -154,9 +155,9 @@ def test_auto_budget_with_lookup_is_lossless_and_follows_the_cost(name, per_toke
             same = Engine(target, head, fixed).generate(prompt, 40)
             assert [c.tree_size for c in result.cycles] == [c.tree_size for c in same.cycles]
         planned = next((i for i, c in enumerate(result.cycles) if c.tree_size), len(result.cycles)) + 1
-        sizes += [c.tree_size for c in result.cycles[planned:]]
-    if per_token == 50:
-        assert set(sizes) <= {0, 1}
+        sizes += [c.tree_size for c in result.cycles[planned + fixed.tree_size().bit_length():]]
+    if per_token == 50:  # (a run of reliable copies may still earn one more node than the last cycle's)
+        assert sorted(sizes)[len(sizes) // 2] <= 1 and max(sizes) < fixed.tree_size()
     else:
         assert max(sizes) > 1
 
@@ -345,3 +346,12 @@ def test_a_cycle_reads_the_device_once(method, budget, monkeypatch):
     engine.generate(prompts[0], 24)
     engine.generate_batch(prompts, 24, batch_size=2)
     assert cycles[0] > 10 and counted[0] == cycles[0]
+
+
+def test_planned_count_rises_at_once_and_falls_by_halves():
+    """One unlikely cycle says little of the next: a plan's count follows a rise at once and halves a fall."""
+    from eagle_infer.decoding.cost import Plan
+
+    assert Plan(3, 24).then(4, 8) == Plan(4, 16)
+    assert Plan(3, 16).then(2, 30) == Plan(2, 30)
+    assert Plan(3, 2).then(3, 1) == Plan(3, 1)

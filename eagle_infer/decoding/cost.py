@@ -152,6 +152,12 @@ class Plan:
     levels: int
     nodes: int
 
+    def then(self, levels: int, nodes: int) -> "Plan":
+        """The plan after this one, given what the budget decided from its cycle: those levels; those nodes when
+        they are more, else half way down (one unlikely cycle says little of the next: a falling count halves
+        its fall a cycle, a rising one is followed at once)."""
+        return Plan(levels, max(nodes, (self.nodes + nodes) // 2))
+
     def bounded(self, max_levels: int, max_nodes: int) -> "Plan":
         """Within the method's caps: 1..max_levels levels (0 without a head), 1..max_nodes nodes."""
         levels = min(max(self.levels, 1), max_levels) if max_levels else 0

@@ -83,14 +83,16 @@ def vanilla_cycle(run) -> None:
 @dataclass
 class Proposal:
     """A cycle's trees and what drafted them: the feeder (its levels were head forwards) and the config at this batch
-    size; lengths: each row's committed cache length before the cycle; draft_s: seconds spent; next_plan: an auto
-    budget's plan for the next cycle, LongTensor [2] on the device (None: fixed trees)."""
+    size; lengths: each row's committed cache length before the cycle; draft_s: seconds spent; plan: the auto
+    budget's plan the drafter followed, and next_plan: its decision for the next cycle, LongTensor [2] on the
+    device (None: fixed trees)."""
 
     trees: TreeBatch
     feeder: TreeFeeder
     lengths: list[int]
     config: InferConf
     draft_s: float
+    plan: Plan | None = None
     next_plan: torch.Tensor | None = None
 
 
@@ -141,7 +143,7 @@ def propose(run, rows) -> Proposal:
         raise EagleError(f"drafter returned {trees.batch} trees of up to {trees.width} nodes: expected one per batch "
                          f"row ({batch}) of at most the tree budget {limit}")
     sync(device)
-    return Proposal(trees, feeder, lengths, config, time.perf_counter() - t0, next_plan(drafted))
+    return Proposal(trees, feeder, lengths, config, time.perf_counter() - t0, plan, next_plan(drafted))
 
 
 def verify(run, rows, proposal: Proposal) -> Verdict:
@@ -189,7 +191,7 @@ def record(run, rows, proposal: Proposal, verdict: Verdict, verify_s: float) -> 
     draft_s, head_forwards = run.carry_s + proposal.draft_s, run.carry_forwards + proposal.feeder.levels
     run.carry_s, run.carry_forwards = 0.0, 0
     if verdict.plan is not None:
-        run.plan = Plan(*verdict.plan)
+        run.plan = proposal.plan.then(*verdict.plan)
     for b, (request, row) in enumerate(zip(rows, verdict.rows)):
         acc, on_path = row.acceptance, set(row.acceptance.path)
         request.cycles.append(CycleStats(
