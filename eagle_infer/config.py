@@ -98,6 +98,11 @@ class InferConf:
     # "on": verifications padded to tree.padded_width nodes (slots that see only the root and themselves, never
     # accepted); "auto": exactly where the target is compiled on a GPU (one CUDA graph per width); "off"
     pad_trees: str = "auto"
+    # With budget "auto", when the budget's choice is read: "on": once a cycle, beside acceptance, the next cycle
+    # following it (no host read while drafting; what CUDA graphs and an asynchronous GPU queue need); "off": as
+    # the cycle drafts, before each level and at its end (the cycle's own candidates decide, a read each); "auto":
+    # "on" on a GPU, "off" on a CPU (where a host read costs nothing and deciding late costs speed)
+    plan_ahead: str = "auto"
 
     @property
     def spec(self) -> Method:
@@ -147,6 +152,8 @@ class InferConf:
             raise EagleError(f"unknown draft_vocab {self.draft_vocab!r}: expected one of {', '.join(DRAFT_VOCABS)}")
         if self.pad_trees not in PAD_TREES:
             raise EagleError(f"unknown pad_trees {self.pad_trees!r}: expected one of {', '.join(PAD_TREES)}")
+        if self.plan_ahead not in PAD_TREES:
+            raise EagleError(f"unknown plan_ahead {self.plan_ahead!r}: expected one of {', '.join(PAD_TREES)}")
         if self.budget not in BUDGETS:
             raise EagleError(f"unknown budget {self.budget!r}: expected one of {', '.join(BUDGETS)}")
         if self.budget == "auto" and not self.can_choose_per_cycle:

@@ -94,11 +94,13 @@ def test_plan_goes_shallower_when_the_last_level_did_not_pay():
 
 
 @pytest.mark.parametrize("per_token,level_ms", [(0.0, 0.0), (0.3, 1.0), (50.0, 1.0), (0.1, 1e5)])
-def test_auto_budget_is_lossless_and_follows_the_cost(per_token, level_ms):
-    """Each cycle follows the plan the one before made (the first drafts and verifies up to the caps): the count
-    rises at once and falls by half a cycle, the depth moves a level a cycle, so after a few cycles both are where
-    the costs put them."""
-    config = InferConf(method="eagle2", depth=5, top_k=4, total_tokens=24, budget="auto")
+@pytest.mark.parametrize("plan_ahead", ["off", "on"])
+def test_auto_budget_is_lossless_and_follows_the_cost(per_token, level_ms, plan_ahead):
+    """Deciding as it drafts, every cycle's count and depth are where the costs put them. Planning ahead, each cycle
+    follows the plan the one before made (the first drafts and verifies up to the caps): the count rises at once
+    and falls by half a cycle, the depth moves a level a cycle, so after a few cycles both are there."""
+    config = InferConf(method="eagle2", depth=5, top_k=4, total_tokens=24, budget="auto", plan_ahead=plan_ahead)
+    settled = 6 if plan_ahead == "on" else 0  # 24 nodes halving down to 1, 5 levels down to 1
     sizes, depths = [], []
     for seed, prompt_len, max_new in CASES:
         target, head = target_and_head(seed)
@@ -106,9 +108,10 @@ def test_auto_budget_is_lossless_and_follows_the_cost(per_token, level_ms):
         result = Engine(target, head, config, cost=cost(per_token, level_ms)).generate(list(prompt), max_new)
         assert result.tokens == list(expected)
         assert all(c.tree_size <= 24 and c.tree_depth <= 5 for c in result.cycles)
-        assert result.cycles[0].tree_size == 24
-        sizes += [c.tree_size for c in result.cycles[6:]]  # 24 nodes halving down to 1, 5 levels down to 1
-        depths += [c.tree_depth for c in result.cycles[6:]]
+        if plan_ahead == "on":
+            assert result.cycles[0].tree_size == 24
+        sizes += [c.tree_size for c in result.cycles[settled:]]
+        depths += [c.tree_depth for c in result.cycles[settled:]]
     if per_token == 0 and level_ms == 0:
         assert sizes and set(sizes) == {24}  # everything is free: the whole budget
     if per_token == 50:
@@ -137,13 +140,15 @@ LOOKUP_AUTO = {
 
 @pytest.mark.parametrize("per_token,level_ms", [(0.0, 0.0), (0.3, 1.0), (50.0, 1.0)])
 @pytest.mark.parametrize("name", LOOKUP_AUTO)
-def test_auto_budget_with_lookup_is_lossless_and_follows_the_cost(name, per_token, level_ms):
+@pytest.mark.parametrize("plan_ahead", ["off", "on"])
+def test_auto_budget_with_lookup_is_lossless_and_follows_the_cost(name, per_token, level_ms, plan_ahead):
     """Prompt lookup under an auto budget: the copies' path values (their measured acceptance rates) compete with
     the head's candidates for the verified nodes. With free verification and drafting it verifies what the fixed
-    budget does, cycle for cycle; with dear verification mostly one node once the count has fallen from the caps
-    (a cycle with candidates plans it; it halves its fall a cycle); output is always vanilla's."""
+    budget does, cycle for cycle; with dear verification one node at most, or planning ahead mostly one once the
+    count has fallen from the caps (a cycle with candidates plans it; it halves its fall a cycle); output is always
+    vanilla's."""
     fixed = LOOKUP_AUTO[name]
-    auto = replace(fixed, budget="auto")
+    auto = replace(fixed, budget="auto", plan_ahead=plan_ahead)
     sizes = []
     for seed, prompt in ((2, copy_prompt(1)), (3, copy_prompt(2, 9))):
         target, head = lookup_target_and_head(seed)
@@ -154,9 +159,14 @@ def test_auto_budget_with_lookup_is_lossless_and_follows_the_cost(name, per_toke
         if per_token == 0:
             same = Engine(target, head, fixed).generate(prompt, 40)
             assert [c.tree_size for c in result.cycles] == [c.tree_size for c in same.cycles]
-        planned = next((i for i, c in enumerate(result.cycles) if c.tree_size), len(result.cycles)) + 1
-        sizes += [c.tree_size for c in result.cycles[planned + fixed.tree_size().bit_length():]]
-    if per_token == 50:  # (a run of reliable copies may still earn one more node than the last cycle's)
+        settled = 0
+        if plan_ahead == "on":
+            settled = next((i for i, c in enumerate(result.cycles) if c.tree_size), len(result.cycles)) + 1
+            settled += fixed.tree_size().bit_length()
+        sizes += [c.tree_size for c in result.cycles[settled:]]
+    if per_token == 50 and plan_ahead == "off":
+        assert set(sizes) <= {0, 1}
+    elif per_token == 50:  # (a run of reliable copies may still earn one more node than the last cycle's)
         assert sorted(sizes)[len(sizes) // 2] <= 1 and max(sizes) < fixed.tree_size()
     else:
         assert max(sizes) > 1
@@ -209,6 +219,10 @@ def test_infer_auto_keys_and_errors():
     one_line_error(lambda: Engine(target, head, InferConf(method="chain", budget="auto", lookup=True)),
                    "budget 'auto'", "'chain+lookup'")
     one_line_error(lambda: Engine(target, head, InferConf(budget="fixed", total_tokens="many")), "total_tokens 'many'")
+    one_line_error(lambda: Engine(target, head, InferConf(plan_ahead="later"), cost=cost(0.3)), "plan_ahead 'later'")
+    # Planning ahead is the GPU's: on a CPU "auto" decides as it drafts.
+    assert not Engine(target, head, InferConf(), cost=cost(0.3)).plan_ahead
+    assert Engine(target, head, InferConf(plan_ahead="on"), cost=cost(0.3)).plan_ahead
 
 
 def test_cost_model_is_cached_per_machine_and_never_reused_elsewhere(tmp_path, monkeypatch):
@@ -311,9 +325,10 @@ HOST_READS = ("aten.item.", "aten._local_scalar_dense.", "aten.is_nonzero.", "at
 @pytest.mark.parametrize("method", ["eagle2", "lookup", "eagle2+lookup"])
 @pytest.mark.parametrize("budget", ["auto", "fixed"])
 def test_a_cycle_reads_the_device_once(method, budget, monkeypatch):
-    """Every cycle, the auto budget's included, reads the device once (its plan for the next cycle travels in that
-    copy): host reads counted at dispatch (.item(), .tolist() and the like) inside the cycles and the head's
-    feeding between them, batch of one and of two."""
+    """Every cycle reads the device once, an auto budget planning ahead included (its plan for the next cycle
+    travels in that copy): host reads counted at dispatch (.item(), .tolist() and the like) inside the cycles and
+    the head's feeding between them, batch of one and of two. (Deciding as it drafts, the CPU's default, an auto
+    budget reads more: `plan_ahead` in eagle_infer/config.py.)"""
     from torch.utils._python_dispatch import TorchDispatchMode
 
     from eagle_infer.decoding import cycle
@@ -339,7 +354,7 @@ def test_a_cycle_reads_the_device_once(method, budget, monkeypatch):
     monkeypatch.setattr(cycle, "draft_cycle", counting(cycle.draft_cycle, True))
     monkeypatch.setattr(cycle, "feed_pending", counting(cycle.feed_pending, False))
     config = InferConf(method=method.split("+")[0], depth=4, top_k=4, total_tokens=12, budget=budget,
-                       lookup=method.endswith("+lookup"))
+                       lookup=method.endswith("+lookup"), plan_ahead="on")
     target, head = target_and_head(2)
     engine = Engine(target, None if method == "lookup" else head, config, cost=cost(0.3))
     prompts = [copy_prompt(1, 9), list(case(2, 7, 20)[0])]

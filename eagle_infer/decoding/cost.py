@@ -131,13 +131,13 @@ class Budget:
         least = probs[0].masked_fill(probs[0] == 0, torch.inf).amin(0, keepdim=True).nan_to_num(posinf=0.0)
         tokens = torch.cat([probs, least.expand(len(sets), 1)], 1).cumsum(1) + self.batch  # n = 1 .. m + 1
         table = self._table(levels, 0 if frontier is None else frontier.shape[-1], values.device)
-        ratio, best = (tokens / table[: len(sets), : m + 1]).max(1, keepdim=True)  # [S, 1] each
-        nodes = torch.where(best[0] == m, self.max_nodes, best[0] + 1)  # best[0] = m: the one more candidate
+        curve = tokens / table[: len(sets), : m + 1]  # [S, m + 1] tokens per ms with n = 1 .. m + 1
+        ratio, best = curve[:, :m].max(1, keepdim=True)  # [S, 1] each: the best over the real candidates
+        nodes = torch.where(curve[0, m:] > ratio[0], self.max_nodes, best[0] + 1)  # one more would raise it: the cap
         step = torch.zeros_like(nodes)
         if frontier is not None:
             gain = frontier.double().exp().sum() * mass  # (a float32 mass is promoted to float64 inside the product)
-            now = best[0].clamp(max=m - 1)
-            step = step + ((tokens[0, now] + gain) / table[2, now] > ratio[0]).long()
+            step = step + ((tokens[0, best[0]] + gain) / table[2, best[0]] > ratio[0]).long()
         if len(sets) == 2:
             step = step - (ratio[1] > ratio[0]).long()
         return torch.cat([levels + step, nodes])

@@ -7,8 +7,9 @@
   once by index ops (fed in one batched forward by `feed_pending` after the scheduler refills rows);
 - record: the cycle's one device-to-host copy (accepted lengths, bonus tokens, the trees), a CycleStats per row, copy
   rates updated, the accepted tokens and the bonus token emitted.
-A cycle reads the device once (tests/test_engine_batch.py counts it), drafting never: an auto budget's plan
-for the next cycle (cost.Plan) travels in the same copy. A vanilla cycle is one target forward of the roots and one token each. `run` is the
+A cycle reads the device once (tests/test_cost.py counts it), drafting never: an auto budget planning ahead
+(infer.plan_ahead, on a GPU) sends its plan for the next cycle (cost.Plan) in the same copy; deciding as it drafts
+(on a CPU) it reads its choice before each level and at the end. A vanilla cycle is one target forward of the roots and one token each. `run` is the
 scheduler's BatchRun: its rows' roots, the head's features and the pending head inputs are [B, ...] tensors on the
 device, kept row for row with the caches.
 """
@@ -130,7 +131,7 @@ def propose(run, rows) -> Proposal:
     feeder = TreeFeeder(run.head, run.head_cache, root)
     budget = engine.budget_at(batch, config.tree_size()) if config.budget == "auto" else None
     plan = None
-    if budget is not None:
+    if budget is not None and engine.plan_ahead:
         caps = (config.depth if run.head else 0, budget.max_nodes)
         plan = Plan(*caps) if run.plan is None else run.plan.bounded(*caps)  # the first cycle: the caps
     contexts = [run.context(r) for r in rows] if config.uses_lookup else []
@@ -190,7 +191,7 @@ def record(run, rows, proposal: Proposal, verdict: Verdict, verify_s: float) -> 
     copy rates updated, then the accepted tokens and the bonus token emitted."""
     draft_s, head_forwards = run.carry_s + proposal.draft_s, run.carry_forwards + proposal.feeder.levels
     run.carry_s, run.carry_forwards = 0.0, 0
-    if verdict.plan is not None:
+    if verdict.plan is not None and proposal.plan is not None:
         run.plan = proposal.plan.then(*verdict.plan)
     for b, (request, row) in enumerate(zip(rows, verdict.rows)):
         acc, on_path = row.acceptance, set(row.acceptance.path)

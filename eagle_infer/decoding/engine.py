@@ -74,6 +74,7 @@ class Engine:
         self.drafter, self.cost = drafter_for(config, drafter), cost
         self.pad_trees = config.pad_trees == "on" or (
             config.pad_trees == "auto" and target.compiled_forward is not None and target.device.type == "cuda")
+        self.plan_ahead = config.plan_ahead == "on" or (config.plan_ahead == "auto" and target.device.type == "cuda")
         self._budgets: dict[tuple[int, int], Budget] = {}  # per (batch, max nodes), built once from `cost`
         self._configs: dict[int, InferConf] = {}  # per batch size (config.at_batch)
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Callable, Protocol
 import torch
 
 from ..decoding.cost import Budget, Plan
-from .drafting import TreeFeeder, draft_chain, draft_static, grow_dynamic
+from .drafting import TreeFeeder, child_mass, draft_chain, draft_static, grow_dynamic
 from .lookup import CopyRates, copy_batch
 from .merge import cut, merge
 from .tree import DraftTree, TreeBatch
@@ -76,17 +76,24 @@ class StaticDrafter:
 
 
 class DynamicDrafter:
-    """EAGLE-2: expand the top_k best nodes per level by value, rerank to total_tokens; under an auto budget, draft
-    the plan's levels, keep its nodes, and plan the next cycle from these candidates (inp.extra's too)."""
+    """EAGLE-2: expand the top_k best nodes per level by value, rerank to total_tokens. Under an auto budget that
+    plans ahead, draft the plan's levels, keep its nodes and plan the next cycle from these candidates (inp.extra's
+    too); one that decides as it drafts stops before a level that cannot pay and keeps the nodes that pay."""
 
     def propose(self, inp: DraftInput) -> TreeBatch | Drafted:
         c, plan, budget = inp.config, inp.plan, inp.budget
         if budget is None:
             return grow_dynamic(inp.feeder, c.depth, c.top_k, c.total_tokens, c.expand_by, c.rerank).trees
+        with_extra = (lambda x: x) if inp.extra is None else (lambda x: torch.cat([x, inp.extra], 1))  # noqa: E731
+        if plan is None:  # decide now: one host read before each level and at the end
+            def decide(values, frontier, newest_own, levels):
+                code = budget.next_plan(with_extra(values), levels, frontier, child_mass(newest_own, frontier.shape[1]))
+                more, nodes = code.tolist()
+                return more > levels, nodes
+            return grow_dynamic(inp.feeder, c.depth, c.top_k, c.total_tokens, c.expand_by, c.rerank, decide).trees
         d = grow_dynamic(inp.feeder, plan.levels, c.top_k, plan.nodes, c.expand_by, c.rerank)
-        values, older = (d.values, d.older) if inp.extra is None else (
-            torch.cat([d.values, inp.extra], 1), torch.cat([d.older, inp.extra], 1))
-        return Drafted(d.trees, budget.next_plan(values, d.levels, d.frontier, d.mass(), older))
+        return Drafted(d.trees, budget.next_plan(with_extra(d.values), d.levels, d.frontier, d.mass(),
+                                                 with_extra(d.older)))
 
 
 class CustomDrafter:
@@ -119,14 +126,18 @@ def copies(inp: DraftInput) -> TreeBatch:
 
 
 class LookupDrafter:
-    """Prompt lookup alone: the copies, cut per cycle to the auto budget's plan (no head levels to pay)."""
+    """Prompt lookup alone: the copies, cut per cycle by the auto budget (no head levels to pay): to its plan, or to
+    what it decides now."""
 
     def propose(self, inp: DraftInput) -> TreeBatch | Drafted:
         trees = copies(inp)  # already within the budget: num_tokens x branches is lookup's tree size
         if inp.budget is None or trees.depth == 0:  # (no copies: nothing to plan by)
             return trees
         values = trees.values()
-        return Drafted(cut(trees, inp.plan.nodes, values), inp.budget.next_plan(values.log(), 0))
+        code = inp.budget.next_plan(values.log(), 0)
+        if inp.plan is None:
+            return cut(trees, code.tolist()[1], values)  # the host read
+        return Drafted(cut(trees, inp.plan.nodes, values), code)
 
 
 class HybridDrafter:
@@ -146,12 +157,16 @@ class HybridDrafter:
         heads, plan = as_batch(drafted, device), next_plan(drafted)
         if heads.batch != copied.batch or not found:  # (a custom drafter's wrong count: the engine names it)
             return drafted
+        budget, levels = inp.budget, heads.depth
+        if budget is not None and inp.plan is None:  # decide now: the merged candidates' count (a host read)
+            return merge(heads, copied, inp.config.tree_size(),
+                         lambda values: budget.next_plan(values.log(), levels).tolist()[1])
         limit = inp.config.tree_size() if inp.plan is None else min(inp.config.tree_size(), inp.plan.nodes)
         merged = merge(heads, copied, limit)
-        if inp.budget is None:
+        if budget is None:
             return merged
         if plan is None:  # a head drafter that does not plan: the merged candidates decide the count
-            plan = inp.budget.next_plan(merged.values().log(), heads.depth)
+            plan = budget.next_plan(merged.values().log(), levels)
         return Drafted(merged, plan)
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Callable
 
 import torch
 
@@ -235,8 +236,13 @@ class DynamicDraft:
 
     def mass(self) -> torch.Tensor:
         """[] the mean probability the head gave its top-k children at the last level (at most 1)."""
-        b, k = self.frontier.shape
-        return self.newest_own.exp().view(b, -1, k).sum(-1).mean()
+        return child_mass(self.newest_own, self.frontier.shape[1])
+
+
+def child_mass(own: torch.Tensor, k: int) -> torch.Tensor:
+    """[] the mean probability the head gave the top-k children of each expanded node: own [B, L] their own
+    log-probs, k children of each of L / k nodes."""
+    return own.exp().view(own.shape[0], -1, k).sum(-1).mean()
 
 
 def draft_dynamic(feeder: TreeFeeder, depth: int, top_k: int, total_tokens: int, expand_by: str = "value",
@@ -245,8 +251,12 @@ def draft_dynamic(feeder: TreeFeeder, depth: int, top_k: int, total_tokens: int,
     return grow_dynamic(feeder, depth, top_k, total_tokens, expand_by, rerank).trees
 
 
+# decide(values [B, C], frontier [B, k], newest_own [B, L], levels) -> (draft one more level?, nodes to keep)
+Decide = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, int], tuple[bool, int]]
+
+
 def grow_dynamic(feeder: TreeFeeder, depth: int, top_k: int, total_tokens: int, expand_by: str = "value",
-                 rerank: bool = True) -> DynamicDraft:
+                 rerank: bool = True, decide: Decide | None = None) -> DynamicDraft:
     """EAGLE-2: grow `depth` levels, expanding the top_k newest nodes by path value (sum of draft log-probs) or by
     their own confidence; then keep the `total_tokens` best candidates by value (ties prefer shallower, then earlier
     nodes, so every kept node's parent is kept), or without rerank the expanded nodes level by level. Every row
@@ -255,7 +265,10 @@ def grow_dynamic(feeder: TreeFeeder, depth: int, top_k: int, total_tokens: int, 
 
     Candidates are numbered level by level: the k children of the root, then k*k per level (the k children of each
     expanded node, parent by parent), so a candidate's depth and parent follow from its number and the expanded
-    nodes' numbers, and a level only reads the newest one."""
+    nodes' numbers, and a level only reads the newest one.
+
+    decide (an auto budget deciding as it drafts, one host read a call): asked before each level whether to draft
+    it, and for the nodes to keep when drafting stops (then in place of total_tokens)."""
     device = feeder.root.feature.device
     root_lp = feeder.root_logp()
     b, k = root_lp.shape[0], min(top_k, feeder.head.config.vocab_size)
@@ -264,13 +277,21 @@ def grow_dynamic(feeder: TreeFeeder, depth: int, top_k: int, total_tokens: int, 
     fronts = [torch.arange(-1, k, device=device).expand(b, k + 1)]  # the root (-1), then per level the numbers of
     # the k it expands: candidate c's parent is fronts[c // k] of them all
     front_tok, front_val, parents = tok, lp, torch.full((b, k), -1, device=device)  # parents: fed slots
+    nodes = None
     for d in range(2, depth + 1):
+        if decide is not None:
+            more, nodes = decide(torch.cat(vals, 1), front_val, owns[-1], d - 1)
+            if not more:
+                break
+            nodes = None  # decided before this level: asked again after the last one
         logp = feeder.feed(parents, front_tok, d - 1)
         tok, val, own, pick = expand_level(logp, front_val, k, feeder.head.vocab_order, expand_by == "value")
         toks.append(tok), vals.append(val), owns.append(own)
         fronts.append(pick + (k + (d - 2) * k * k))
         front_tok, front_val, parents = tok.gather(1, pick), val.gather(1, pick), pick // k + (feeder.fed - k)
     values = torch.cat(vals, 1)
+    if decide is not None:
+        total_tokens = nodes if nodes is not None else decide(values, front_val, owns[-1], len(toks))[1]
     if rerank:
         keep = torch.sort(values, dim=1, descending=True, stable=True).indices[:, :total_tokens].sort(dim=1).values
     else:
