@@ -11,7 +11,8 @@ the same tokens (greedy: in float32 they must; in bfloat16 fused kernels may rou
 Its last line, "compiled / eager: R x", is what scripts/gpu_self_data.sh reads to choose featurize.compile.
 
 --cycles counts instead what one EAGLE decoding cycle dispatches on the eager path: for eagle2 and eagle2+lookup
-(shipped head, float32, the auto budget over a fixed cost model and the fixed budget) at batch 1 and 8, the aten
+(shipped head, float32; the auto budget over a fixed cost model, deciding as it drafts ("auto", the CPU's
+default) and planning ahead ("ahead", infer.plan_ahead=on, the GPU's), and the fixed budget) at batch 1 and 8, the aten
 operators a cycle dispatches inside the target's forward, inside the head's layer steps (HeadRunner calls) and
 elsewhere (drafting, acceptance, bookkeeping), and its host syncs (item, bool, tolist, equal, nonzero, ... of
 tensors: each one waits for the device on a GPU), prefills excluded; with --baseline DIR the same for another
@@ -26,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import importlib.util
 import json
 import os
 import subprocess
@@ -47,13 +47,13 @@ from eagle_train.self_prompts import header_ids  # noqa: E402
 
 
 def checkout_module(name: str):
-    """Module `name` of the checkout on PYTHONPATH, flat (eagle_infer.decoding.cycle) or in the subpackage layout
-    (eagle_infer.decoding.cycle), so one worker profiles both sides of a comparison."""
-    for where in ("decoding.", "models.", "head.", "trees.", ""):
-        if importlib.util.find_spec(f"eagle_infer.{where.rstrip('.')}" if where else "eagle_infer") and \
-                importlib.util.find_spec(f"eagle_infer.{where}{name}"):
-            return importlib.import_module(f"eagle_infer.{where}{name}")
-    raise EagleError(f"no module {name!r} in the eagle_infer on PYTHONPATH: expected a checkout of this repository")
+    """Module `name` of the checkout at REPO, flat (eagle_infer/cycle.py) or in the subpackage layout
+    (eagle_infer/decoding/cycle.py), so one worker profiles both sides of a comparison. Found by its file: an
+    editable install's finder would otherwise lend a flat checkout another checkout's subpackages."""
+    for where in ("", "decoding/", "models/", "head/", "trees/"):
+        if (REPO / "eagle_infer" / where / f"{name}.py").exists():
+            return importlib.import_module("eagle_infer." + where.replace("/", ".") + name)
+    raise EagleError(f"no module {name!r} in {REPO / 'eagle_infer'}: expected a checkout of this repository")
 
 
 Engine, load_target = checkout_module("engine").Engine, checkout_module("target").load_target
@@ -210,7 +210,11 @@ def count_case(case: dict) -> dict:
     cycle_mod.draft_cycle = counted_cycle
 
     target = load_target(case["model"], dtype="float32")
-    conf = InferConf(method="eagle2", lookup=case["lookup"], budget=case["budget"], max_batch_size=case["batch"])
+    ahead = {"plan_ahead": "on"} if case["budget"] == "ahead" else {}
+    if ahead and "plan_ahead" not in InferConf.__dataclass_fields__:
+        return None  # a checkout from before the schedule existed
+    conf = InferConf(method="eagle2", lookup=case["lookup"], budget="fixed" if case["budget"] == "fixed" else "auto",
+                     max_batch_size=case["batch"], **ahead)
     # A fixed cost model (no timing): a forward of t tokens costs 25 + 0.4 t ms, a draft level 3 ms.
     sizes = [1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128]
     cost = CostModel({"fixed": True}, sizes, [25 + 0.4 * t for t in sizes], 3.0)
@@ -244,7 +248,7 @@ def compare_cycles(args) -> None:
     print(f"{'checkout':9} {'method':14} {'budget':6} {'batch':>5} {'cycles':>6} {'tau':>5} {'target':>7} "
           f"{'head':>6} {'elsewhere':>9} {'syncs':>6}")
     for lookup in (False, True):
-        for budget in ("auto", "fixed"):
+        for budget in ("auto", "ahead", "fixed"):
             for batch in (1, 8):
                 for side, repo in sides.items():
                     case = {"model": args.model, "lookup": lookup, "budget": budget, "batch": batch,
@@ -255,6 +259,9 @@ def compare_cycles(args) -> None:
                     if out.returncode:
                         raise SystemExit(f"error: the {side} case {case} failed: {out.stderr.strip()[-2000:]}")
                     r = json.loads(out.stdout.strip().splitlines()[-1])
+                    if r is None:
+                        print(f"{side:9} {'eagle2+lookup' if lookup else 'eagle2':14} {budget:6} {batch:5d}   (none)")
+                        continue
                     n = max(r["cycles"], 1)
                     per = {k: r["ops"].get(k, 0) / n for k in ("target", "head", "elsewhere")}
                     print(f"{side:9} {'eagle2+lookup' if lookup else 'eagle2':14} {budget:6} {batch:5d} "

@@ -110,7 +110,8 @@ class Budget:
         return self._tables[key]
 
     def next_plan(self, values: torch.Tensor, levels: int, frontier: torch.Tensor | None = None,
-                  mass: torch.Tensor | float = 1.0, older: torch.Tensor | None = None) -> torch.Tensor:
+                  mass: torch.Tensor | float = 1.0, older: torch.Tensor | None = None, ahead: bool = True
+                  ) -> torch.Tensor:
         """What the next cycle drafts and verifies, decided on the device from this cycle's candidates (tensor ops
         only; the cycle's one host copy reads it): LongTensor [2] = (levels, nodes per row), see `Plan`.
 
@@ -122,18 +123,23 @@ class Budget:
         `mass` x their probabilities (mass: the mean probability the head gave its top-k children at the last level,
         at most 1) and to join the verified nodes, at the cost of a level and a larger verification forward. They go
         down by one when the last level did not pay: older [B, C'] are the candidates without it, whose best tokens
-        per ms with a level fewer beat these. Ties keep fewer nodes and the same depth."""
+        per ms with a level fewer beat these. Ties keep fewer nodes and the same depth. Not `ahead` (a choice for the
+        cycle that drafted these candidates): nodes are the best n of them, never the cap."""
         c, m = values.shape[-1], min(values.shape[-1], self.max_nodes)
         sets = values[None]  # [S, B, C]: these candidates, and (S = 2) those without the last level
         if older is not None and levels > 1:
             sets = torch.cat([sets, torch.nn.functional.pad(older, (0, c - older.shape[-1]), value=-torch.inf)[None]])
         probs = sets.double().exp().topk(m, dim=-1).values.sum(1)  # [S, m] the rows' m best, descending, summed
-        least = probs[0].masked_fill(probs[0] == 0, torch.inf).amin(0, keepdim=True).nan_to_num(posinf=0.0)
-        tokens = torch.cat([probs, least.expand(len(sets), 1)], 1).cumsum(1) + self.batch  # n = 1 .. m + 1
+        if ahead:  # one more candidate, as likely as the least likely one
+            least = probs[0].masked_fill(probs[0] == 0, torch.inf).amin(0, keepdim=True).nan_to_num(posinf=0.0)
+            probs = torch.cat([probs, least.expand(len(sets), 1)], 1)
+        tokens = probs.cumsum(1) + self.batch  # [S, m (+ 1)] expected tokens with n = 1, 2, ...
         table = self._table(levels, 0 if frontier is None else frontier.shape[-1], values.device)
-        curve = tokens / table[: len(sets), : m + 1]  # [S, m + 1] tokens per ms with n = 1 .. m + 1
+        curve = tokens / table[: len(sets), : tokens.shape[1]]  # tokens per ms
         ratio, best = curve[:, :m].max(1, keepdim=True)  # [S, 1] each: the best over the real candidates
-        nodes = torch.where(curve[0, m:] > ratio[0], self.max_nodes, best[0] + 1)  # one more would raise it: the cap
+        nodes = best[0] + 1
+        if ahead:  # one more would raise it: the cap
+            nodes = torch.where(curve[0, m:] > ratio[0], self.max_nodes, nodes)
         step = torch.zeros_like(nodes)
         if frontier is not None:
             gain = frontier.double().exp().sum() * mass  # (a float32 mass is promoted to float64 inside the product)

@@ -87,7 +87,8 @@ class DynamicDrafter:
         with_extra = (lambda x: x) if inp.extra is None else (lambda x: torch.cat([x, inp.extra], 1))  # noqa: E731
         if plan is None:  # decide now: one host read before each level and at the end
             def decide(values, frontier, newest_own, levels):
-                code = budget.next_plan(with_extra(values), levels, frontier, child_mass(newest_own, frontier.shape[1]))
+                code = budget.next_plan(with_extra(values), levels, frontier, child_mass(newest_own, frontier.shape[1]),
+                                        ahead=False)
                 more, nodes = code.tolist()
                 return more > levels, nodes
             return grow_dynamic(inp.feeder, c.depth, c.top_k, c.total_tokens, c.expand_by, c.rerank, decide).trees
@@ -134,10 +135,9 @@ class LookupDrafter:
         if inp.budget is None or trees.depth == 0:  # (no copies: nothing to plan by)
             return trees
         values = trees.values()
-        code = inp.budget.next_plan(values.log(), 0)
-        if inp.plan is None:
-            return cut(trees, code.tolist()[1], values)  # the host read
-        return Drafted(cut(trees, inp.plan.nodes, values), code)
+        if inp.plan is None:  # the host read
+            return cut(trees, inp.budget.next_plan(values.log(), 0, ahead=False).tolist()[1], values)
+        return Drafted(cut(trees, inp.plan.nodes, values), inp.budget.next_plan(values.log(), 0))
 
 
 class HybridDrafter:
@@ -160,7 +160,7 @@ class HybridDrafter:
         budget, levels = inp.budget, heads.depth
         if budget is not None and inp.plan is None:  # decide now: the merged candidates' count (a host read)
             return merge(heads, copied, inp.config.tree_size(),
-                         lambda values: budget.next_plan(values.log(), levels).tolist()[1])
+                         lambda values: budget.next_plan(values.log(), levels, ahead=False).tolist()[1])
         limit = inp.config.tree_size() if inp.plan is None else min(inp.config.tree_size(), inp.plan.nodes)
         merged = merge(heads, copied, limit)
         if budget is None:
