@@ -29,7 +29,7 @@ Writes results/bench-engine.json.
 
 usage: python scripts/bench_engine.py [--model smollm2-135m | synthetic:vicuna-7b] [--dtypes auto] [--prompts 3]
        [--max-new 128] [--depth 6 --top-k 8 --total-tokens 32] [--pack auto] [--compile] [--baseline DIR]
-       [--sizes 1,2,4,...,64] [--context 300]
+       [--plan-ahead on] [--sizes 1,2,4,...,64] [--context 300]
 """
 from __future__ import annotations
 
@@ -240,14 +240,14 @@ class Runs:
         return 1000 * statistics.median(values) if values else float("nan")
 
 
-def engines(build, conf_class, target, head: str, args):
+def engines(build, conf_class, target, head: str, args, plan_ahead: str = ""):
     """(vanilla engine, EAGLE-2 engine, forward timer) of one eagle_infer package over its own target: `build` its
-    build_engine, `conf_class` its InferConf."""
+    build_engine, `conf_class` its InferConf; plan_ahead: its EAGLE-2's infer.plan_ahead ("": the default)."""
     timer = ForwardTimer(target)
     vanilla = build(conf_class(method="vanilla"), target)
     eagle2 = build(
-        conf_class(method="eagle2", head=head, depth=args.depth, top_k=args.top_k,
-                                total_tokens=args.total_tokens), target)
+        conf_class(method="eagle2", head=head, depth=args.depth, top_k=args.top_k, total_tokens=args.total_tokens,
+                   **({"plan_ahead": plan_ahead} if plan_ahead else {})), target)
     return vanilla, eagle2, timer
 
 
@@ -299,7 +299,7 @@ def bench_dtype(dtype: str, args) -> dict:
         same_lean = {k: same_logits(target, layered, k, cached) for k in sizes}
         fwd_compiled = {k: forward_ms(fast, k, cached, args.reps) for k in sizes} if fast else {}
 
-    methods = {"this": engines(build_engine, InferConf, target, head, args)}
+    methods = {"this": engines(build_engine, InferConf, target, head, args, args.plan_ahead)}
     if fast:
         methods["compiled"] = engines(build_engine, InferConf, fast, head, args)
     columns = {"this": target, **({"compiled": fast} if fast else {})}
@@ -358,6 +358,7 @@ def bench_dtype(dtype: str, args) -> dict:
             "vanilla_vs_hf": runs.tok_s(v) / runs.tok_s("hf_generate"),
             "vanilla_vs_hf_unpacked": runs.tok_s(v) / runs.tok_s("hf_generate_unpacked") if plain else None, "eagle2_tau": statistics.mean(runs.data[e]["tau"]),
             "trees_padded": getattr(eagle2, "pad_trees", False),  # a baseline checkout may predate infer.pad_trees
+            "plans_ahead": getattr(eagle2, "plan_ahead", False),  # ... and infer.plan_ahead
             "eagle2_identical_to_vanilla": sum(a == b for a, b in zip(runs.data[e]["outputs"], runs.data[v]["outputs"])),
         }
     return {
@@ -443,6 +444,7 @@ def print_tables(r: dict) -> None:
         ("EAGLE-2 tok/s (vs vanilla)", lambda e: f"{e['eagle2_tok_s']:.1f} ({e['eagle2_vs_vanilla']:.2f}x)"),
         ("EAGLE-2 τ", lambda e: f"{e['eagle2_tau']:.2f}"),
         ("EAGLE-2 trees padded to a few widths (infer.pad_trees)", lambda e: "yes" if e["trees_padded"] else "no"),
+        ("EAGLE-2 auto budget plans the next cycle (infer.plan_ahead)", lambda e: "yes" if e["plans_ahead"] else "no"),
         ("EAGLE-2 = vanilla output", lambda e: f"{e['eagle2_identical_to_vanilla']}/{r['prompts']}"),
     ]
     print("| | " + " | ".join(cols) + " |\n|---|" + "---|" * len(cols))
@@ -526,6 +528,9 @@ def main() -> None:
     ap.add_argument("--pack", default="auto", help="the engine target's model.pack: auto, on or off")
     ap.add_argument("--compile", action="store_true", help="also measure the compiled target (infer.compile)")
     ap.add_argument("--baseline", default="", help="another checkout whose engine is measured alongside")
+    ap.add_argument("--plan-ahead", default="", choices=["", "auto", "on", "off"],
+                    help="this checkout's EAGLE-2 infer.plan_ahead (a baseline keeps its default): with --baseline "
+                         "of the same commit, the auto budget's two schedules side by side")
     ap.add_argument("--sizes", type=token_counts, default=SIZES, help="comma-separated tokens per timed forward")
     ap.add_argument("--context", type=token_count, default=300, help="cached tokens before each timed forward")
     args = ap.parse_args()

@@ -318,10 +318,6 @@ def test_the_engine_measures_nothing_and_the_build_step_does(tmp_path, monkeypat
     assert Engine(target, head, config, cost=model).cost is model
 
 
-HOST_READS = ("aten.item.", "aten._local_scalar_dense.", "aten.is_nonzero.", "aten.equal.", "aten.nonzero.",
-              "aten.masked_select.", "aten.unique", "aten.allclose.")
-
-
 @pytest.mark.parametrize("method", ["eagle2", "lookup", "eagle2+lookup"])
 @pytest.mark.parametrize("budget", ["auto", "fixed"])
 def test_a_cycle_reads_the_device_once(method, budget, monkeypatch):
@@ -332,6 +328,7 @@ def test_a_cycle_reads_the_device_once(method, budget, monkeypatch):
     from torch.utils._python_dispatch import TorchDispatchMode
 
     from eagle_infer.decoding import cycle
+    from tests.test_compiled import HOST_READS
 
     class Reads(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):

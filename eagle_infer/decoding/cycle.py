@@ -7,11 +7,12 @@
   once by index ops (fed in one batched forward by `feed_pending` after the scheduler refills rows);
 - record: the cycle's one device-to-host copy (accepted lengths, bonus tokens, the trees), a CycleStats per row, copy
   rates updated, the accepted tokens and the bonus token emitted.
-A cycle reads the device once (tests/test_cost.py counts it), drafting never: an auto budget planning ahead
-(infer.plan_ahead, on a GPU) sends its plan for the next cycle (cost.Plan) in the same copy; deciding as it drafts
-(on a CPU) it reads its choice before each level and at the end. A vanilla cycle is one target forward of the roots and one token each. `run` is the
-scheduler's BatchRun: its rows' roots, the head's features and the pending head inputs are [B, ...] tensors on the
-device, kept row for row with the caches.
+With a fixed tree, or an auto budget planning ahead (infer.plan_ahead, a GPU's default: its plan for the next
+cycle, cost.Plan, travels in that copy), a cycle reads the device once and drafting never (tests/test_cost.py counts
+it); an auto budget deciding as it drafts (a CPU's default) also reads its choice before each level and at the end.
+A vanilla cycle is one target forward of the roots and one token each. `run` is the scheduler's BatchRun: its
+rows' roots, the head's features and the pending head inputs are [B, ...] tensors on the device, kept row for row
+with the caches.
 """
 from __future__ import annotations
 

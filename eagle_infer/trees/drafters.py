@@ -35,7 +35,7 @@ class DraftInput:
     when the config uses lookup); rates[b]: its
     measured acceptance of copied tokens per depth (lookup only); config: the settings at this batch size; budget:
     the auto budget for this batch (None: fixed trees) and plan: what it decided for this cycle (levels, nodes), to
-    be followed without reading the device; extra: [B, E] path log-values of candidates another drafter proposes
+    be followed without reading the device (None beside a budget: decide now, reading the device); extra: [B, E] path log-values of candidates another drafter proposes
     for the same verification (a hybrid's copies, -inf padding), which the budget counts beside the head's when it
     plans the next cycle."""
 
@@ -142,8 +142,9 @@ class LookupDrafter:
 
 class HybridDrafter:
     """A head drafter's tree with the row's lookup copies merged in (one node per path of tokens), cut to the
-    method's budget by path value; under an auto budget the head sees the copies' values while it drafts, and the
-    merged tree is cut to the number of nodes that pays."""
+    method's budget by path value; under an auto budget the head's drafter counts the copies' values beside its own
+    candidates, and the merged tree is cut to the plan's nodes (planning ahead) or to the number that pays (deciding
+    now)."""
 
     def __init__(self, head: ChainDrafter | StaticDrafter | DynamicDrafter | CustomDrafter):
         self.head = head
