@@ -42,10 +42,11 @@ import math
 import statistics
 import sys
 import time
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
+from transformers.cache_utils import DynamicCache
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -131,6 +132,41 @@ def same_logits(a, b, k: int, prefix: int) -> bool:
     cache.advance(prefix)
     copy = cache.copy()
     return torch.equal(*(t.forward(ids[:, prefix:], pos[:, prefix:], c)[0] for t, c in ((a, cache), (b, copy))))
+
+
+def _transformers_prefill(target, ids: torch.Tensor, prefix: int) -> DynamicCache:
+    """transformers' own forward of ids' first `prefix` tokens: the DynamicCache it fills."""
+    past = DynamicCache()
+    target.model(input_ids=ids[:, :prefix], past_key_values=past, use_cache=True, logits_to_keep=1)
+    return past
+
+
+@torch.inference_mode()
+def transformers_forward_ms(target, k: int, prefix: int, reps: int) -> float:
+    """Median ms of transformers' own forward of k tokens over a `prefix`-token DynamicCache: the same weights as the
+    engine's forward, through transformers' decoder layers."""
+    ids = torch.randint(100, 1000, (1, prefix + k), device=target.device)
+    past = _transformers_prefill(target, ids, prefix)
+
+    def step():
+        target.model(input_ids=ids[:, prefix:], past_key_values=past, use_cache=True, logits_to_keep=1 if k == 1 else 0)
+        past.crop(-k)
+
+    return median_ms(step, reps, target.device)
+
+
+@torch.inference_mode()
+def same_as_transformers(target, k: int, prefix: int) -> bool:
+    """Whether the engine's forward of k tokens after a `prefix`-token prefill gives transformers' own logits, bit
+    for bit."""
+    ids = torch.randint(100, 1000, (1, prefix + k), generator=torch.Generator().manual_seed(k)).to(target.device)
+    pos = torch.arange(prefix + k, device=target.device)[None]
+    cache = target.new_cache(1, prefix + k)
+    target.forward(ids[:, :prefix], pos[:, :prefix], cache)
+    cache.advance(prefix)
+    mine = target.forward(ids[:, prefix:], pos[:, prefix:], cache)[0]
+    past = _transformers_prefill(target, ids, prefix)
+    return torch.equal(mine, target.model(input_ids=ids[:, prefix:], past_key_values=past).logits.float())
 
 
 def forward_ms(target, k: int, prefix: int, reps: int) -> float:
@@ -294,9 +330,8 @@ def bench_dtype(dtype: str, args) -> dict:
         fwd_plain = {k: forward_ms(plain, k, cached, args.reps) for k in sizes} if plain else {}
         products = {k: matmul_ms(target, k, args.reps) for k in sizes}
         same = {k: same_logits(target, plain, k, cached) for k in sizes} if plain else {}
-        layered = replace(target, lean=None)  # the same weights through transformers' decoder layers
-        fwd_layers = {k: forward_ms(layered, k, cached, args.reps) for k in sizes}
-        same_lean = {k: same_logits(target, layered, k, cached) for k in sizes}
+        fwd_layers = {k: transformers_forward_ms(target, k, cached, args.reps) for k in sizes}
+        same_lean = {k: same_as_transformers(target, k, cached) for k in sizes}
         fwd_compiled = {k: forward_ms(fast, k, cached, args.reps) for k in sizes} if fast else {}
 
     methods = {"this": engines(build_engine, InferConf, target, head, args, args.plan_ahead)}
@@ -319,14 +354,17 @@ def bench_dtype(dtype: str, args) -> dict:
     level_bytes = level_weight_bytes(methods["this"][1].head.module)
     runs, bare_1, bare_n, bare_1_fast, bare_n_fast = Runs(), [], [], [], []
     tree = args.total_tokens if isinstance(args.total_tokens, int) else 16
-    for ids in prompts * args.rounds:  # interleaved per prompt: machine drift hits every method and bare forward alike
+    sides = list(methods.items())
+    for turn, ids in enumerate(prompts * args.rounds):  # interleaved per prompt: machine drift hits every method alike
         for name, model in (("hf_generate", target), ("hf_generate_unpacked", plain)):
             if model is not None:
                 n, dt = hf_generate(model, ids, args.max_new, stops)
                 runs.data.setdefault(name, {"tokens": 0, "wall": 0.0})
                 runs.data[name]["tokens"] += n
                 runs.data[name]["wall"] += dt
-        for prefix, (vanilla, eagle2, timer) in methods.items():
+        # each side goes first in turn: what runs just before a side (another model's weights read through the
+        # caches) would otherwise always favour the same side
+        for prefix, (vanilla, eagle2, timer) in sides[turn % len(sides):] + sides[:turn % len(sides)]:
             runs.add(f"{prefix} vanilla", vanilla.generate(ids, args.max_new, stop_ids=stops), timer.take())
             runs.add(f"{prefix} eagle2", eagle2.generate(ids, args.max_new, stop_ids=stops), timer.take())
             if prefix in trees:
@@ -369,8 +407,8 @@ def bench_dtype(dtype: str, args) -> dict:
         "forward_ms_unpacked": {str(k): v for k, v in fwd_plain.items()},
         "matmul_ms": {str(k): v for k, v in products.items()},
         "packed_logits_equal": {str(k): v for k, v in same.items()},
-        "forward_ms_transformers_layers": {str(k): v for k, v in fwd_layers.items()},
-        "lean_logits_equal": {str(k): v for k, v in same_lean.items()},
+        "forward_ms_transformers": {str(k): v for k, v in fwd_layers.items()},
+        "logits_equal_transformers": {str(k): v for k, v in same_lean.items()},
         "context": context, "tree_size": tree, "bare_forward_1_ms": bare_1, f"bare_forward_{tree + 1}_ms": bare_n,
         "bare_compiled_ms": list(bare_fast) if fast else None,
         "eagle2": {"depth": args.depth, "top_k": args.top_k, "total_tokens": args.total_tokens},
@@ -412,11 +450,11 @@ def print_tables(r: dict) -> None:
         fast = r["forward_ms_compiled"]
         print("| forward ms, compiled (infer.compile) | " + " | ".join(f"{fast[k]:.1f}" for k in fwd) + " |")
         print("| compiled speedup over the engine's eager forward | " + " | ".join(f"{fwd[k] / fast[k]:.2f}x" for k in fwd) + " |")
-    layers = r["forward_ms_transformers_layers"]
-    print("| forward ms, the same weights through transformers' layers | " + " | ".join(f"{layers[k]:.1f}" for k in fwd) + " |")
-    print("| lean-step speedup (the engine's forward) | " + " | ".join(f"{layers[k] / fwd[k]:.2f}x" for k in fwd) + " |")
-    same = r["lean_logits_equal"]
-    print("| lean logits = transformers' layers', bit for bit | " + " | ".join("yes" if same[k] else "no" for k in fwd) + " |")
+    layers = r["forward_ms_transformers"]
+    print("| forward ms, transformers' own forward of the same weights | " + " | ".join(f"{layers[k]:.1f}" for k in fwd) + " |")
+    print("| the engine's speedup over it | " + " | ".join(f"{layers[k] / fwd[k]:.2f}x" for k in fwd) + " |")
+    same = r["logits_equal_transformers"]
+    print("| logits = transformers', bit for bit | " + " | ".join("yes" if same[k] else "no" for k in fwd) + " |")
     products = r["matmul_ms"]
     print("| of which the linear layers' products alone | " + " | ".join(f"{products[k]:.1f}" for k in fwd) + " |\n")
     n = r["tree_size"] + 1

@@ -242,12 +242,12 @@ def test_verification_and_acceptance_compile_without_a_graph_break():
 
 def test_a_draft_level_compiles_without_a_graph_break():
     """One EAGLE-2 level of a head with a draft vocabulary smaller than top-k: the level's inputs read from the
-    feeder's buffers, the head's step over a static cache (its decoder layer, as the compiled head step runs it),
+    feeder's buffers, the head's step over a static cache (head_step: the one forward a head runs at inference),
     draft logits, log-softmax, top-k over the vocabulary, the level's bookkeeping and the auto budget's plan,
     traced as one graph, give what the eager level gives."""
     from eagle_infer.decoding.cost import Budget, CostModel
     from eagle_infer.trees.drafting import expand_level, level_inputs
-    from eagle_infer.head.head_runner import HeadRunner
+    from eagle_infer.head.head_runner import HeadRunner, head_step
     from eagle_infer.models.kv_cache import KVCache
     from eagle_infer.trees.tree import causal_mask
 
@@ -267,9 +267,9 @@ def test_a_draft_level_compiles_without_a_graph_break():
     budget = Budget(CostModel({}, sizes, [25 + 0.4 * t for t in sizes], 3.0), 2, 24)
     others = torch.randn(2, 5, generator=gen).clamp(max=0)
 
-    def level(cache, feats, tokens, positions, mask, values, outputs, masks, up, own):
+    def level(cache, feats, tokens, rope, mask, slots, values, outputs, masks, up, own):
         parents, rows, head_mask = level_inputs(outputs, masks, torch.arange(2)[:, None], up, own, 19)
-        out = runner.module.layers_forward(feats, tokens, positions, mask, cache.hf)
+        out = head_step(runner.step, feats, tokens, rope, mask, cache.k, cache.v, slots)
         logp = torch.log_softmax(runner.draft_logits(out), dim=-1)
         children = expand_level(logp, values, 8, runner.vocab_order, True)
         more = budget.next_plan(torch.cat([children[1], others], 1), 2, values, logp.exp().sum() / 16, others)
@@ -284,9 +284,10 @@ def test_a_draft_level_compiles_without_a_graph_break():
         # the compiled head step's cache: static (every slot attended, writes planned as tensors)
         cache = KVCache(runner.config.layers, *target.kv_shape(2)[1:], 32, feats.dtype, "cpu", static=True)
         cache.lengths = [11, 14]
-        mask = cache.static_mask(causal_mask([11, 14], 8, feats.dtype, "cpu"), 8, feats.dtype)
+        mask = cache.attention_mask(causal_mask([11, 14], 8, feats.dtype, "cpu"), 8, feats.dtype)
+        rope = runner.rope.take(positions, feats.dtype, cache.max_len)
         with torch.inference_mode():
-            results.append(fn(cache, feats, tokens, positions, mask, values, outputs, masks.clone(), up, own))
+            results.append(fn(cache, feats, tokens, rope, mask, cache.slots(8), values, outputs, masks.clone(), up, own))
     torch._dynamo.reset()
     for got, want in zip(*results):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)

@@ -119,7 +119,7 @@ def test_eagle3_checkpoint_computes_eagle3s_draft_model(target, tmp_path):
     # Drafting runs the layer as a lean step (packed or not) computing the same.
     for packed in (False, True):
         runner = HeadRunner(head, target, packed=packed)
-        assert runner.lean and runner.lean[0].norm_embed is not None
+        assert runner.step.layers[0].norm_embed is not None
         with torch.no_grad():
             lean = runner(aux, tokens, positions, runner.new_cache(1, 16), None)
             torch.testing.assert_close(lean, want, rtol=1e-4, atol=1e-4)

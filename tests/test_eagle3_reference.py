@@ -26,7 +26,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from eagle_infer.head import chain_attention
 from eagle_infer.head.draft_head import DraftHead
 from eagle_infer.head.head_checkpoint import load_head
-from eagle_infer.models.target import Target, with_lean_decoder
+from eagle_infer.models.target import Target, with_decoder
 from eagle_train.featurize import target_features
 from eagle_train.features import Sample
 from eagle_train.objective import Objective, collate, losses
@@ -46,7 +46,7 @@ def target():
     config._attn_implementation = "sdpa"
     model = LlamaForCausalLM(config).eval().requires_grad_(False)
     model.load_state_dict(case.target_state())
-    return with_lean_decoder(Target("eagle3-reference-case", model, None, "chatml", torch.float32, torch.device("cpu")))
+    return with_decoder(Target("eagle3-reference-case", model, None, "chatml", torch.float32, torch.device("cpu")))
 
 
 @pytest.fixture(scope="module")

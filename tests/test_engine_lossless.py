@@ -335,7 +335,7 @@ def test_other_architectures_match_vanilla(arch, seed):
     target, head = target_and_head(seed, arch)
     family = arch.rstrip("3") if arch == "llama3" else arch
     assert target.config.model_type == family and type(head.layers[0]).__name__.lower().startswith(family)
-    assert target.lean is not None  # every layer a lean step (Qwen3's with its q/k norms)
+    assert target.decoder is not None  # every layer a lean step (Qwen3's with its q/k norms)
     for prompt_len, max_new in ((7, 30), (25, 21)):
         prompt, expected = case(seed, prompt_len, max_new, arch)
         for config in (InferConf(method="eagle2", depth=4, top_k=4, total_tokens=16), InferConf(method="eagle1"),

@@ -1,15 +1,14 @@
 """The draft head's lean drafting step (eagle_infer.models.lean_layer) computes what transformers' decoder layers compute."""
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pytest
 import torch
+from transformers.cache_utils import DynamicCache
 
 from eagle_infer.head.draft_head import random_head
 from eagle_infer.head.head_runner import HeadRunner
 from eagle_infer.models.lean_layer import LeanLayer
-from eagle_infer.models.target import Target, with_lean_decoder
+from eagle_infer.models.target import Target, with_decoder
 from eagle_infer.trees.tree import additive_mask, causal_mask
 
 from .tiny import tiny_target
@@ -17,14 +16,15 @@ from .tiny import tiny_target
 
 def _both_paths(head, feats, tokens, positions, prefix: int, mask):
     """(lean output, transformers-layer output) of one cached forward after `prefix` committed positions: the head's
-    runner (lean steps) against the trainable module (transformers' layers)."""
+    runner (lean steps over a KVCache) against the trainable module (transformers' layers over a DynamicCache)."""
     runner = HeadRunner(head, head.target)
-    lean_cache = runner.new_cache(feats.shape[0], 64)
-    runner(feats[:, :prefix], tokens[:, :prefix], positions[:, :prefix], lean_cache, causal_mask(0, prefix, feats.dtype, "cpu"))
+    lean_cache, hf_cache = runner.new_cache(feats.shape[0], 64), DynamicCache()
+    first = causal_mask(0, prefix, feats.dtype, "cpu")
+    runner(feats[:, :prefix], tokens[:, :prefix], positions[:, :prefix], lean_cache, first)
     lean_cache.advance(prefix)
-    hf_cache = lean_cache.copy()
     lean = runner(feats[:, prefix:], tokens[:, prefix:], positions[:, prefix:], lean_cache, mask)
     with torch.enable_grad():  # gradients enabled: the training path, transformers' layers
+        head(feats[:, :prefix], tokens[:, :prefix], positions[:, :prefix], hf_cache, first)
         reference = head(feats[:, prefix:], tokens[:, prefix:], positions[:, prefix:], hf_cache, mask)
     return lean, reference.detach()
 
@@ -34,7 +34,7 @@ def _both_paths(head, feats, tokens, positions, prefix: int, mask):
 def test_lean_step_equals_transformers_layers(arch, layers):
     target = tiny_target(arch=arch, layers=3)
     head = random_head(target, seed=1, layers=layers)
-    assert all(isinstance(x, LeanLayer) for x in HeadRunner(head, target).lean)
+    assert all(isinstance(x, LeanLayer) for x in HeadRunner(head, target).step.layers)
     torch.manual_seed(0)
     feats, tokens = torch.randn(2, 11, 64), torch.randint(0, 96, (2, 11))
     positions = torch.arange(11)[None].expand(2, -1) + 3
@@ -60,40 +60,47 @@ def test_lean_step_follows_weight_updates():
     torch.testing.assert_close(after, reference, atol=1e-5, rtol=1e-5)
 
 
+def _transformers(model, ids, positions, mask, past):
+    """transformers' own forward of `model` over a DynamicCache `past`, the additive 4-D mask given as it is (None:
+    its own causal mask) -> (logits [B, T, V] float32, {i: the output of decoder layer i})."""
+    out = model(input_ids=ids, position_ids=positions, attention_mask=mask, past_key_values=past, use_cache=True,
+                output_hidden_states=True)
+    return out.logits.float(), dict(enumerate(out.hidden_states[1:-1]))
+
+
 @pytest.mark.parametrize("native_gqa", [True, False], ids=["cpu-gqa", "repeated-kv"])
 @pytest.mark.parametrize("arch", ["llama", "qwen2", "mistral", "qwen3", "llama3"])
-def test_target_lean_forward_equals_transformers_layers(arch, native_gqa, monkeypatch):
-    """The target's eager forward (lean steps) against transformers' layers over one cache: one token (the grouped
-    query heads attend as one key/value head's queries, as transformers does) and a tree, taps included. Unpacked
-    weights are shared, not copied: transformers' modules then read row slices of the fused products."""
+def test_target_forward_equals_transformers(arch, native_gqa, monkeypatch):
+    """The target's forward (lean steps over a KVCache) against transformers' own forward over a DynamicCache: a
+    prefill, one token (the grouped query heads attend as one key/value head's queries, as transformers does) and a
+    tree, taps included. Unpacked weights are shared, not copied: transformers' modules then read row slices of the
+    fused products."""
     import eagle_infer.models.lean_layer as lean_layer
-
-    from eagle_infer.models.target import decode
 
     if not native_gqa:  # the path other devices take: keys and values repeated per head under a mask
         monkeypatch.setattr(lean_layer, "NATIVE_GQA_DEVICES", ())
     target = tiny_target(arch=arch, layers=5)
-    assert target.lean is not None
     attn = target.model.model.layers[0].self_attn
-    fused = target.lean.layers[0].qkv.weight
+    fused = target.decoder.layers[0].qkv.weight
     assert attn.k_proj.weight.untyped_storage().data_ptr() == fused.untyped_storage().data_ptr()
-    cache, other = target.new_cache(2, 64), target.new_cache(2, 64)
+    cache, past = target.new_cache(2, 64), DynamicCache()
     prompt, positions = torch.randint(0, 96, (2, 9)), torch.arange(9)[None].expand(2, -1)
     with torch.inference_mode():  # a prefill over an empty cache: no mask, causal
-        prefills = (decode(target.model, prompt, positions, None, cache.hf, (2,), False, target.lean),
-                    decode(target.model, prompt, positions, None, other.hf, (2,), False))
-    for mine, theirs in zip(*prefills):
-        torch.testing.assert_close(mine, theirs, atol=1e-5, rtol=1e-5)
+        mine, theirs = target.forward(prompt, positions, cache, feature_layers=(2,)), _transformers(
+            target.model, prompt, positions, None, past)
+    torch.testing.assert_close(mine[0], theirs[0], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(mine[1], theirs[1][2], atol=1e-5, rtol=1e-5)
     cache.advance(9)
     allowed = torch.tensor([[1, 0, 0, 0], [1, 1, 0, 0], [1, 0, 1, 0], [1, 1, 0, 1]], dtype=torch.bool)
     for t, mask in ((1, None), (1, causal_mask(9, 1, torch.float32, "cpu")), (4, additive_mask(allowed, 9, torch.float32, "cpu"))):
         ids, positions = torch.randint(0, 96, (2, t)), torch.arange(9, 9 + t)[None].expand(2, -1)
         with torch.inference_mode():
-            lean = decode(target.model, ids, positions, mask, cache.hf, (1, 3), False, target.lean)
-            reference = decode(target.model, ids, positions, mask, cache.hf, (1, 3), False)
-        for mine, theirs in zip(lean, reference):
-            torch.testing.assert_close(mine, theirs, atol=1e-5, rtol=1e-5)
-        assert torch.equal(lean[0].argmax(-1), reference[0].argmax(-1))
+            logits, taps = target.forward(ids, positions, cache, mask, feature_layers=(1, 3))
+            reference, layers = _transformers(target.model, ids, positions, mask, past)
+        past.crop(-t)  # as the KVCache, which this forward wrote without committing
+        torch.testing.assert_close(logits, reference, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(taps, torch.cat([layers[1], layers[3]], -1), atol=1e-5, rtol=1e-5)
+        assert torch.equal(logits.argmax(-1), reference.argmax(-1))
 
 
 def test_a_layer_class_without_a_lean_step_is_refused_in_one_line():
@@ -110,16 +117,37 @@ def test_a_layer_class_without_a_lean_step_is_refused_in_one_line():
 
 
 def test_a_target_is_built_explicitly():
-    """Constructing a Target does no work: the model's weights stay its own until with_lean_decoder, the explicit
-    build step, rewrites them as slices of the fused lean weights; transformers' layers (lean None) give the same
-    logits."""
+    """Constructing a Target does no work: the model's weights stay its own until with_decoder, the explicit build
+    step, rewrites them as slices of the fused lean weights; before it a forward is a one-line error, after it the
+    forward gives transformers' logits."""
+    from eagle_infer.errors import EagleError
+
     model = tiny_target(layers=2, seed=1, lean=False).model
     before = model.model.layers[0].self_attn.k_proj.weight.untyped_storage().data_ptr()
     target = Target("fresh", model, None, "chatml", torch.float32, torch.device("cpu"))
-    assert target.lean is None and model.model.layers[0].self_attn.k_proj.weight.untyped_storage().data_ptr() == before
-    built = with_lean_decoder(target)
-    assert built.lean is not None and target.lean is None  # a new object; the given one unchanged
+    assert target.decoder is None and model.model.layers[0].self_attn.k_proj.weight.untyped_storage().data_ptr() == before
+    prompt, positions = torch.randint(0, 96, (1, 7)), torch.arange(7)[None]
+    with pytest.raises(EagleError, match="^target 'fresh' has no decoder built: build it with with_decoder"):
+        target.forward(prompt, positions, target.new_cache(1, 16))
+    built = with_decoder(target)
+    assert built.decoder is not None and target.decoder is None  # a new object; the given one unchanged
     assert model.model.layers[0].self_attn.k_proj.weight.untyped_storage().data_ptr() != before
-    prompt = torch.randint(0, 96, (1, 7))
-    logits = [t.forward(prompt, torch.arange(7)[None], t.new_cache(1, 16))[0] for t in (built, replace(built, lean=None))]
-    torch.testing.assert_close(*logits, atol=1e-5, rtol=1e-5)
+    with torch.inference_mode():
+        logits = built.forward(prompt, positions, built.new_cache(1, 16))[0]
+        reference = model(input_ids=prompt).logits
+    torch.testing.assert_close(logits, reference, atol=1e-5, rtol=1e-5)
+
+
+def test_a_layer_unlike_llama_is_refused_in_one_line():
+    """A window shorter than the context (Mistral 7B v0.1's), or another activation, is named in one line rather
+    than decoded without it."""
+    from eagle_infer.errors import EagleError
+
+    model = tiny_target(arch="mistral", lean=False).model
+    model.config.sliding_window = 32
+    with pytest.raises(EagleError, match="^decoder layer MistralDecoderLayer has no lean step: it attends in a "
+                                         "sliding window of 32 positions, shorter than its context of 512$"):
+        with_decoder(Target("windowed", model, None, "chatml", torch.float32, torch.device("cpu")))
+    model.config.sliding_window, model.config.hidden_act = None, "gelu"
+    with pytest.raises(EagleError, match="its activation is 'gelu', not 'silu'"):
+        with_decoder(Target("gelu", model, None, "chatml", torch.float32, torch.device("cpu")))

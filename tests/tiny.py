@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from eagle_infer.models.target import Target, with_lean_decoder
+from eagle_infer.models.target import Target, with_decoder
 
 
 LLAMA3_ROPE = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
@@ -15,7 +15,7 @@ def tiny_target(vocab: int = 96, hidden: int = 64, layers: int = 2, seed: int = 
                 lean: bool = True) -> Target:
     """A random Llama-family causal LM wrapped as a Target (tokenizer None). arch: llama, mistral, qwen2, qwen3
     (per-head q/k norms), or llama3 (a Llama with Llama 3.x's rope scaling); rope_theta: None = the family's
-    default. lean: with its lean decoder built (with_lean_decoder), as load_target builds a target."""
+    default. lean: with its decoder built (with_decoder), as load_target builds a target."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
     extra = {"llama3": {"rope_scaling": LLAMA3_ROPE}, "qwen3": {"head_dim": hidden // 4}}.get(arch, {})
@@ -33,4 +33,4 @@ def tiny_target(vocab: int = 96, hidden: int = 64, layers: int = 2, seed: int = 
     with torch.no_grad():
         model.lm_head.weight.mul_(8.0)
     target = Target(name, model, None, "chatml", dtype, torch.device("cpu"))
-    return with_lean_decoder(target) if lean else target
+    return with_decoder(target) if lean else target

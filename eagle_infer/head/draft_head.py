@@ -207,42 +207,22 @@ class DraftHead(nn.Module):
         """features [B, T, H] (or [B, T, k*H] target features of a fused head), tokens [B, T], positions [B, T]
         -> predicted features [B, T, H], through transformers' decoder layers: training's path.
 
-        cache: None, a transformers Cache (the training-time test's DynamicCache) or a dynamic KVCache, the T new
-        keys/values written after what it holds; mask additive [B or 1, 1, T, held + T], or None for causal.
+        cache: None or a transformers Cache (the training-time test's DynamicCache), the T new keys/values written
+        after what it holds; mask additive [B or 1, 1, T, held + T], or None for causal.
         chain_step=k: step k of the training-time test over a cache holding steps 0..k-1 of the same T positions,
         attending in its pattern (eagle_infer.head.chain_attention; mask unused). segments: lengths of sequences packed
         end to end along T, each attending within itself only (B = 1, the cache holding these T positions' steps
         only; mask unused)."""
         if mask is None and cache is None and segments is None:
             mask = causal_mask(0, features.shape[1], features.dtype, features.device)
-        return self.layers_forward(features, tokens, positions, mask, getattr(cache, "hf", cache), chain_step,
-                                   segments)
-
-    def inputs(self, features: torch.Tensor, tokens: torch.Tensor,
-               fuse: nn.Module | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """(features [B, T, H], token embeddings [B, T, H]): a fused head's inputs projected (by `fuse`, default
-        the head's own), input_mode applied."""
-        if features.shape[-1] != self.config.hidden_size:
-            if self.fuse is None:
-                raise EagleError(
-                    f"draft head takes features of width {self.config.hidden_size}, got {features.shape[-1]}: "
-                    "a fused head needs fused target features"
-                )
-            features = (fuse or self.fuse)(features)
-        embeds = self.target.embed_tokens(tokens).to(features.dtype)
-        mode = self.config.input_mode
-        if mode == "token":
-            features = torch.zeros_like(features)
-        elif mode == "feature":
-            embeds = torch.zeros_like(embeds)
-        return features, embeds
+        return self.layers_forward(features, tokens, positions, mask, cache, chain_step, segments)
 
     def layers_forward(self, features: torch.Tensor, tokens: torch.Tensor, positions: torch.Tensor,
                        mask: torch.Tensor | None, past, chain_step: int | None = None,
                        segments: tuple[int, ...] | None = None) -> torch.Tensor:
-        """`forward` over a transformers Cache `past` (or None), the mask as given -> [B, T, H]: what a compiled
-        head step compiles (head_runner)."""
-        features, embeds = self.inputs(features, tokens)
+        """`forward` over a transformers Cache `past` (or None), the mask as given -> [B, T, H]. Inference runs the
+        same function as lean steps (head_runner.head_step)."""
+        features, embeds = head_inputs(self.config, features, tokens, self.target.embed_tokens, self.fuse)
         attention = {"attention_mask": mask, "position_ids": positions, "past_key_values": past,
                      "position_embeddings": self.rotary(features, positions)}
         if chain_step is not None:
@@ -289,6 +269,25 @@ class DraftHead(nn.Module):
         }
         save_file(state, str(directory / WEIGHTS_FILE))
         (directory / CONFIG_FILE).write_text(json.dumps(asdict(self.config), indent=2) + "\n")
+
+
+def head_inputs(config: DraftHeadConfig, features: torch.Tensor, tokens: torch.Tensor, embed: nn.Module,
+                fuse: nn.Module | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """A head's two inputs, training's and inference's alike: (features [B, T, H], token embeddings [B, T, H]), fused
+    target features [B, T, k*H] projected by `fuse`, the config's input_mode applied (a missing half as zeros)."""
+    if features.shape[-1] != config.hidden_size:
+        if fuse is None:
+            raise EagleError(
+                f"draft head takes features of width {config.hidden_size}, got {features.shape[-1]}: "
+                "a fused head needs fused target features"
+            )
+        features = fuse(features)
+    embeds = embed(tokens).to(features.dtype)
+    if config.input_mode == "token":
+        features = torch.zeros_like(features)
+    elif config.input_mode == "feature":
+        embeds = torch.zeros_like(embeds)
+    return features, embeds
 
 
 def full_vocabulary(sub: torch.Tensor, draft_vocab: torch.Tensor | None, vocab_size: int) -> torch.Tensor:

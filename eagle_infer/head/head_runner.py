@@ -3,20 +3,19 @@
 Built once per (head, target) and read-only afterwards, it holds what drafting needs beside the trainable module:
 - packed copies of the head's products for a packed target (eagle_infer.models.packed), and of the target's LM-head rows
   over the draft vocabulary;
-- the head's decoder layers as lean steps (eagle_infer.models.lean_layer), the same function in fewer ops;
-- on a target compiled on a GPU, the head's step compiled (a level is launch-bound there), over static caches that
+- the head's decoder layers as lean steps (eagle_infer.models.lean_layer), the same function in fewer ops, and
+  with its fuse, fc and the target's embedding the one forward a head runs at inference (`head_step`);
+- on a target compiled on a GPU, that step compiled (a level is launch-bound there), over static caches that
   `new_cache` makes.
 Nothing here is rebuilt behind the caller's back: a head whose weights change (training) gets a new runner.
 """
 from __future__ import annotations
 
-from dataclasses import replace
-
 import torch
 from torch import nn
 
 from ..models.compiled import CompiledForward, mark_dynamic_step, static_length
-from .draft_head import DraftHead, full_vocabulary
+from .draft_head import DraftHead, full_vocabulary, head_inputs
 from ..models.kv_cache import KVCache
 from ..models.lean_layer import RopeTable, lean_layer
 from ..models.lean_layer import run as lean_run
@@ -25,6 +24,27 @@ from ..models.packed import PackedLinear
 
 def _packed(linear: nn.Module | None) -> nn.Module | None:
     return None if linear is None else PackedLinear.of(linear)
+
+
+class HeadStep(nn.Module):
+    """What one drafting step of a head runs (head_step): [its fuse,] the target's embedding, [its fc,] and its
+    layers as lean steps (eagle_infer.models.lean_layer), packed or not; a module, so that a compiled step reaches
+    the weights as its own."""
+
+    def __init__(self, config, embed: nn.Module, fuse: nn.Module | None, fc: nn.Module | None, layers: list):
+        super().__init__()
+        self.config, self.embed, self.fuse, self.fc, self.layers = config, embed, fuse, fc, nn.ModuleList(layers)
+
+
+def head_step(step: HeadStep, features: torch.Tensor, tokens: torch.Tensor, rope: torch.Tensor,
+              mask: torch.Tensor | None, k: list, v: list, slots) -> torch.Tensor:
+    """The head's forward at inference, eager and compiled alike (arguments as in HeadRunner.__call__; rope, k, v,
+    slots as in lean_layer.run) -> predicted features [B, T, H]."""
+    features, embeds = head_inputs(step.config, features, tokens, step.embed, step.fuse)
+    if step.fc is None:  # EAGLE-3's layer reads the embeddings beside the feature
+        return lean_run(step.layers, features, rope, k, v, slots, mask, embeds=embeds)[0]
+    hidden = step.fc(torch.cat((embeds, features), dim=-1))
+    return lean_run(step.layers, hidden, rope, k, v, slots, mask)[0]
 
 
 class HeadRunner:
@@ -38,10 +58,9 @@ class HeadRunner:
         self.packed = target.packed if packed is None else packed
         if compile_step is None:
             compile_step = target.compiled_forward is not None and target.device.type == "cuda"
-        self.fc, self.fuse = module.fc, module.fuse
-        if self.packed:
-            self.fc, self.fuse = _packed(module.fc), _packed(module.fuse)
-        self.lean = self._lean_layers()
+        fc, fuse = (_packed(module.fc), _packed(module.fuse)) if self.packed else (module.fc, module.fuse)
+        layers = [lean_layer(x, target.config, self.packed) for x in module.layers]
+        self.step = HeadStep(self.config, target.embed_tokens, fuse, fc, layers)
         self.rope = RopeTable(module.rotary)
         if module.lm_head is None:  # the target's LM-head rows of the draft vocabulary
             sub = target.lm_head.weight.detach()
@@ -54,18 +73,8 @@ class HeadRunner:
             outside = torch.ones(self.config.vocab_size, dtype=torch.bool, device=module.draft_vocab.device)
             outside[module.draft_vocab] = False
             self.vocab_order = torch.cat([module.draft_vocab, outside.nonzero()[:, 0]])
-        self.compiled = (CompiledForward(module, DraftHead.layers_forward, target.device, "the draft head's step")
+        self.compiled = (CompiledForward(self.step, head_step, target.device, "the draft head's step")
                          if compile_step else None)
-
-    def _lean_layers(self) -> list:
-        """The layers as lean steps, their o / down products packed with the rest when packed; [] when a layer has
-        another form (then drafting runs transformers' layers)."""
-        lean = [lean_layer(x, self.target.config, self.packed) for x in self.module.layers]
-        if None in lean:
-            return []
-        if self.packed:
-            lean = [replace(x, o=PackedLinear.of(x.o), down=PackedLinear.of(x.down)) for x in lean]
-        return lean
 
     @property
     def draft_vocab(self) -> torch.Tensor | None:
@@ -86,20 +95,14 @@ class HeadRunner:
         features [B, T, H]; the T new keys/values are written after what `cache` holds (not committed). mask:
         additive [B or 1, 1, T, held + T]. Inference only: it runs under torch.inference_mode, as Target.forward
         does (the caches' per-layer views share one tensor, which autograd could not write in place)."""
-        if cache.static:
-            mask = cache.static_mask(mask, tokens.shape[1], features.dtype)
-            if self.compiled is None:
-                return self.module.layers_forward(features, tokens, positions, mask, cache.hf)
-            mark_dynamic_step(mask, features, tokens, positions)
-            return self.compiled(features, tokens, positions, mask, cache.hf)
-        if not self.lean:  # a layer of another form
-            return self.module.layers_forward(features, tokens, positions, mask, cache.hf)
-        features, embeds = self.module.inputs(features, tokens, self.fuse)
-        if self.fc is None:  # EAGLE-3's layer reads the embeddings beside the feature
-            return lean_run(self.lean, self.rope, features, positions, cache.hf.layers, mask, embeds=embeds)[0]
-        hidden = self.fc(torch.cat((embeds, features), dim=-1))
-        return lean_run(self.lean, self.rope, hidden, positions, cache.hf.layers, mask)[0]
-
+        t = tokens.shape[1]
+        mask, slots = cache.attention_mask(mask, t, features.dtype), cache.slots(t)
+        rope = self.rope.take(positions, features.dtype, cache.max_len)
+        args = (features, tokens, rope, mask, cache.k, cache.v, slots)
+        if self.compiled is not None and cache.static:
+            mark_dynamic_step(mask, rope, features, tokens)
+            return self.compiled(*args)
+        return head_step(self.step, *args)
     def draft_logits(self, predicted: torch.Tensor) -> torch.Tensor:
         """Predicted features [..., H] -> float32 logits [..., Vd] over the draft vocabulary."""
         if self.module.norm is not None:

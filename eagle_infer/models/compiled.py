@@ -1,11 +1,13 @@
-"""The target's forward compiled by torch.compile (`infer.compile=true`): inductor with freezing (weights folded in
-as constants and packed for oneDNN on a CPU, elementwise ops fused), CUDA graphs on a GPU (the KV cache's buffers are
-marked static, so writing them in place does not stop capture). On a GPU the draft head's step is compiled too
+"""The target's forward compiled by torch.compile (`infer.compile=true`): the same lean steps the eager forward runs
+(target.decode), through inductor with freezing (weights folded in as constants and packed for oneDNN on a CPU,
+elementwise ops fused), CUDA graphs on a GPU (the KV cache's buffers are marked static, so writing them in place
+does not stop capture). On a GPU the draft head's step is compiled too
 (head_runner.HeadRunner, compile_step): a level is launch-bound there. On a CPU the head drafts eagerly:
 compiling its step did not pay on the CPU measured (docs/design.md, "Compiled forward").
 
 It runs over a static KV cache (kv_cache.KVCache with static=True): attention spans every preallocated slot under
-an additive mask and the write slots arrive as tensors, so nothing the graph reads changes between steps. The
+an additive mask and the write slots arrive as tensors (kv_cache.Slots), so nothing the graph reads changes between
+steps. The
 number of new tokens and the cache length are marked dynamic (target.forward, KVCache), so three graphs serve a
 run: one-token steps, prefills and verifications (a new batch size is compiled once more, then dynamic too);
 `compiles` counts every graph compiled, so a benchmark can show that none happens after warm-up. A forward whose
@@ -30,13 +32,15 @@ def static_length(max_len: int) -> int:
     return -(-max_len // STATIC_ROUND) * STATIC_ROUND
 
 
-def mark_dynamic_step(mask: torch.Tensor, *inputs: torch.Tensor) -> None:
-    """Before a compiled forward over a static cache: with several new tokens, the inputs' token dimension (1) and
-    the mask's query dimension (2) are dynamic, so one graph serves any number of tokens at once (one token stays
-    a graph of its own); the mask's key dimension (3) is dynamic for any cache length."""
+def mark_dynamic_step(mask: torch.Tensor, rope: torch.Tensor, *inputs: torch.Tensor) -> None:
+    """Before a compiled forward over a static cache: with several new tokens, the inputs' token dimension (1), the
+    rotary table's (2, lean_layer.RopeTable.take) and the mask's query dimension (2) are dynamic, so one graph serves
+    any number of tokens at once (one token stays a graph of its own); the mask's key dimension (3) is dynamic for
+    any cache length."""
     if mask.shape[2] > 1:
         for x in inputs:
             torch._dynamo.maybe_mark_dynamic(x, 1)
+        torch._dynamo.maybe_mark_dynamic(rope, 2)
         torch._dynamo.maybe_mark_dynamic(mask, 2)
     torch._dynamo.maybe_mark_dynamic(mask, 3)
 
@@ -94,7 +98,8 @@ class CompiledForward:
         try:
             if graphs:  # each call is a new step: a graph replay may overwrite the last call's outputs
                 torch.compiler.cudagraph_mark_step_begin()
-            with torch._inductor.config.patch(self.options):
+            # suppress_errors off: a compile error reaches the fallback below (training sets it process-wide)
+            with torch._dynamo.config.patch(suppress_errors=False), torch._inductor.config.patch(self.options):
                 out = self._compiled(*args, **kwargs)
             if graphs:  # callers keep outputs across calls (features, logits): copy them out of the graph's pool
                 out = torch.utils._pytree.tree_map_only(torch.Tensor, torch.clone, out)

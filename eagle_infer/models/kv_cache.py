@@ -6,62 +6,53 @@ layer at once is one index op over the whole tensor). Row b holds committed toke
 forward of T new tokens writes row b's at [lengths[b], lengths[b] + T) and every layer's attention sees keys
 [0, span(T)) with span(T) = max(lengths) + T: the caller's mask hides, in each row, the slots past that row's own
 new tokens. A `static` cache (the compiled forward's, eagle_infer/models/compiled.py) instead always attends over all
-max_len slots, and writes where `static_mask(...)`, called before the forward, put the slots as tensors: shapes
-and Python state then stay the same from step to step. `advance` commits what the last forward wrote,
-`keep_paths` keeps only some of it in every row (the trees' accepted paths) by gathering it into contiguous positions
-on the device, `select_rows` drops finished rows, and `row(b)` is a one-row view sharing the storage. The rows'
-lengths live on the host (`lengths`) and, for the cycle, on the device too (`device_lengths`): operations that
-know the new lengths on the device keep that copy, so a cycle never copies lengths from the host.
+max_len slots and writes where tensor slots say, so shapes and Python state stay the same from step to step.
+
+A forward asks the cache two pure questions before it runs: `slots(T)` (where its T new keys go, a `Slots` value
+passed down to every layer's `write`) and `attention_mask(mask, T, dtype)` (the caller's mask over the keys it
+attends). `advance` commits what the last forward wrote, `keep_paths` keeps only some of it in every row (the
+trees' accepted paths) by gathering it into contiguous positions on the device, `select_rows` drops finished rows,
+and `row(b)` is a one-row view sharing the storage. The rows' lengths live on the host (`lengths`) and, for the
+cycle, on the device too (`device_lengths`): operations that know the new lengths on the device keep that copy, so
+a cycle never copies lengths from the host.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
-from transformers.cache_utils import Cache, CacheLayerMixin
 
 from ..trees.tree import causal_mask
 
 
-class _LayerView(CacheLayerMixin):
-    """One layer's window into a KVCache, in the shape transformers' attention modules call."""
+@dataclass(frozen=True)
+class Slots:
+    """Where one forward of n new tokens writes its keys and values, and how many key positions it attends.
 
-    is_sliding = False
-    is_compileable = False
+    Either every row writes at the common offset `start` (rows None), or row b writes at index[b] (rows [B, 1],
+    index [B, n], LongTensors on the cache's device: a static cache's and unequal rows' way). span: the key
+    positions attended, None for every slot (a static cache: no Python value that changes between steps)."""
 
-    def __init__(self, store: "KVCache", layer: int):
-        super().__init__()
-        self.store, self.layer = store, layer
-        self.is_initialized = True
+    start: int | None
+    rows: torch.Tensor | None
+    index: torch.Tensor | None
+    span: int | None
 
-    def lazy_initialization(self, key_states, value_states) -> None:  # buffers are preallocated
-        pass
 
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
-        """key_states, value_states: [B, kv_heads, T, D] -> all keys/values [B, kv_heads, span(T), D]."""
-        store, n = self.store, key_states.shape[-2]
-        k, v = store.k[self.layer], store.v[self.layer]
-        if store.static:  # slots planned before the forward (tensors only: nothing here changes between steps)
-            rows, index = store.static_slots
-            k[rows, :, index] = key_states.transpose(1, 2)
-            v[rows, :, index] = value_states.transpose(1, 2)
-            return k, v
-        start, rows, index = store.write_plan(n)
-        if start is not None:  # every row writes at the same offset
-            k[:, :, start : start + n] = key_states
-            v[:, :, start : start + n] = value_states
-        else:
-            k[rows, :, index] = key_states.transpose(1, 2)
-            v[rows, :, index] = value_states.transpose(1, 2)
-        span = store.span(n)
-        return k[:, :, :span], v[:, :, :span]
-
-    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
-        return self.store.span(query_length), 0
-
-    def get_seq_length(self) -> int:
-        return max(self.store.lengths)
-
-    def get_max_length(self) -> int:
-        return self.store.max_len
+def write(k: torch.Tensor, v: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
+          slots: Slots) -> tuple[torch.Tensor, torch.Tensor]:
+    """One layer's cache views k, v [B, kvh, max_len, D]: store keys, values [B, kvh, n, D] where `slots` says and
+    return every key and value the forward attends, [B, kvh, slots.span or max_len, D]."""
+    if slots.rows is None:
+        n = keys.shape[-2]
+        k[:, :, slots.start : slots.start + n] = keys
+        v[:, :, slots.start : slots.start + n] = values
+    else:
+        k[slots.rows, :, slots.index] = keys.transpose(1, 2)
+        v[slots.rows, :, slots.index] = values.transpose(1, 2)
+    if slots.span is None:
+        return k, v
+    return k[:, :, : slots.span], v[:, :, : slots.span]
 
 
 class KVCache:
@@ -87,8 +78,6 @@ class KVCache:
                 if x.is_cuda:  # written in place inside the graph: CUDA graphs capture only a fixed-address buffer
                     torch._dynamo.mark_static_address(x, guard=False)
         self._plans: dict = {}
-        self.static_slots: tuple[torch.Tensor, torch.Tensor] | None = None  # see static_mask
-        self.hf = Cache(layers=[_LayerView(self, i) for i in range(len(k))])
 
     @staticmethod
     def bytes_needed(layers: int, batch: int, kv_heads: int, head_dim: int, max_len: int, dtype) -> int:
@@ -110,30 +99,36 @@ class KVCache:
         """Key positions a forward of n new tokens attends over: max(lengths) + n (static: every slot)."""
         return self.max_len if self.static else max(self.lengths) + n
 
-    def static_mask(self, mask: torch.Tensor | None, n: int, dtype) -> torch.Tensor:
-        """Before a forward of n tokens over a static cache: plan the slots it writes (rows [B, 1], positions
-        [B, n]) and return its additive mask over every slot: `mask` ([B or 1, 1, n, w]; None = causal after each
-        row's committed length) with the slots past w hidden."""
-        device = self.k[0].device
+    def attention_mask(self, mask: torch.Tensor | None, n: int, dtype) -> torch.Tensor | None:
+        """The additive mask a forward of n new tokens attends under, over its span(n) keys: `mask` ([B or 1, 1, n,
+        w], w <= span(n); None = causal after each row's committed length) padded with hidden slots to the span, or
+        None where SDPA's own causal mask is the same (a dynamic cache whose rows are equally long, holding nothing
+        or taking one new token)."""
         if mask is None:
-            mask = causal_mask(self.lengths, n, dtype, device)
-        starts = self.device_lengths()[:, None]
-        self.static_slots = (torch.arange(self.batch, device=device)[:, None], starts + torch.arange(n, device=device))
-        if n > 1:  # one compiled graph for any number of new tokens (as for the forward's inputs)
-            torch._dynamo.maybe_mark_dynamic(self.static_slots[1], 1)
-        return torch.nn.functional.pad(mask, (0, self.max_len - mask.shape[-1]), value=torch.finfo(mask.dtype).min)
+            equal = min(self.lengths) == max(self.lengths)
+            if not self.static and equal and (n == 1 or self.lengths[0] == 0):
+                return None
+            mask = causal_mask(self.lengths, n, dtype, self.k[0].device)
+        span = self.span(n)
+        if mask.shape[-1] == span:
+            return mask
+        return torch.nn.functional.pad(mask, (0, span - mask.shape[-1]), value=torch.finfo(mask.dtype).min)
 
-    def write_plan(self, n: int) -> tuple[int | None, torch.Tensor | None, torch.Tensor | None]:
-        """Where a forward of n tokens writes: (common start, None, None) when all rows are equally long, else
-        (None, rows [B, 1], positions [B, n]) for advanced indexing."""
+    def slots(self, n: int) -> Slots:
+        """Where a forward of n new tokens writes: a common offset when every row is equally long (dynamic cache),
+        else per-row positions as tensors (always for a static cache: nothing in them is a Python value that
+        changes between steps)."""
         key = (tuple(self.lengths), n)
         if key not in self._plans:
-            if min(self.lengths) == max(self.lengths):
-                plan = (self.lengths[0], None, None)
+            if min(self.lengths) == max(self.lengths) and not self.static:
+                plan = Slots(self.lengths[0], None, None, self.span(n))
             else:
                 device = self.k[0].device
-                starts = self.device_lengths()[:, None]
-                plan = (None, torch.arange(self.batch, device=device)[:, None], starts + torch.arange(n, device=device))
+                index = self.device_lengths()[:, None] + torch.arange(n, device=device)
+                if self.static and n > 1:  # one compiled graph for any number of new tokens (as for the inputs)
+                    torch._dynamo.maybe_mark_dynamic(index, 1)
+                span = None if self.static else self.span(n)
+                plan = Slots(None, torch.arange(self.batch, device=device)[:, None], index, span)
             self._plans = {key: plan}  # lengths change every forward: keep only the newest plan
         return self._plans[key]
 

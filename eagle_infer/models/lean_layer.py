@@ -1,23 +1,24 @@
-"""A Llama-family decoder layer's inference step in few eager ops: the draft head's drafting path.
+"""A Llama-family decoder layer's inference step in few ops: every target's and draft head's forward at inference.
 
 A decode step or draft level runs each decoder layer over a handful of tokens; on a CPU a small layer's products
 take ~0.4 ms and transformers' layer wraps them in ~70 small ops and as much Python again (rotary halves,
 per-projection views, the attention interface's dispatch). `LeanLayer` holds the same weights fused for inference
 (q/k/v in one product, gate/up in one; packed for oneDNN when the model is) and `step` runs the layer's math in
 ~20 ops: the same function as transformers' LlamaDecoderLayer (Mistral and Qwen2 alike; Qwen3's with its per-head
-RMSNorm of queries and keys before the rotary embedding) under the engine's explicit additive masks, with the same ops in the same order, so equal to it up to how a matmul kernel blocks a wider
-product (tests/test_lean_layer.py; bit for bit where measured). The target's eager forward and the draft head's
-drafting run it; training, featurize and transformers' own generate keep transformers' layers.
+RMSNorm of queries and keys before the rotary embedding) under the engine's explicit additive masks, with the
+same ops in the same order, so equal to it up to how a matmul kernel blocks a wider
+product (tests/test_lean_layer.py; bit for bit where measured). The target's forward and the draft head's drafting
+run it, eagerly and compiled alike (eagle_infer/models/compiled.py compiles these steps); training and featurize
+keep transformers' layers, which load the weights.
 """
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from ..errors import EagleError
+from .kv_cache import Slots, write
 from .packed import PackedLinear
 
 
@@ -27,24 +28,27 @@ NATIVE_GQA_DEVICES = ("cpu",)  # where masked grouped-query SDPA runs with enabl
 LAYER_CLASSES = ("LlamaDecoderLayer", "MistralDecoderLayer", "Qwen2DecoderLayer", "Qwen3DecoderLayer", "Eagle3Layer")
 
 
-@dataclass
-class LeanLayer:
-    """One decoder layer's weights for `step`; shapes for hidden size H, heads nh, kv_heads kvh, head_dim D."""
+class LeanLayer(nn.Module):
+    """One decoder layer's weights for `step`; shapes for hidden size H, heads nh, kv_heads kvh, head_dim D. A module,
+    so that a compiled forward reaches its products and norms as the model's own (freezing folds them in)."""
 
-    qkv: nn.Module  # H (EAGLE-3: 2H) -> (nh + 2 kvh) * D, q then k then v
-    o: nn.Module  # nh * D -> H
-    gate_up: nn.Module  # H -> 2 I, gate then up
-    down: nn.Module  # I -> H
-    norm_in: torch.Tensor | None  # [H] input RMSNorm weight; None: no input norm (the EAGLE head's first layer)
-    norm_post: torch.Tensor  # [H]
-    eps: float
-    heads: int
-    kv_heads: int
-    head_dim: int
-    q_norm: torch.Tensor | None = None  # [D] per-head RMSNorm of queries and keys before rotary (Qwen3); None: none
-    k_norm: torch.Tensor | None = None
-    qk_eps: float = 0.0
-    norm_embed: torch.Tensor | None = None  # [H] EAGLE-3's layer: attention reads [norm(embeds) ; norm_in(hidden)]
+    def __init__(self, qkv: nn.Module, o: nn.Module, gate_up: nn.Module, down: nn.Module,
+                 norm_in: torch.Tensor | None, norm_post: torch.Tensor, eps: float, heads: int, kv_heads: int,
+                 head_dim: int, q_norm: torch.Tensor | None = None, k_norm: torch.Tensor | None = None,
+                 qk_eps: float = 0.0, norm_embed: torch.Tensor | None = None):
+        super().__init__()
+        self.qkv = qkv  # H (EAGLE-3: 2H) -> (nh + 2 kvh) * D, q then k then v
+        self.o = o  # nh * D -> H
+        self.gate_up = gate_up  # H -> 2 I, gate then up
+        self.down = down  # I -> H
+        self.register_buffer("norm_in", norm_in, persistent=False)  # [H]; None: no input norm (EAGLE's first layer)
+        self.register_buffer("norm_post", norm_post, persistent=False)  # [H]
+        # [D] per-head RMSNorm of queries and keys before rotary (Qwen3); None: none
+        self.register_buffer("q_norm", q_norm, persistent=False)
+        self.register_buffer("k_norm", k_norm, persistent=False)
+        # [H] EAGLE-3's layer: attention reads [norm(embeds) ; norm_in(hidden)]
+        self.register_buffer("norm_embed", norm_embed, persistent=False)
+        self.eps, self.heads, self.kv_heads, self.head_dim, self.qk_eps = eps, heads, kv_heads, head_dim, qk_eps
 
 
 class _Fused(nn.Module):
@@ -53,7 +57,9 @@ class _Fused(nn.Module):
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, packed: bool):
         super().__init__()
-        self.weight, self.bias, self.packed = weight, bias, None
+        self.register_buffer("weight", weight, persistent=False)
+        self.register_buffer("bias", bias, persistent=False)
+        self.packed = None
         if packed:
             self.packed, self.weight = PackedLinear(weight, bias), None
             self.packed.weight = None  # inference only (lean steps run without gradients): the packed copy alone
@@ -78,38 +84,55 @@ def _fuse(modules: list[nn.Module], packed: bool, share: bool) -> nn.Module:
     return _Fused(weight, bias, packed)
 
 
-def lean_layer(layer: nn.Module, config, packed: bool, share: bool = False) -> LeanLayer | None:
-    """The LeanLayer of a transformers Llama/Mistral/Qwen2/Qwen3 decoder layer (LAYER_CLASSES; another class is a
-    one-line error), or None when the layer is not of the plain form (another activation or norm, a sliding window:
-    then transformers' layers run). q/k/v and gate/up become one product each: copies (packed for oneDNN when
-    `packed`), or with `share` on unpacked weights the layer's own storage (see _fuse); o and down are the layer's
-    modules as they are."""
+def _unlike_llama(layer: nn.Module, config) -> str | None:
+    """What in a decoder layer of a LAYER_CLASSES class departs from the Llama form a lean step computes (another
+    activation, norm, attention scale or a sliding window), or None."""
+    attn, mlp = getattr(layer, "self_attn", None), getattr(layer, "mlp", None)
+    parts = ("q_proj", "k_proj", "v_proj", "o_proj")
+    if attn is None or not all(hasattr(attn, p) for p in parts):
+        return "its attention has no q/k/v/o projections"
+    if mlp is None or not all(hasattr(mlp, p) for p in ("gate_proj", "up_proj", "down_proj")):
+        return "its MLP has no gate/up/down projections"
+    if config.hidden_act != "silu":
+        return f"its activation is {config.hidden_act!r}, not 'silu'"
+    norms = (layer.hidden_norm if hasattr(layer, "hidden_norm") else layer.input_layernorm, layer.post_attention_layernorm)
+    if not all(isinstance(n, nn.Identity) or hasattr(n, "variance_epsilon") for n in norms):
+        return "its norms are not RMSNorms"
+    if attn.scaling != attn.head_dim ** -0.5:
+        return f"its attention scale is {attn.scaling}, not head_dim ** -0.5"
+    window = getattr(attn, "sliding_window", None)
+    if window is None and type(layer).__name__ == "MistralDecoderLayer":  # Mistral's window is the config's
+        window = getattr(config, "sliding_window", None)
+    context = getattr(config, "max_position_embeddings", None)
+    if window is not None and (context is None or window < context):  # (a window over the whole context is none)
+        return f"it attends in a sliding window of {window} positions, shorter than its context of {context}"
+    return None
+
+
+def lean_layer(layer: nn.Module, config, packed: bool, share: bool = False) -> LeanLayer:
+    """The LeanLayer of a transformers Llama/Mistral/Qwen2/Qwen3 decoder layer or an EAGLE-3 layer (LAYER_CLASSES);
+    a layer of another class or form is a one-line error. q/k/v and gate/up become one product each: copies (packed
+    for oneDNN when `packed`), or with `share` on unpacked weights the layer's own storage (see _fuse); o and down
+    are the layer's modules, packed when `packed` (a packed model's are already)."""
     kind = type(layer).__name__
     if kind not in LAYER_CLASSES:
         raise EagleError(f"decoder layer {kind} has no lean step: expected one of {', '.join(LAYER_CLASSES)}")
-    attn, mlp = getattr(layer, "self_attn", None), getattr(layer, "mlp", None)
-    parts = ("q_proj", "k_proj", "v_proj", "o_proj")
-    if attn is None or mlp is None or not all(hasattr(attn, p) for p in parts) or config.hidden_act != "silu":
-        return None
-    if not all(hasattr(mlp, p) for p in ("gate_proj", "up_proj", "down_proj")):
-        return None
+    unlike = _unlike_llama(layer, config)
+    if unlike is not None:
+        raise EagleError(f"decoder layer {kind} has no lean step: {unlike}")
+    attn, mlp = layer.self_attn, layer.mlp
     norm_in, norm_post = layer.input_layernorm, layer.post_attention_layernorm
     norm_embed = None
     if kind == "Eagle3Layer":  # draft_head.Eagle3Layer: the input norm is the hidden state's, beside the embedding's
         norm_in, norm_embed = layer.hidden_norm, layer.input_layernorm.weight.detach()
-    if not (isinstance(norm_in, nn.Identity) or hasattr(norm_in, "variance_epsilon")):
-        return None
-    if not hasattr(norm_post, "variance_epsilon") or attn.scaling != attn.head_dim ** -0.5:
-        return None
-    if getattr(attn, "sliding_window", None) is not None:  # a windowed layer: transformers' own masks
-        return None
+    pack = (lambda m: m if isinstance(m, PackedLinear) else PackedLinear.of(m)) if packed else (lambda m: m)  # noqa: E731
     q_norm, k_norm = (getattr(attn, "q_norm", None), getattr(attn, "k_norm", None)) if kind == "Qwen3DecoderLayer" else (None, None)
     q, k, v = attn.q_proj, attn.k_proj, attn.v_proj
     return LeanLayer(
         qkv=_fuse([q, k, v], packed, share),
-        o=attn.o_proj,
+        o=pack(attn.o_proj),
         gate_up=_fuse([mlp.gate_proj, mlp.up_proj], packed, share),
-        down=mlp.down_proj,
+        down=pack(mlp.down_proj),
         norm_in=None if isinstance(norm_in, nn.Identity) else norm_in.weight.detach(),
         norm_post=norm_post.weight.detach(),
         eps=norm_post.variance_epsilon,
@@ -137,18 +160,18 @@ class RopeTable:
     def __init__(self, rotary: nn.Module):
         self.rotary, self.table = rotary, None
 
-    def take(self, positions: torch.Tensor, like: torch.Tensor, bound: int | None = None) -> torch.Tensor:
-        """positions [B, T] -> [2, B, T, D] (cos, signed sin) in like's dtype. bound: a host bound on the positions
-        (> every one; e.g. the cache's length), so the table's size needs no read of the device."""
-        need = bound if bound is not None else int(positions.max()) + 1
-        stale = self.table is None or self.table.dtype != like.dtype or self.table.device != like.device
-        if stale or self.table.shape[1] < need:
-            size = max(need, 2 * (0 if self.table is None else self.table.shape[1]), 256)
-            index = torch.arange(size, device=like.device)[None]
-            cos, sin = self.rotary(like, index)
+    def take(self, positions: torch.Tensor, dtype: torch.dtype, bound: int) -> torch.Tensor:
+        """positions [B, T] -> [2, B, T, D] (cos, signed sin) in `dtype` on the positions' device. bound: a host
+        bound on the positions (> every one: the cache's length), so the table's size needs no read of the device."""
+        device = positions.device
+        stale = self.table is None or self.table.dtype != dtype or self.table.device != device
+        if stale or self.table.shape[1] < bound:
+            size = max(bound, 2 * (0 if self.table is None else self.table.shape[1]), 256)
+            index = torch.arange(size, device=device)[None]
+            cos, sin = self.rotary(torch.empty(0, device=device, dtype=dtype), index)
             half = cos.shape[-1] // 2
-            sign = torch.cat([-torch.ones(half), torch.ones(half)]).to(like.device, sin.dtype)
-            self.table = torch.stack([cos[0], sin[0] * sign]).to(like.dtype)
+            sign = torch.cat([-torch.ones(half), torch.ones(half)]).to(device, sin.dtype)
+            self.table = torch.stack([cos[0], sin[0] * sign]).to(dtype)
         return self.table[:, positions]
 
 
@@ -157,12 +180,12 @@ def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return weight * F.rms_norm(x.float(), (x.shape[-1],), eps=eps).to(x.dtype)
 
 
-def step(layer: LeanLayer, hidden: torch.Tensor, rope: torch.Tensor, kv, mask: torch.Tensor | None,
-         embeds: torch.Tensor | None = None) -> torch.Tensor:
-    """hidden [B, T, H], rope [2, B, T, D] (RopeTable.take), kv: a transformers cache layer (`update(k, v)` stores
-    this step's keys/values [B, kvh, T, D] and returns every key/value to attend), mask additive
-    [B or 1, 1, T, S], or None: causal over T new tokens and nothing before them; embeds [B, T, H]: the token
-    embeddings an EAGLE-3 layer (norm_embed) reads beside hidden -> hidden [B, T, H]."""
+def step(layer: LeanLayer, hidden: torch.Tensor, rope: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+         slots: Slots, mask: torch.Tensor | None, embeds: torch.Tensor | None = None) -> torch.Tensor:
+    """hidden [B, T, H], rope [2, B, T, D] (RopeTable.take), k, v: the layer's cache views [B, kvh, max_len, D],
+    written at `slots` (kv_cache.write), mask additive [B or 1, 1, T, S] over the S keys the slots attend, or None:
+    causal over T new tokens and nothing before them; embeds [B, T, H]: the token embeddings an EAGLE-3 layer
+    (norm_embed) reads beside hidden -> hidden [B, T, H]."""
     b, t, _ = hidden.shape
     nh, kvh, d = layer.heads, layer.kv_heads, layer.head_dim
     x = hidden if layer.norm_in is None else _rms(hidden, layer.norm_in, layer.eps)
@@ -174,7 +197,7 @@ def step(layer: LeanLayer, hidden: torch.Tensor, rope: torch.Tensor, kv, mask: t
         qk = torch.cat([_rms(qk[:, :, :nh], layer.q_norm, layer.qk_eps), _rms(qk[:, :, nh:], layer.k_norm, layer.qk_eps)], 2)
     cos, sin = rope[0][:, :, None], rope[1][:, :, None]
     qk = (qk * cos + qk.unflatten(-1, (2, d // 2)).flip(-2).flatten(-2) * sin).transpose(1, 2)  # [B, nh+kvh, T, D]
-    keys, values = kv.update(qk[:, nh:], qkv[:, :, nh + kvh :].transpose(1, 2))
+    keys, values = write(k, v, qk[:, nh:], qkv[:, :, nh + kvh :].transpose(1, 2), slots)
     # Grouped-query attention as transformers' SDPA path takes it: without a mask, SDPA's own grouped-query support
     # (causal over several new tokens: an empty cache's prefill); one masked query's nh / kvh heads attend as their
     # key/value head's queries; several masked queries attend to keys and values repeated per head, except on a
@@ -194,16 +217,15 @@ def step(layer: LeanLayer, hidden: torch.Tensor, rope: torch.Tensor, kv, mask: t
     return hidden + layer.down(F.silu(gate) * up)
 
 
-def run(layers: list[LeanLayer], rope: RopeTable, hidden: torch.Tensor, positions: torch.Tensor, kv_layers,
+def run(layers, hidden: torch.Tensor, rope: torch.Tensor, k: list[torch.Tensor], v: list[torch.Tensor], slots: Slots,
         mask: torch.Tensor | None, taps: tuple[int, ...] = (), embeds: torch.Tensor | None = None
         ) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
-    """A decoder stack's lean steps: hidden [B, T, H] at positions [B, T] through every layer, layer i writing and
-    reading kv_layers[i] (mask and embeds as in `step`) -> (hidden [B, T, H], {i: the hidden after layer i} for i
-    in taps)."""
-    store = getattr(kv_layers[0], "store", None) if kv_layers else None  # a KVCache's layer: positions < max_len
-    table, tapped = rope.take(positions, hidden, None if store is None else store.max_len), {}
-    for index, (layer, kv) in enumerate(zip(layers, kv_layers)):
-        hidden = step(layer, hidden, table, kv, mask, embeds)
+    """A decoder stack's lean steps: hidden [B, T, H] through every layer, layer i writing and reading cache views
+    k[i], v[i] at `slots` (rope, mask and embeds as in `step`) -> (hidden [B, T, H], {i: the hidden after layer i}
+    for i in taps)."""
+    tapped = {}
+    for index, layer in enumerate(layers):
+        hidden = step(layer, hidden, rope, k[index], v[index], slots, mask, embeds)
         if index in taps:
             tapped[index] = hidden
     return hidden, tapped

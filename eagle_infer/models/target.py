@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
+from torch import nn
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 from transformers.utils import logging as hf_logging
 
@@ -23,14 +24,13 @@ from .compiled import CompiledForward, mark_dynamic_step, static_length
 from .config_limits import check_model_config, not_plain_tensors
 from ..errors import EagleError
 from .hub import unreachable_reason
-from .kv_cache import KVCache
-from .lean_layer import RopeTable, fused_bytes, lean_layer
+from .kv_cache import KVCache, Slots
+from .lean_layer import LeanLayer, RopeTable, fused_bytes, lean_layer
 from .lean_layer import run as lean_run
 from .packed import linear_bytes, pack_linears, resolve_pack
 from ..platform import available_memory, cache_root, resolve_device, resolve_dtype, writable_cache
 from .registry import MODELS, is_hub_id, lookup
 from .synthetic import is_synthetic, synthetic_parts, synthetic_refusal
-from ..trees.tree import causal_mask
 
 log = logging.getLogger(__name__)
 
@@ -135,44 +135,38 @@ def resolve_source(model: str) -> tuple[str, str, str]:
     )
 
 
-def decode(model, input_ids, positions, mask, past, feature_layers: tuple[int, ...], last_only: bool,
-           lean: "LeanDecoder | None" = None):
-    """The decoder stack of a transformers causal LM `model` over a transformers Cache `past` (arguments as in
-    Target.forward): (logits [B, T or 1, V] float32, features). With `lean` its layers run as lean steps
-    (eagle_infer.models.lean_layer: the same function in fewer ops); without, as transformers' modules (what the compiled
-    forward compiles, its fusion being inductor's)."""
-    inner = model.model
-    hidden = inner.embed_tokens(input_ids)
-    if lean is not None:
-        hidden, taps = lean_run(lean.layers, lean.rope, hidden, positions, past.layers, mask, feature_layers)
-    else:
-        rotary, taps = inner.rotary_emb(hidden, position_ids=positions), {}
-        for index, layer in enumerate(inner.layers[: model.config.num_hidden_layers]):
-            hidden = layer(hidden, attention_mask=mask, position_ids=positions, past_key_values=past, use_cache=True,
-                           position_embeddings=rotary)
-            if index in feature_layers:
-                taps[index] = hidden
-    last = inner.norm(hidden)
+def decode(decoder: "Decoder", input_ids: torch.Tensor, rope: torch.Tensor, mask: torch.Tensor | None,
+           k: list[torch.Tensor], v: list[torch.Tensor], slots: Slots, feature_layers: tuple[int, ...],
+           last_only: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """The target's forward, eager and compiled alike (arguments as in Target.forward; rope, k, v, slots as in
+    lean_layer.run): (logits [B, T or 1, V] float32, features)."""
+    hidden = decoder.embed(input_ids)
+    hidden, taps = lean_run(decoder.layers, hidden, rope, k, v, slots, mask, feature_layers)
+    last = decoder.norm(hidden)
     head_in = last[:, -1:] if last_only else last
     # Flattened to 2-D: a [1, 1, H] input after a multi-token forward sends the LM head through a batched matmul
     # that first copies the whole weight (seen: +0.5 s per prefill on a CPU).
-    logits = model.get_output_embeddings()(head_in.reshape(-1, head_in.shape[-1])).view(*head_in.shape[:-1], -1).float()
+    logits = decoder.lm_head(head_in.reshape(-1, head_in.shape[-1])).view(*head_in.shape[:-1], -1).float()
     return logits, torch.cat([taps[i] for i in feature_layers], -1) if feature_layers else last
 
 
-@dataclass
-class LeanDecoder:
-    """A target's decoder layers as lean steps (eagle_infer.models.lean_layer) and its rotary table."""
+class Decoder(nn.Module):
+    """A target's decoder stack for inference: its embedding, its layers as lean steps (eagle_infer.models.lean_layer),
+    its final norm and LM head (the model's own modules), and its rotary table (read before a forward, outside it)."""
 
-    layers: list
-    rope: RopeTable
+    def __init__(self, embed: nn.Module, layers: list[LeanLayer], norm: nn.Module, lm_head: nn.Module,
+                 rope: RopeTable):
+        super().__init__()
+        self.embed, self.layers, self.norm, self.lm_head = embed, nn.ModuleList(layers), norm, lm_head
+        self.rope = rope
 
     @classmethod
-    def of(cls, model, packed: bool) -> "LeanDecoder | None":
-        """None when a layer is not of the plain Llama form (the forward then runs transformers' layers). Unpacked
+    def of(cls, model, packed: bool) -> "Decoder":
+        """A transformers causal LM's decoder (a layer of another form is a one-line error, lean_layer). Unpacked
         weights are shared with the model's own layers; packed ones get a fused packed copy (fused_bytes)."""
-        layers = [lean_layer(x, model.config, packed, share=True) for x in model.model.layers]
-        return None if None in layers else cls(layers, RopeTable(model.model.rotary_emb))
+        inner = model.model
+        layers = [lean_layer(x, model.config, packed, share=True) for x in inner.layers[: model.config.num_hidden_layers]]
+        return cls(inner.embed_tokens, layers, inner.norm, model.get_output_embeddings(), RopeTable(inner.rotary_emb))
 
 
 @dataclass
@@ -188,9 +182,9 @@ class Target:
     # linear weights run packed for oneDNN (eagle_infer.models.packed, or inductor's freezing when compiled); a loaded
     # head is packed alike
     packed: bool = False
-    compiled_forward: CompiledForward | None = None  # the decode forward compiled (compile_target), over static caches
-    # the lean steps eager forwards run (with_lean_decoder builds them); None: transformers' layers
-    lean: LeanDecoder | None = field(default=None, repr=False)
+    compiled_forward: CompiledForward | None = None  # `decode` compiled (compile_target), over static caches
+    # what every forward runs; None until with_decoder, the build step load_target takes, builds it
+    decoder: Decoder | None = field(default=None, repr=False)
 
     @property
     def config(self):
@@ -244,16 +238,17 @@ class Target:
         Returns logits [B, T or 1, V] (float32) and features: [B, T, H] post-norm last hidden states, or with
         feature_layers the outputs of those decoder layers concatenated, [B, T, len(feature_layers) * H].
         """
+        if self.decoder is None:
+            raise EagleError(f"target {self.name!r} has no decoder built: build it with with_decoder (load_target does)")
         t = input_ids.shape[1]
         check_feature_layers(feature_layers, self.config.num_hidden_layers)
-        if cache.static:
-            mask = cache.static_mask(mask, t, self.dtype)
-        elif mask is None and t > 1 and max(cache.lengths) > 0:  # (else SDPA's own causal mask is right)
-            mask = causal_mask(cache.lengths, t, self.dtype, self.device)
+        mask, slots = cache.attention_mask(mask, t, self.dtype), cache.slots(t)
+        rope = self.decoder.rope.take(positions, self.dtype, cache.max_len)
+        args = (input_ids, rope, mask, cache.k, cache.v, slots, tuple(feature_layers), last_only)
         if self.compiled_forward is not None and cache.static:
-            mark_dynamic_step(mask, input_ids, positions)
-            return self.compiled_forward(input_ids, positions, mask, cache.hf, tuple(feature_layers), last_only)
-        return decode(self.model, input_ids, positions, mask, cache.hf, tuple(feature_layers), last_only, self.lean)
+            mark_dynamic_step(mask, rope, input_ids)
+            return self.compiled_forward(*args)
+        return decode(self.decoder, *args)
 
     @torch.inference_mode()
     def features(
@@ -317,17 +312,22 @@ def load_target(model: str, dtype: str = "auto", device: str = "auto", pack: str
         packed = False
     if packed and not compile:
         pack_linears(hf_model)
-    target = with_lean_decoder(Target(name, hf_model, tokenizer, template, torch_dtype, torch_device, packed))
+    target = Target(name, hf_model, tokenizer, template, torch_dtype, torch_device, packed)
+    # compiled: unpacked steps, which inductor's freezing packs itself
+    target = with_decoder(target, packed=packed and not compile)
     return compile_target(target) if compile else target
 
 
-def with_lean_decoder(target: Target) -> Target:
-    """`target` whose eager forwards run lean steps where its layers allow (LeanDecoder.of: unpacked weights
-    shared with the model's own layers, packed ones as fused packed copies; None, transformers' layers, for a layer
-    of another form): the build step load_target takes, explicit so that constructing a Target does no work."""
-    return replace(target, lean=LeanDecoder.of(target.model, target.packed))
+def with_decoder(target: Target, packed: bool | None = None) -> Target:
+    """`target` with its Decoder built (Decoder.of: unpacked weights shared with the model's own layers, packed ones
+    as fused packed copies; packed: default the target's): the build step load_target takes, explicit so that
+    constructing a Target does no work."""
+    return replace(target, decoder=Decoder.of(target.model, target.packed if packed is None else packed))
 
 
 def compile_target(target: Target) -> Target:
-    """The same target decoding through a compiled forward (eagle_infer.models.compiled) over static caches."""
-    return replace(target, compiled_forward=CompiledForward(target.model, decode, target.device, "the target's forward"))
+    """The same target decoding through `decode` compiled (eagle_infer.models.compiled) over static caches."""
+    if target.decoder is None:
+        raise EagleError(f"target {target.name!r} has no decoder to compile: build it with with_decoder first")
+    return replace(target, compiled_forward=CompiledForward(target.decoder, decode, target.device,
+                                                            "the target's forward"))
