@@ -1,5 +1,5 @@
 """The machine the toolkit runs on: CPU model and flags, native dtype, device, free memory, cache root, the key
-that makes timings comparable, and the timing helper. A leaf: it imports nothing of the package but its error type.
+that makes timings comparable, the timing helper, and which operators read the device from the host. A leaf: it imports nothing of the package but its error type.
 
 `/proc/cpuinfo` is read here and nowhere else (the engine, the cost model and scripts/bench_engine.py ask `cpu()`).
 """
@@ -143,6 +143,13 @@ def machine_key(device: torch.device) -> dict:
         where = {"cpu": info.model, "flags_sha1": hashlib.sha1(flags.encode()).hexdigest()[:12],
                  "threads": torch.get_num_threads()}
     return {**where, "torch": torch.__version__.split("+")[0]}
+
+
+# Dispatched operators whose result the host reads, so a GPU would be waited for (besides Tensor.tolist, which
+# dispatches nothing of its own): what scripts/profile_decode.py counts as host syncs and the tests forbid inside a
+# cycle's device steps.
+HOST_READ_OPS = ("aten.item.", "aten._local_scalar_dense.", "aten.is_nonzero.", "aten.equal.", "aten.nonzero.",
+                 "aten.masked_select.", "aten.unique", "aten.allclose.")
 
 
 def sync(device: torch.device) -> None:

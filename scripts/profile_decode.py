@@ -152,15 +152,14 @@ CYCLE_PROMPTS = [  # user turns; some repeat text, so prompt lookup finds copies
     "What is the capital of France? Answer and explain briefly.",
     "List the first ten even numbers, separated by commas.",
 ]
-# Dispatched operators whose result the host reads (a GPU would be waited for): besides them, Tensor.tolist.
-SYNC_OPS = ("aten.item.", "aten._local_scalar_dense.", "aten.is_nonzero.", "aten.equal.", "aten.nonzero.",
-            "aten.masked_select.", "aten.unique", "aten.allclose.")
 
 
 def count_case(case: dict) -> dict:
-    """One --cycles case in this process (its eagle_infer is PROFILE_REPO's): {cycles, ops per region, syncs}."""
+    """One --cycles case in this process (its eagle_infer is PROFILE_REPO's): {cycles, ops per region, syncs}. The
+    operators counted as host syncs come with the case, from the checkout that runs the comparison."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
+    host_reads = tuple(case["host_reads"])
     cycle_mod = checkout_module("cycle")
     build_head, CostModel = checkout_module("build").build_head, checkout_module("cost").CostModel
     HeadRunner, BatchRun = checkout_module("head_runner").HeadRunner, checkout_module("scheduler").BatchRun
@@ -175,7 +174,7 @@ def count_case(case: dict) -> dict:
             self.ops[self.region] += 1
             if self.region == "elsewhere":
                 self.names[str(func)] += 1
-            if self.region != "prefill" and str(func).startswith(SYNC_OPS):
+            if self.region != "prefill" and str(func).startswith(host_reads):
                 self.syncs += 1
             return func(*args, **(kwargs or {}))
 
@@ -236,6 +235,8 @@ def count_case(case: dict) -> dict:
 
 def compare_cycles(args) -> None:
     """--cycles: every case in a subprocess per checkout (this one, and --baseline), one table."""
+    from eagle_infer.platform import HOST_READ_OPS  # this checkout's (a baseline's may predate it)
+
     sides = {"this": Path(__file__).resolve().parent.parent}
     if args.baseline:
         root = Path(args.baseline) / "eagle_infer"
@@ -252,6 +253,7 @@ def compare_cycles(args) -> None:
             for batch in (1, 8):
                 for side, repo in sides.items():
                     case = {"model": args.model, "lookup": lookup, "budget": budget, "batch": batch,
+                            "host_reads": list(HOST_READ_OPS),
                             "new_tokens": args.new_tokens}
                     env = dict(os.environ, PROFILE_REPO=str(repo), PYTHONPATH=str(repo))
                     out = subprocess.run([sys.executable, __file__, "--threads", str(args.threads), "--worker",

@@ -328,11 +328,11 @@ def test_a_cycle_reads_the_device_once(method, budget, monkeypatch):
     from torch.utils._python_dispatch import TorchDispatchMode
 
     from eagle_infer.decoding import cycle
-    from tests.test_compiled import HOST_READS
+    from eagle_infer.platform import HOST_READ_OPS
 
     class Reads(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            counted[0] += str(func).startswith(HOST_READS)
+            counted[0] += str(func).startswith(HOST_READ_OPS)
             return func(*args, **(kwargs or {}))
 
     counted, cycles, tolist = [0], [0], torch.Tensor.tolist

@@ -103,6 +103,7 @@ class HeadRunner:
             mark_dynamic_step(mask, rope, features, tokens)
             return self.compiled(*args)
         return head_step(self.step, *args)
+
     def draft_logits(self, predicted: torch.Tensor) -> torch.Tensor:
         """Predicted features [..., H] -> float32 logits [..., Vd] over the draft vocabulary."""
         if self.module.norm is not None:
@@ -114,7 +115,6 @@ class HeadRunner:
             logits = torch.nn.functional.linear(predicted, weight if weight.dtype == predicted.dtype else
                                                 weight.to(predicted.dtype))
         return logits if logits.dtype == torch.float32 else logits.float()  # (a no-op .float() still dispatches)
-
 
     def logits(self, predicted: torch.Tensor) -> torch.Tensor:
         """Predicted features [..., H] -> float32 logits [..., V]; -inf outside the draft vocabulary."""
