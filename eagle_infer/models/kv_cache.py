@@ -1,8 +1,8 @@
 """Preallocated KV cache shared by the target and the draft head, with one committed length per batch row.
 
-Keys and values live in two tensors [layers, batch, kv_heads, max_len, head_dim], read as two lists `k`, `v` of
-per-layer views [batch, kv_heads, max_len, head_dim] (a compiled forward writes each in place; compacting every
-layer at once is one index op over the whole tensor). Row b holds committed tokens at positions [0, lengths[b]). A
+Keys and values live in one tensor [2, layers, batch, kv_heads, max_len, head_dim] (keys, then values), read as two
+lists `k`, `v` of per-layer views [batch, kv_heads, max_len, head_dim] (a compiled forward writes each in place;
+compacting every layer's keys and values at once is one index op over the whole tensor). Row b holds committed tokens at positions [0, lengths[b]). A
 forward of T new tokens writes row b's at [lengths[b], lengths[b] + T) and every layer's attention sees keys
 [0, span(T)) with span(T) = max(lengths) + T: the caller's mask hides, in each row, the slots past that row's own
 new tokens. A `static` cache (the compiled forward's, eagle_infer/models/compiled.py) instead always attends over all
@@ -60,15 +60,15 @@ class KVCache:
 
     def __init__(self, layers: int, batch: int, kv_heads: int, head_dim: int, max_len: int, dtype, device,
                  static: bool = False):
-        shape = (layers, batch, kv_heads, max_len, head_dim)
-        new = lambda: torch.zeros(shape, dtype=dtype, device=device)  # noqa: E731
-        self._attach(new(), new(), max_len, [0] * batch, static)
+        store = torch.zeros((2, layers, batch, kv_heads, max_len, head_dim), dtype=dtype, device=device)
+        self._attach(store, max_len, [0] * batch, static)
 
-    def _attach(self, keys: torch.Tensor, values: torch.Tensor, max_len: int, lengths: list[int],
-                static: bool) -> None:
-        """keys, values: [layers, batch, kv_heads, max_len, head_dim] (views of a larger cache's storage for `row`)."""
-        self.keys, self.values, self.max_len, self.lengths, self.static = keys, values, max_len, lengths, static
+    def _attach(self, store: torch.Tensor, max_len: int, lengths: list[int], static: bool) -> None:
+        """store: [2, layers, batch, kv_heads, max_len, head_dim], keys then values (a view of a larger cache's
+        storage for `row`)."""
+        self.store, self.max_len, self.lengths, self.static = store, max_len, lengths, static
         # one view per layer by plain indexing (unbind's views could not be written in place under grad mode)
+        keys, values = store
         self.k, self.v = [keys[i] for i in range(keys.shape[0])], [values[i] for i in range(values.shape[0])]
         k, v = self.k, self.v
         self._device_lengths: tuple[tuple[int, ...], torch.Tensor] | None = None
@@ -136,7 +136,7 @@ class KVCache:
         """LongTensor [B]: `lengths` on the cache's device (copied there only when no operation kept it current)."""
         key = tuple(self.lengths)
         if self._device_lengths is None or self._device_lengths[0] != key:
-            self._device_lengths = (key, torch.tensor(self.lengths, dtype=torch.long, device=self.keys.device))
+            self._device_lengths = (key, torch.tensor(self.lengths, dtype=torch.long, device=self.store.device))
         return self._device_lengths[1]
 
     def _set_lengths(self, lengths: list[int], on_device: torch.Tensor | None) -> None:
@@ -163,32 +163,30 @@ class KVCache:
     def keep_paths(self, kept: torch.Tensor, counts: list[int], on_device: torch.Tensor) -> None:
         """Keep, in every row b, the written positions start_b + kept[b, :counts[b]] (offsets ascending from 0,
         kept[b, i] >= i) at start_b, start_b + 1, ... and commit them, start_b being the row's committed length;
-        on_device: counts as a LongTensor [B]. One gather and one write over all layers' keys and values, every
+        on_device: counts as a LongTensor [B]. One gather and one write over every layer's keys and values, every
         row at once (slots past a row's count receive what kept[b] names there: they lie past the new length, so
         nothing reads them before a forward writes them again)."""
         starts = self.device_lengths()
         dst = starts[:, None] + torch.arange(kept.shape[1], device=kept.device)
         src = starts[:, None] + kept
         rows = torch.arange(kept.shape[0], device=kept.device)[:, None]
-        for store in (self.keys, self.values):
-            store[:, rows, :, dst] = store[:, rows, :, src]
+        self.store[:, :, rows, :, dst] = self.store[:, :, rows, :, src]
         self._set_lengths([s + c for s, c in zip(self.lengths, counts)], starts + on_device)
 
     def select_rows(self, rows: list[int]) -> None:
         """Keep only these rows, in this order (finished requests stop costing attention and memory)."""
-        index = torch.tensor(rows, dtype=torch.long, device=self.keys.device)
-        self._attach(self.keys.index_select(1, index), self.values.index_select(1, index), self.max_len,
-                     [self.lengths[r] for r in rows], self.static)
+        index = torch.tensor(rows, dtype=torch.long, device=self.store.device)
+        self._attach(self.store.index_select(2, index), self.max_len, [self.lengths[r] for r in rows], self.static)
 
     def row(self, b: int) -> "KVCache":
         """A one-row cache over row b's storage (writes land in this cache); its length starts at lengths[b] and
         is not shared: after writing through the view, set `self.lengths[b]`."""
         view = KVCache.__new__(KVCache)
-        view._attach(self.keys[:, b : b + 1], self.values[:, b : b + 1], self.max_len, [self.lengths[b]], self.static)
+        view._attach(self.store[:, :, b : b + 1], self.max_len, [self.lengths[b]], self.static)
         return view
 
     def copy(self) -> "KVCache":
         """An independent cache holding the same keys, values and lengths."""
         twin = KVCache.__new__(KVCache)
-        twin._attach(self.keys.clone(), self.values.clone(), self.max_len, list(self.lengths), self.static)
+        twin._attach(self.store.clone(), self.max_len, list(self.lengths), self.static)
         return twin
