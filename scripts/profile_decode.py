@@ -203,9 +203,9 @@ def count_case(case: dict) -> dict:
     torch.Tensor.tolist = counted_tolist
     draft_cycle = cycle_mod.draft_cycle
 
-    def counted_cycle(run):
+    def counted_cycle(*args):
         counter.cycles += 1
-        return draft_cycle(run)
+        return draft_cycle(*args)
     cycle_mod.draft_cycle = counted_cycle
 
     target = load_target(case["model"], dtype="float32")

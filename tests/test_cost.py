@@ -338,12 +338,12 @@ def test_a_cycle_reads_the_device_once(method, budget, monkeypatch):
     counted, cycles, tolist = [0], [0], torch.Tensor.tolist
 
     def counting(step, is_cycle):
-        def run(r):
+        def run(*args):
             cycles[0] += is_cycle
             monkeypatch.setattr(torch.Tensor, "tolist", lambda t: (counted.__setitem__(0, counted[0] + 1), tolist(t))[1])
             try:
                 with Reads():
-                    return step(r)
+                    return step(*args)
             finally:
                 monkeypatch.setattr(torch.Tensor, "tolist", tolist)
         return run

@@ -12,25 +12,46 @@ cycle, cost.Plan, travels in that copy), a cycle reads the device once and draft
 it); an auto budget deciding as it drafts (a CPU's default) also reads its choice before each level and at the end.
 A vanilla cycle is one target forward of the roots and one token each. `run` is the scheduler's BatchRun: its
 rows' roots, the head's features and the pending head inputs are [B, ...] tensors on the device, kept row for row
-with the caches.
+with the caches. What the engine decides for the batch size (the config cut to its tree budget, the drafter, the
+auto budget) arrives as a `CyclePolicy`; a cycle returns each row's new tokens, which the scheduler emits.
 """
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
 from ..config import InferConf
-from ..trees.drafters import DraftInput, as_batch, next_plan
+from ..trees.drafters import DraftInput, Drafter, as_batch, next_plan
 from ..trees.drafting import DraftRoot, TreeFeeder
 from ..errors import EagleError
 from ..platform import sync
-from .cost import Plan
+from .cost import Budget, Plan
 from .records import CycleStats
 from ..trees.tree import TreeBatch, additive_mask, causal_mask, padded_width
 from .verify import BatchAcceptance, sample_device, verify_greedy, verify_sampled
 from .verify_batch import Commit, HostRow, commit_paths, to_host, verification_input
+
+if TYPE_CHECKING:  # type-only: the scheduler runs these cycles
+    from .scheduler import BatchRun
+
+
+@dataclass(frozen=True)
+class CyclePolicy:
+    """What the engine decided for cycles of a batch size (Engine.policy_at): the config with its tree cut to the
+    batch's budget, the drafter, the auto budget's chooser (None: a fixed tree), whether trees are padded to bucket
+    widths and whether the auto budget plans ahead, the tree budget a drafter's trees may not exceed, and the
+    uniforms a sampled verification draws per row (the largest tree + 1, whatever the batch size)."""
+
+    config: InferConf
+    drafter: Drafter
+    budget: Budget | None
+    pad_trees: bool
+    plan_ahead: bool
+    tree_budget: int
+    draws: int
 
 
 @dataclass
@@ -54,7 +75,7 @@ class Pending:
         self.on_device[b] = 0
 
 
-def target_mask(run, lengths: list[int], allowed: torch.Tensor, causal: bool) -> torch.Tensor | None:
+def target_mask(run: BatchRun, lengths: list[int], allowed: torch.Tensor, causal: bool) -> torch.Tensor | None:
     """The target's additive mask over `allowed` (bool [T, S] or [B, T, S], see tree.additive_mask), or None when
     the new tokens attend plainly causally (`causal`) and every row is equally long: transformers then builds the
     causal mask itself, its own fastest path (scripts/bench_engine.py times bare forwards that way)."""
@@ -63,8 +84,8 @@ def target_mask(run, lengths: list[int], allowed: torch.Tensor, causal: bool) ->
     return additive_mask(allowed, lengths, run.target.dtype, run.target.device, run.cache.device_lengths())
 
 
-def vanilla_cycle(run) -> None:
-    """One token per row from one target forward of the roots."""
+def vanilla_cycle(run: BatchRun) -> list[list[int]]:
+    """One token per row from one target forward of the roots -> each row's new tokens."""
     target, rows = run.target, list(run.rows)
     t0 = time.perf_counter()
     lengths = list(run.cache.lengths)
@@ -75,11 +96,11 @@ def vanilla_cycle(run) -> None:
     run.roots = sample_device(logits[:, -1], run.call.sampling, [r.generator for r in rows])
     tokens = run.roots.tolist()  # the cycle's one host read
     verify_s = time.perf_counter() - t0
-    for b, (request, token) in enumerate(zip(rows, tokens)):
+    for request, token in zip(rows, tokens):
         request.cycles.append(CycleStats(tree_size=0, tree_depth=0, accepted=0, draft_s=0.0, verify_s=verify_s,
                                          batch=len(rows)))
         request.root = token
-        run.emit(b, request, [token])
+    return [[token] for token in tokens]
 
 
 @dataclass
@@ -113,34 +134,34 @@ class Verdict:
     plan: list[int] | None = None
 
 
-def draft_cycle(run) -> None:
+def draft_cycle(run: BatchRun, policy: CyclePolicy) -> list[list[int]]:
+    """propose -> verify -> commit -> record, for every row at once -> each row's new tokens."""
     rows = list(run.rows)
-    proposal = propose(run, rows)
-    verdict = verify(run, rows, proposal)
+    proposal = propose(run, rows, policy)
+    verdict = verify(run, rows, proposal, policy)
     verify_s = commit(run, verdict)
-    record(run, rows, proposal, verdict, verify_s)
+    return record(run, rows, proposal, verdict, verify_s)
 
 
-def propose(run, rows) -> Proposal:
+def propose(run: BatchRun, rows, policy: CyclePolicy) -> Proposal:
     """Every row's tree from the drafter, within the tree budget at this batch size."""
     t0 = time.perf_counter()
-    engine, device, batch = run.engine, run.target.device, len(rows)
-    lengths, config = list(run.cache.lengths), engine.config_at(batch)
+    device, batch = run.target.device, len(rows)
+    lengths, config, budget = list(run.cache.lengths), policy.config, policy.budget
     features = run.features if run.head else torch.zeros(batch, 0, device=device)
     root = DraftRoot(features, [r.root for r in rows], lengths, [r.index for r in rows], run.roots,
                      run.cache.device_lengths())
     feeder = TreeFeeder(run.head, run.head_cache, root)
-    budget = engine.budget_at(batch, config.tree_size()) if config.budget == "auto" else None
     plan = None
-    if budget is not None and engine.plan_ahead:
+    if budget is not None and policy.plan_ahead:
         caps = (config.depth if run.head else 0, budget.max_nodes)
         plan = Plan(*caps) if run.plan is None else run.plan.bounded(*caps)  # the first cycle: the caps
     contexts = [run.context(r) for r in rows] if config.uses_lookup else []
     inp = DraftInput(feeder, contexts, [r.rates for r in rows], config, budget, plan)
-    drafted = engine.drafter.propose(inp)
+    drafted = policy.drafter.propose(inp)
     trees = as_batch(drafted, device)
     feeder.reset()
-    limit = engine.config.tree_budget(batch)
+    limit = policy.tree_budget
     if trees.batch != batch or trees.width > limit:
         raise EagleError(f"drafter returned {trees.batch} trees of up to {trees.width} nodes: expected one per batch "
                          f"row ({batch}) of at most the tree budget {limit}")
@@ -148,12 +169,12 @@ def propose(run, rows) -> Proposal:
     return Proposal(trees, feeder, lengths, config, time.perf_counter() - t0, plan, next_plan(drafted))
 
 
-def verify(run, rows, proposal: Proposal) -> Verdict:
+def verify(run: BatchRun, rows, proposal: Proposal, policy: CyclePolicy) -> Verdict:
     """One target forward over every row's [root, tree...] (padded to a bucket width when trees are padded), then
     acceptance, and the cycle's one copy to the host."""
     t0 = time.perf_counter()
     trees, lengths = proposal.trees, proposal.lengths
-    if run.engine.pad_trees:
+    if policy.pad_trees:
         trees = trees.padded(padded_width(trees.width, proposal.config.tree_size()))
     batch = verification_input(trees, run.roots, run.cache.device_lengths())
     causal = run.chains and trees.full  # no padding slots: a chain attends causally
@@ -165,13 +186,13 @@ def verify(run, rows, proposal: Proposal) -> Verdict:
         accepted = verify_greedy(trees.tokens, trees.parents, trees.sizes, batch.allowed, logits)
     else:  # the exact batched sampler (tests/test_engine_sampling.py enumerates its outcomes)
         accepted = verify_sampled(trees.tokens, trees.parents, trees.sizes, batch.allowed, logits, sampling,
-                                  [r.generator for r in rows], 1 + run.engine.config.tree_size())
+                                  [r.generator for r in rows], policy.draws)
     commit_ = commit_paths(batch.ids, trees, accepted.on_path, accepted.accepted, accepted.bonus)
     rows_, plan = to_host(trees, accepted, proposal.next_plan)
     return Verdict(accepted, commit_, rows_, features, t0, plan)
 
 
-def commit(run, verdict: Verdict) -> float:
+def commit(run: BatchRun, verdict: Verdict) -> float:
     """Keep every row's accepted path in the target's cache, queue the head's inputs for it and make the bonus
     tokens the next roots, all rows at once on the device. -> seconds since verification began."""
     device, c = run.target.device, verdict.commit
@@ -187,14 +208,15 @@ def commit(run, verdict: Verdict) -> float:
     return time.perf_counter() - verdict.started
 
 
-def record(run, rows, proposal: Proposal, verdict: Verdict, verify_s: float) -> None:
-    """A CycleStats per row (the head's time fed after the last verification counts in this cycle's draft time),
-    copy rates updated, then the accepted tokens and the bonus token emitted."""
+def record(run: BatchRun, rows, proposal: Proposal, verdict: Verdict, verify_s: float) -> list[list[int]]:
+    """A CycleStats per row (the head's time fed after the last verification counts in this cycle's draft time) and
+    copy rates updated -> each row's accepted tokens and its bonus token."""
     draft_s, head_forwards = run.carry_s + proposal.draft_s, run.carry_forwards + proposal.feeder.levels
     run.carry_s, run.carry_forwards = 0.0, 0
     if verdict.plan is not None and proposal.plan is not None:
         run.plan = proposal.plan.then(*verdict.plan)
-    for b, (request, row) in enumerate(zip(rows, verdict.rows)):
+    emitted = []
+    for request, row in zip(rows, verdict.rows):
         acc, on_path = row.acceptance, set(row.acceptance.path)
         request.cycles.append(CycleStats(
             tree_size=row.size, tree_depth=max(row.depths, default=0), accepted=len(acc.path), draft_s=draft_s,
@@ -204,10 +226,11 @@ def record(run, rows, proposal: Proposal, verdict: Verdict, verify_s: float) -> 
         if request.rates is not None:
             request.rates.update(acc.tested, on_path, row.copied, row.depths)
         request.root = acc.bonus
-        run.emit(b, request, [row.tokens[i] for i in acc.path] + [acc.bonus])
+        emitted.append([row.tokens[i] for i in acc.path] + [acc.bonus])
+    return emitted
 
 
-def feed_pending(run) -> None:
+def feed_pending(run: BatchRun) -> None:
     """One batched head forward over every row's newly committed (feature, token) pairs; rows admitted since the last
     cycle have none and ride along as masked padding."""
     pending, device = run.pending, run.target.device

@@ -33,6 +33,7 @@ from ..errors import EagleError
 from ..head.head_runner import HeadRunner, runner_for
 from ..models.kv_cache import KVCache
 from ..platform import available_memory, sync
+from .cycle import CyclePolicy
 from .records import BatchResult, GenerationResult
 from .scheduler import BatchRun, Call
 from ..trees.tree import DraftTree, TreeBatch
@@ -75,8 +76,7 @@ class Engine:
         self.pad_trees = config.pad_trees == "on" or (
             config.pad_trees == "auto" and target.compiled_forward is not None and target.device.type == "cuda")
         self.plan_ahead = config.plan_ahead == "on" or (config.plan_ahead == "auto" and target.device.type == "cuda")
-        self._budgets: dict[tuple[int, int], Budget] = {}  # per (batch, max nodes), built once from `cost`
-        self._configs: dict[int, InferConf] = {}  # per batch size (config.at_batch)
+        self._policies: dict[int, CyclePolicy] = {}  # per batch size (policy_at)
 
     def _check_room(self, prompt_len: int, max_new_tokens: int, which: str = "") -> int:
         """The cache length this request needs; a clear error when the context cannot hold it."""
@@ -163,14 +163,12 @@ class Engine:
         sync(self.target.device)
         return BatchResult(results=results, wall_s=time.perf_counter() - start, batch_size=size, cache_bytes=need)
 
-    def config_at(self, batch: int) -> InferConf:
-        """The config with its tree cut to the budget of `batch` rows (InferConf.at_batch), built once per size."""
-        if batch not in self._configs:
-            self._configs[batch] = self.config.at_batch(batch)
-        return self._configs[batch]
-
-    def budget_at(self, batch: int, max_nodes: int) -> Budget:
-        """The auto budget's per-cycle chooser for this batch size, built once from the cost model."""
-        if (batch, max_nodes) not in self._budgets:
-            self._budgets[batch, max_nodes] = Budget(self.cost, batch, max_nodes, self.pad_trees)
-        return self._budgets[batch, max_nodes]
+    def policy_at(self, batch: int) -> CyclePolicy:
+        """What a cycle of `batch` rows runs under, built once per size: the config with its tree cut to the
+        batch's budget (InferConf.at_batch) and, under an auto budget, its chooser from the cost model."""
+        if batch not in self._policies:
+            config = self.config.at_batch(batch)
+            budget = Budget(self.cost, batch, config.tree_size(), self.pad_trees) if config.budget == "auto" else None
+            self._policies[batch] = CyclePolicy(config, self.drafter, budget, self.pad_trees, self.plan_ahead,
+                                                self.config.tree_budget(batch), 1 + self.config.tree_size())
+        return self._policies[batch]

@@ -104,10 +104,13 @@ class BatchRun:
     def run(self) -> list[GenerationResult]:
         self.refill()
         while self.rows:
+            rows = list(self.rows)
             if self.engine.drafter is not None:
-                cycle.draft_cycle(self)
+                emitted = cycle.draft_cycle(self, self.engine.policy_at(len(rows)))
             else:
-                cycle.vanilla_cycle(self)
+                emitted = cycle.vanilla_cycle(self)
+            for b, (request, tokens) in enumerate(zip(rows, emitted)):
+                self.emit(b, request, tokens)
             self.refill()
             if self.head is not None:
                 cycle.feed_pending(self)
