@@ -134,11 +134,17 @@ def same_logits(a, b, k: int, prefix: int) -> bool:
     return torch.equal(*(t.forward(ids[:, prefix:], pos[:, prefix:], c)[0] for t, c in ((a, cache), (b, copy))))
 
 
-def _transformers_prefill(target, ids: torch.Tensor, prefix: int) -> DynamicCache:
-    """transformers' own forward of ids' first `prefix` tokens: the DynamicCache it fills."""
+@torch.inference_mode()
+def _prefilled(target, ids: torch.Tensor, prefix: int) -> tuple:
+    """The engine's prefill of ids' first `prefix` tokens: its KVCache (committed) and the same keys and values as a
+    transformers DynamicCache, so that a forward after it compares the two forwards alone."""
+    cache = target.new_cache(1, ids.shape[1])
+    target.forward(ids[:, :prefix], torch.arange(prefix, device=target.device)[None], cache)
+    cache.advance(prefix)
     past = DynamicCache()
-    target.model(input_ids=ids[:, :prefix], past_key_values=past, use_cache=True, logits_to_keep=1)
-    return past
+    for i, (k, v) in enumerate(zip(cache.k, cache.v)):
+        past.update(k[:, :, :prefix].clone(), v[:, :, :prefix].clone(), i)
+    return cache, past
 
 
 @torch.inference_mode()
@@ -146,7 +152,7 @@ def transformers_forward_ms(target, k: int, prefix: int, reps: int) -> float:
     """Median ms of transformers' own forward of k tokens over a `prefix`-token DynamicCache: the same weights as the
     engine's forward, through transformers' decoder layers."""
     ids = torch.randint(100, 1000, (1, prefix + k), device=target.device)
-    past = _transformers_prefill(target, ids, prefix)
+    _, past = _prefilled(target, ids, prefix)
 
     def step():
         target.model(input_ids=ids[:, prefix:], past_key_values=past, use_cache=True, logits_to_keep=1 if k == 1 else 0)
@@ -157,15 +163,11 @@ def transformers_forward_ms(target, k: int, prefix: int, reps: int) -> float:
 
 @torch.inference_mode()
 def same_as_transformers(target, k: int, prefix: int) -> bool:
-    """Whether the engine's forward of k tokens after a `prefix`-token prefill gives transformers' own logits, bit
-    for bit."""
+    """Whether the engine's forward of k tokens gives transformers' own logits bit for bit, both after the same
+    `prefix` cached keys and values (the engine's prefill)."""
     ids = torch.randint(100, 1000, (1, prefix + k), generator=torch.Generator().manual_seed(k)).to(target.device)
-    pos = torch.arange(prefix + k, device=target.device)[None]
-    cache = target.new_cache(1, prefix + k)
-    target.forward(ids[:, :prefix], pos[:, :prefix], cache)
-    cache.advance(prefix)
-    mine = target.forward(ids[:, prefix:], pos[:, prefix:], cache)[0]
-    past = _transformers_prefill(target, ids, prefix)
+    cache, past = _prefilled(target, ids, prefix)
+    mine = target.forward(ids[:, prefix:], torch.arange(prefix, prefix + k, device=target.device)[None], cache)[0]
     return torch.equal(mine, target.model(input_ids=ids[:, prefix:], past_key_values=past).logits.float())
 
 
