@@ -132,11 +132,9 @@ def context_over_position(d, values, refs) -> Measured:
     standard deviation, questions whose chains reached the depth at least `min_count` times), minus the spread
     between depths (the standard deviation of the depths' pooled n-α)."""
     [records] = values
-    cycles = [c for r in records for c in r["cycles"]]
-    depths = range(max((c["tree_depth"] for c in cycles), default=0))
-    pooled = [m for m in (alpha(cycles, n) for n in depths) if m is not None]
-    per_question = [[alpha(r["cycles"], n) for r in records if reached(r["cycles"], n) >= d.min_count]
-                    for n in depths]
+    depths = max((c["tree_depth"] for r in records for c in r["cycles"]), default=0)
+    pooled, per_question = rates_by_depth(records, depths, d.min_count)
+    pooled = [m for m in pooled if m is not None]
     spreads = [statistics.pstdev(qs) for qs in per_question if len(qs) > 1]
     within = sum(spreads) / len(spreads) if spreads else None
     between = statistics.pstdev(pooled) if len(pooled) > 1 else None
@@ -156,6 +154,14 @@ def calibrated(d, values, refs) -> Measured:
     return Measured("—" if bucket.rate is None else f"{bucket.rate:.1%} of {bucket.n} draft tokens",
                     bucket.rate if enough else None,
                     "" if enough else f"{bucket.n} draft tokens in the bucket, fewer than {d.min_count}")
+
+
+def rates_by_depth(records: list[dict], depths: int, min_count: int) -> tuple[list, list[list[float]]]:
+    """n-α at depths 0…depths−1: over every record's cycles pooled (None where no cycle reached it), and per question
+    whose cycles reached the depth at least `min_count` times."""
+    cycles = [c for r in records for c in r["cycles"]]
+    return ([alpha(cycles, n) for n in range(depths)],
+            [[alpha(r["cycles"], n) for r in records if reached(r["cycles"], n) >= min_count] for n in range(depths)])
 
 
 def reached(cycles: list[dict], n: int) -> int:

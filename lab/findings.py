@@ -1,6 +1,8 @@
 """Our figure for each published finding, read from the result files `make reproduce` writes (eval records,
 throughput points, ablation tables; `sections`) or from the checkout's committed ablation file alone
-(`committed_sections`), set against the paper's (lab.published) with a verdict (lab.verdict).
+(`committed_sections`), set against the paper's (lab.published) with a verdict (lab.verdict). Which findings, what
+they read and how each is judged is declared (lab.declared_findings); `Results.value` reads the figures a
+declaration names, lab.finding_rules judges them.
 
 A `Section` is one paper table or figure: its findings (claim, paper, ours, verdict, reason), a detail table, the
 plots it draws and the result files its figures come from. Nothing here runs a model.
@@ -21,7 +23,7 @@ from lab.ablate_head import load_spec
 from lab.ablation_file import ABLATION, ablation_path, plot_path
 from lab.declared_findings import Declared, Ref, declared, run_findings
 from lab.figure_text import f as _f, x as _x
-from lab.finding_rules import Finding, evaluate, reached as _reached
+from lab.finding_rules import Finding, evaluate, rates_by_depth, reached as _reached
 from lab.result_store import read
 from lab.reproduce_plan import ABLATION_SPEC, BY_NAME, STATIC_DEPTH, STATIC_NODES
 
@@ -257,12 +259,7 @@ def table7(res: Results, findings: list[Finding], plot_dir: Path) -> Section:
 
 
 def eagle2(res: Results, findings: list[Finding], plot_dir: Path) -> Section:
-    static = res.records("tasks", "eagle1", "alpaca")
-    cycles = [c for r in static for c in r["cycles"]]
-    positions = range(STATIC_DEPTH)
-    means = [alpha(cycles, n) for n in positions]
-    per_question = [[a for r in static if _reached(r["cycles"], n) >= MIN_CHAINS
-                     for a in [alpha(r["cycles"], n)]] for n in positions]
+    means, per_question = rates_by_depth(res.records("tasks", "eagle1", "alpaca"), STATIC_DEPTH, MIN_CHAINS)
     dynamic = res.records("tasks", "eagle2")
     base, rows = res.row("mt-bench-t0", "eagle2"), []
     variants = {"value, rerank": base, "confidence, rerank": res.row("expand-confidence", "eagle2"),
@@ -275,7 +272,7 @@ def eagle2(res: Results, findings: list[Finding], plot_dir: Path) -> Section:
     buckets10 = calibration(dynamic, bins=10)
     plots = [
         line_plot(plot_dir / "position.png", "depth in EAGLE's static tree (Alpaca)", "acceptance at the depth",
-                  [n + 1 for n in positions],
+                  [n + 1 for n in range(STATIC_DEPTH)],
                   {"all questions": means,
                    "lowest question": [min(qs) if qs else None for qs in per_question],
                    "highest question": [max(qs) if qs else None for qs in per_question]}),
