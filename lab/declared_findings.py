@@ -40,7 +40,8 @@ EFFECTS = {"gain": ("rows",), "difference": ("rows", "labels"), "keeps_rising": 
 # cycles, a cycle's draft + verify ms, its answer records; a throughput run's at a batch size.
 RUN_FIGURES = ("tau", "tok_s", "speedup_vs_vanilla", "cycle_ms", "records", r"alpha_\d+", r"reached_\d+")
 BATCH_FIGURES = ("speedup", "tok_s", "tau")
-REF = re.compile(r"(?P<run>\S+) (?P<method>\S+) (?P<figure>\S+)(?: on (?P<bench>\S+))?(?: at batch (?P<batch>\d+|largest))?")
+REF = re.compile(r"(?P<run>\S+) (?P<method>\S+) (?P<figure>\S+)"
+                 r"(?: on (?P<bench>\S+))?(?: at batch (?P<batch>\d+|largest))?")
 
 
 @dataclass(frozen=True)
@@ -140,7 +141,8 @@ def _run_finding(path: Path, finding: dict) -> Declared:
         because = (finding["because"]["text"], of)
     for source in finding["from"]:
         _known(path, claim, "from", source.split()[0], list(BY_NAME))
-    plain = {k: tuple(v) if isinstance(v, list) else v for k, v in finding.items() if k not in ("read", "from", "because")}
+    plain = {k: tuple(v) if isinstance(v, list) else v for k, v in finding.items()
+             if k not in ("read", "from", "because")}
     return Declared(**plain, figure=read[0].figure, read=read, sources=tuple(finding["from"]), because=because)
 
 
@@ -162,7 +164,8 @@ def _ref(path: Path, claim: str, text: str) -> Ref:
     figures = BATCH_FIGURES if batch is not None else RUN_FIGURES
     if not any(re.fullmatch(pattern, figure) for pattern in figures):
         raise EagleError(f"{path}: finding {claim!r} reads figure {figure!r}: expected one of {', '.join(figures)}")
-    return Ref(run, method, figure, bench or ALL, None if batch is None else batch if batch == "largest" else int(batch))
+    size = None if batch is None else batch if batch == "largest" else int(batch)
+    return Ref(run, method, figure, bench or ALL, size)
 
 
 def _check_keys(path: Path, finding: dict, needed: set[str], allowed: set[str]) -> None:

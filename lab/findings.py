@@ -95,8 +95,8 @@ class Results:
             kind, n = ref.figure.rsplit("_", 1)
             return (alpha if kind == "alpha" else _reached)(cycles, int(n))
         if ref.figure == "cycle_ms":
-            row = next((r for r in cycle_split(self.records(ref.run)) if (r.benchmark, r.method) == (ref.bench, ref.method)),
-                       None)
+            rows = cycle_split(self.records(ref.run))
+            row = next((r for r in rows if (r.benchmark, r.method) == (ref.bench, ref.method)), None)
             return None if row is None or row.draft_ms is None else row.draft_ms + row.verify_ms
         return _get(self.row(ref.run, ref.method, ref.bench), ref.figure)
 

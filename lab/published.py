@@ -115,7 +115,8 @@ PAPER_EFFECTS: dict[str, tuple[str, float | None]] = {
     **{f"EAGLE-2: accepted share at draft confidence {bucket.replace('_', ' ')}": (f"~{share:.0%}", share)
        for bucket, share in EAGLE2_CALIBRATION.items()},
     "EAGLE-2: dynamic over static tree": (
-        f"{EAGLE2_OVER_EAGLE1[0]:.0%}–{EAGLE2_OVER_EAGLE1[1]:.0%} faster (six tasks; EAGLE-2 at its own, larger budget)",
+        f"{EAGLE2_OVER_EAGLE1[0]:.0%}–{EAGLE2_OVER_EAGLE1[1]:.0%} faster (six tasks; EAGLE-2 at its own, larger "
+        "budget)",
         midpoint(EAGLE2_OVER_EAGLE1)),
     "EAGLE Figure 8: feature → feature+shifted_token": _gain(
         FIGURE8_SPEEDUP["feature"], FIGURE8_SPEEDUP["feature+shifted_token"],

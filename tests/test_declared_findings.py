@@ -28,7 +28,8 @@ GOOD = "{claim: c, section: table5, effect: gain, paper: stated, read: [%s], fro
 
 
 @pytest.mark.parametrize("read, source, message", [
-    ("mt-bench-t9 chain tau, mt-bench-t0 eagle1 tau", "mt-bench-t0", "has run 'mt-bench-t9': expected one of mt-bench-t0"),
+    ("mt-bench-t9 chain tau, mt-bench-t0 eagle1 tau", "mt-bench-t0",
+     "has run 'mt-bench-t9': expected one of mt-bench-t0"),
     ("mt-bench-t0 chain tau, tasks chain tau", "mt-bench-t0", "has method \\(of run tasks\\) 'chain'"),
     ("tasks eagle1 tau on mt_bench, tasks eagle2 tau", "tasks", "has benchmark \\(of run tasks\\) 'mt_bench'"),
     ("mt-bench-t0 chain speed, mt-bench-t0 eagle1 tau", "mt-bench-t0", "reads figure 'speed'"),
