@@ -16,11 +16,13 @@ A run finding reads `read`: figures of runs, each "<run> <method> <figure>[ on <
 (RUN_FIGURES); names the result files in `from`, each "<run> (what)…"; and may give `because`: {text, of}, a reason
 formatted with the figures `of` (each a figure, or [a, b] for b / a; {batch}: the last figure's batch) once all are
 measured; `bins`, `bucket`, `min_count`: the parameters of the measures that take them.
+The same file's `sections` say what each section's detail table and plots read (`section_runs`), so no run is named
+in code.
 """
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 
 from omegaconf import OmegaConf
@@ -42,6 +44,8 @@ RUN_FIGURES = ("tau", "tok_s", "speedup_vs_vanilla", "cycle_ms", "records", r"al
 BATCH_FIGURES = ("speedup", "tok_s", "tau")
 REF = re.compile(r"(?P<run>\S+) (?P<method>\S+) (?P<figure>\S+)"
                  r"(?: on (?P<bench>\S+))?(?: at batch (?P<batch>\d+|largest))?")
+RUN_METHOD = re.compile(r"(?P<run>\S+) (?P<method>\S+)(?: on (?P<bench>\S+))?")  # a section's role
+FORMS = {REF: "<run> <method> <figure>[ on <bench>][ at batch <n|largest>]", RUN_METHOD: "<run> <method>[ on <bench>]"}
 
 
 @dataclass(frozen=True)
@@ -106,7 +110,7 @@ def check_finding(path: Path, finding: dict, names: list[str]) -> Declared:
     _check_keys(path, finding, needed, needed | OPTIONAL | {"figure", "also"})
     _check_common(path, finding, SECTIONS)
     for key in ("figure", "also"):
-        _known(path, claim, key, finding.get(key, "tau"), FIGURES)
+        _known(path, f"finding {claim!r}", key, finding.get(key, "tau"), FIGURES)
     for key in EFFECTS[effect]:
         values = finding[key]
         if len(values) != 2 or (key != "labels" and any(v not in names for v in values)):
@@ -127,43 +131,61 @@ def run_findings(path: Path = RUN_FINDINGS) -> list[Declared]:
     return [_run_finding(path, f) for f in OmegaConf.to_container(OmegaConf.load(path))["findings"]]
 
 
+def section_runs(path: Path = RUN_FINDINGS) -> dict[str, dict]:
+    """conf/reproduce/findings.yaml's `sections`: what each section's detail table and plots read, by role: a Ref
+    (run, method, benchmark; no figure) or, one level down, such Refs by row label; checked against the plan."""
+    sections = OmegaConf.to_container(OmegaConf.load(path))["sections"]
+    if sorted(sections) != sorted(RUN_SECTIONS):
+        raise EagleError(f"{path}: sections {', '.join(sections)}: expected {', '.join(RUN_SECTIONS)}")
+
+    def role(name: str, value):
+        if isinstance(value, dict):
+            return {label: role(name, text) for label, text in value.items()}
+        return _ref(path, f"section {name!r}", value, RUN_METHOD)
+
+    return {name: {key: role(name, value) for key, value in roles.items()} for name, roles in sections.items()}
+
+
 def _run_finding(path: Path, finding: dict) -> Declared:
-    claim, effect = finding.get("claim", "?"), finding.get("effect")
-    _known(path, claim, "effect", effect, list(MEASURES))
+    what = f"finding {finding.get('claim', '?')!r}"
+    _known(path, what, "effect", finding.get("effect"), list(MEASURES))
     _check_keys(path, finding, COMMON | {"read", "from"},
                 COMMON | OPTIONAL | {"read", "from", "because", "bins", "bucket", "min_count"})
     _check_common(path, finding, RUN_SECTIONS)
-    read = tuple(_ref(path, claim, text) for text in finding["read"])
+    read = tuple(_ref(path, what, text) for text in finding["read"])
     because = None
     if "because" in finding:
-        of = tuple(tuple(_ref(path, claim, t) for t in item) if isinstance(item, list) else _ref(path, claim, item)
+        of = tuple(tuple(_ref(path, what, t) for t in item) if isinstance(item, list) else _ref(path, what, item)
                    for item in finding["because"]["of"])
         because = (finding["because"]["text"], of)
     for source in finding["from"]:
-        _known(path, claim, "from", source.split()[0], list(BY_NAME))
+        _known(path, what, "from", source.split()[0], list(BY_NAME))
     plain = {k: tuple(v) if isinstance(v, list) else v for k, v in finding.items()
              if k not in ("read", "from", "because")}
     return Declared(**plain, figure=read[0].figure, read=read, sources=tuple(finding["from"]), because=because)
 
 
-def _ref(path: Path, claim: str, text: str) -> Ref:
-    """A figure of a run ("<run> <method> <figure>[ on <bench>][ at batch <n|largest>]"), checked against the plan."""
-    match = REF.fullmatch(text)
+def _ref(path: Path, what: str, text: str, grammar: re.Pattern = REF) -> Ref:
+    """A figure of a run ("<run> <method> <figure>[ on <bench>][ at batch <n|largest>]"; with `grammar` RUN_METHOD
+    a method's answers, "<run> <method>[ on <bench>]"), checked against the plan."""
+    match = grammar.fullmatch(text)
     if not match:
-        raise EagleError(f"{path}: finding {claim!r} reads {text!r}: expected '<run> <method> <figure>"
-                         "[ on <bench>][ at batch <n|largest>]'")
-    run, method, figure, bench, batch = match.group("run", "method", "figure", "bench", "batch")
-    _known(path, claim, "run", run, list(BY_NAME))
+        raise EagleError(f"{path}: {what} reads {text!r}: expected {FORMS[grammar]!r}")
+    parts = match.groupdict()
+    run, method, figure, bench, batch = (parts.get(k) for k in ("run", "method", "figure", "bench", "batch"))
+    _known(path, what, "run", run, list(BY_NAME))
     experiment = BY_NAME[run]
-    _known(path, claim, f"method (of run {run})", method, experiment.methods)
+    _known(path, what, f"method (of run {run})", method, experiment.methods)
     if bench is not None:
-        _known(path, claim, f"benchmark (of run {run})", bench, experiment.benches)
+        _known(path, what, f"benchmark (of run {run})", bench, experiment.benches)
+    if grammar is RUN_METHOD:
+        return Ref(run, method, "", bench or ALL)
     if (batch is not None) != experiment.throughput:
-        raise EagleError(f"{path}: finding {claim!r} reads {text!r}: expected 'at batch <n|largest>' exactly when the "
-                         "run is a throughput run")
+        raise EagleError(f"{path}: {what} reads {text!r}: expected 'at batch <n|largest>' exactly when the run is a "
+                         "throughput run")
     figures = BATCH_FIGURES if batch is not None else RUN_FIGURES
     if not any(re.fullmatch(pattern, figure) for pattern in figures):
-        raise EagleError(f"{path}: finding {claim!r} reads figure {figure!r}: expected one of {', '.join(figures)}")
+        raise EagleError(f"{path}: {what} reads figure {figure!r}: expected one of {', '.join(figures)}")
     size = None if batch is None else batch if batch == "largest" else int(batch)
     return Ref(run, method, figure, bench or ALL, size)
 
@@ -178,9 +200,9 @@ def _check_common(path: Path, finding: dict, sections: tuple[str, ...]) -> None:
     """The section, published effect and rule a finding names exist; near has a tolerance; a rule with a bound has the
     paper's figure."""
     claim, rule = finding["claim"], finding.get("rule", "larger")
-    _known(path, claim, "section", finding["section"], sections)
-    _known(path, claim, "paper", finding["paper"], list(PAPER_EFFECTS))
-    _known(path, claim, "rule", rule, list(RULES))
+    _known(path, f"finding {claim!r}", "section", finding["section"], sections)
+    _known(path, f"finding {claim!r}", "paper", finding["paper"], list(PAPER_EFFECTS))
+    _known(path, f"finding {claim!r}", "rule", rule, list(RULES))
     if (rule == "near") != ("tolerance" in finding):
         raise EagleError(f"{path}: finding {claim!r} has rule {rule} and tolerance {finding.get('tolerance')}: "
                          "expected a tolerance exactly with rule near")
@@ -189,6 +211,7 @@ def _check_common(path: Path, finding: dict, sections: tuple[str, ...]) -> None:
                          "figure: expected a published effect with one")
 
 
-def _known(path: Path, claim: str, key: str, value, known) -> None:
+def _known(path: Path, what: str, key: str, value, known) -> None:
+    """A one-line error unless `value` (the `key` of `what`: "finding '<claim>'", "section '<name>'") is `known`."""
     if value not in known:
-        raise EagleError(f"{path}: finding {claim!r} has {key} {value!r}: expected one of {', '.join(map(str, known))}")
+        raise EagleError(f"{path}: {what} has {key} {value!r}: expected one of {', '.join(map(str, known))}")

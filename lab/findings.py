@@ -21,7 +21,7 @@ from eval.report import line_plot
 from lab import published as pub
 from lab.ablate_head import load_spec
 from lab.ablation_file import ABLATION, ablation_path, plot_path
-from lab.declared_findings import Declared, Ref, declared, run_findings
+from lab.declared_findings import Declared, Ref, declared, run_findings, section_runs
 from lab.figure_text import f as _f, x as _x
 from lab.finding_rules import Finding, evaluate, rates_by_depth, reached as _reached
 from lab.result_store import read
@@ -73,6 +73,10 @@ class Results:
             self._rows[experiment] = {(r.benchmark, r.method): r for r in summarize(self.records(experiment))}
         return self._rows[experiment].get((bench, method))
 
+    def row_of(self, ref: Ref) -> Row | None:
+        """The summary row of a section's role (lab.declared_findings.section_runs)."""
+        return self.row(ref.run, ref.method, ref.bench)
+
     def throughput(self, experiment: str) -> list[throughput.ThroughputRow]:
         path = self.run_dir(experiment) / throughput.FILE
         return throughput.rows(read_records(path)) if path.exists() else []
@@ -120,8 +124,17 @@ def sections(res: Results, plot_dir: Path) -> list[Section]:
     judged: dict[str, list[Finding]] = {}
     for d in run_findings():
         judged.setdefault(d.section, []).append(judge(d, res))
-    return [table2(res, judged["table2"], plot_dir), table1(res, judged["table1"]), table5(res, judged["table5"]),
-            figure8(res), table6(res), table7(res, judged["table7"], plot_dir), eagle2(res, judged["eagle2"], plot_dir)]
+    runs = section_runs()
+    return [table2(res, judged["table2"], runs["table2"], plot_dir), table1(res, judged["table1"], runs["table1"]),
+            table5(res, judged["table5"], runs["table5"]), figure8(res), table6(res),
+            table7(res, judged["table7"], runs["table7"], plot_dir),
+            eagle2(res, judged["eagle2"], runs["eagle2"], plot_dir)]
+
+
+def _sources(res: Results, roles: dict) -> list[str]:
+    """The result files of the runs a section's roles read, in the order they are declared."""
+    refs = [r for value in roles.values() for r in (value.values() if isinstance(value, dict) else [value])]
+    return [res.source(run) for run in dict.fromkeys(r.run for r in refs)]
 
 
 def judge(d: Declared, res: Results) -> Finding:
@@ -149,15 +162,15 @@ def committed_sections(root: Path) -> list[Section]:
     return [eagle3(root)]
 
 
-def table2(res: Results, findings: list[Finding], plot_dir: Path) -> Section:
+def table2(res: Results, findings: list[Finding], runs: dict[str, Ref], plot_dir: Path) -> Section:
     vicuna, vicuna_t1 = pub.TABLE2["Vicuna 7B"], pub.TABLE2_T1["Vicuna 7B"]
     rows = [[f"{pub.TABLE2['source']}: {target}", _f(pub.TABLE2[target]["tau"]), *map(_f, pub.TABLE2[target]["alpha"]),
              "", ""] for target in ("Vicuna 7B", "LLaMA2-Chat 7B")]
     rows.append([f"{pub.TABLE2_T1['source']}: Vicuna 7B", _f(vicuna_t1["tau"]),
                  *map(_f, vicuna_t1["alpha"] + [None] * 3), "", ""])
     series = {}
-    for temp, experiment in ((0, "mt-bench-t0"), (1, "mt-bench-t1")):
-        chain, tree = res.row(experiment, "chain"), res.row(experiment, "eagle1")
+    for temp in (0, 1):
+        chain, tree = res.row_of(runs[f"chain T={temp}"]), res.row_of(runs[f"tree T={temp}"])
         alphas = [getattr(chain, f"alpha_{n}") if chain else None for n in range(5)]
         series[f"ours, chain, T={temp}"] = alphas
         rows.append([f"ours, SmolLM2-135M, T={temp}", _f(_get(tree, "tau")), *map(_f, alphas),
@@ -171,25 +184,26 @@ def table2(res: Results, findings: list[Finding], plot_dir: Path) -> Section:
         f"of {STATIC_DEPTH} (method chain), as the paper measures them; speedups over vanilla in the same run (T=1: "
         "vanilla sampled at T=1).", findings,
         ["", "τ (tree)", "0-α", "1-α", "2-α", "3-α", "4-α", "tree × vanilla", "chain × vanilla"], rows, [plot],
-        [res.source("mt-bench-t0"), res.source("mt-bench-t1")])
+        _sources(res, runs))
 
 
-def table1(res: Results, findings: list[Finding]) -> Section:
+def table1(res: Results, findings: list[Finding], runs: dict[str, Ref]) -> Section:
     rows = []
-    for b in ("humaneval", "gsm8k", "alpaca"):
+    eagle1, eagle2 = runs["eagle1"], runs["eagle2"]
+    for b in BY_NAME[eagle1.run].benches:
         v, ll = pub.TABLE1["Vicuna 7B"][b], pub.TABLE1["LLaMA2-Chat 7B"][b]
-        e1, e2 = res.row("tasks", "eagle1", b), res.row("tasks", "eagle2", b)
+        e1, e2 = res.row(eagle1.run, eagle1.method, b), res.row(eagle2.run, eagle2.method, b)
         rows.append([b, f"{v[0]:.2f}x, τ {v[1]:.2f}", f"{ll[0]:.2f}x, τ {ll[1]:.2f}", _speed_tau(e1), _speed_tau(e2)])
     return Section(
         "EAGLE Table 1: speedup and τ on HumanEval, GSM8K, Alpaca (T=0)",
         f"Ours: EAGLE's static tree (eagle1, {STATIC_NODES} nodes) as the paper, and EAGLE-2 with the toolkit's "
         "defaults (tree chosen per cycle); speedups over vanilla in the same run.", findings,
         ["benchmark", "EAGLE, Vicuna 7B", "EAGLE, LLaMA2-Chat 7B", "ours, eagle1", "ours, eagle2 (defaults)"], rows,
-        sources=[res.source("tasks")])
+        sources=_sources(res, runs))
 
 
-def table5(res: Results, findings: list[Finding]) -> Section:
-    chain, tree = res.row("mt-bench-t0", "chain"), res.row("mt-bench-t0", "eagle1")
+def table5(res: Results, findings: list[Finding], runs: dict[str, Ref]) -> Section:
+    chain, tree = res.row_of(runs["chain"]), res.row_of(runs["tree"])
     rows = [[f"{pub.TABLE5['source']}: {t}", _f(v["chain"]), _f(v["tree"]), "", ""] for t, v in pub.TABLE5.items()
             if t != "source"]
     rows.append(["ours, SmolLM2-135M", _f(_get(chain, "tau")), _f(_get(tree, "tau")),
@@ -198,7 +212,7 @@ def table5(res: Results, findings: list[Finding]) -> Section:
         "EAGLE Table 5 / Figure 7: chain vs tree at the same number of draft forwards (MT-bench, T=0)",
         f"A chain of {STATIC_DEPTH} and EAGLE's static tree of {STATIC_NODES} nodes over {STATIC_DEPTH} levels: "
         f"{STATIC_DEPTH} draft forwards each.", findings,
-        ["", "chain τ", "tree τ", "chain × vanilla", "tree × vanilla"], rows, sources=[res.source("mt-bench-t0")])
+        ["", "chain τ", "tree τ", "chain × vanilla", "tree × vanilla"], rows, sources=_sources(res, runs))
 
 
 def figure8(res: Results) -> Section:
@@ -240,12 +254,13 @@ def table6(res: Results) -> Section:
         ["row", "from", *ABLATION_COLUMNS], rows, sources=sources)
 
 
-def table7(res: Results, findings: list[Finding], plot_dir: Path) -> Section:
-    points = {(r.batch_size, r.method): r for r in res.throughput("throughput")}
+def table7(res: Results, findings: list[Finding], runs: dict[str, Ref], plot_dir: Path) -> Section:
+    vanilla, eagle2 = runs["vanilla"], runs["eagle2"]
+    points = {(r.batch_size, r.method): r for r in res.throughput(eagle2.run)}
     sizes = sorted({size for size, _ in points})
-    eagle = {size: points.get((size, "eagle2")) for size in sizes}
+    eagle = {size: points.get((size, eagle2.method)) for size in sizes}
     paper = pub.TABLE7["LLaMA2-Chat 70B"]
-    rows = [[str(size), _f(_get(points.get((size, "vanilla")), "tok_s"), 1), _f(_get(eagle[size], "tok_s"), 1),
+    rows = [[str(size), _f(_get(points.get((size, vanilla.method)), "tok_s"), 1), _f(_get(eagle[size], "tok_s"), 1),
              _x(_get(eagle[size], "speedup")), _f(_get(eagle[size], "tau")), _x(paper.get(size))] for size in sizes]
     plot = line_plot(plot_dir / "throughput.png", "batch size", "EAGLE speedup over vanilla", sizes or [1],
                      {"ours (eagle2, defaults)": [_get(eagle[s], "speedup") for s in sizes] or [None],
@@ -255,17 +270,15 @@ def table7(res: Results, findings: list[Finding], plot_dir: Path) -> Section:
         "One generate_batch call per point over every question (python -m eval.cli mode=throughput); EAGLE-2 with the "
         "toolkit's defaults; the largest batch is every question at once (up to infer.max_batch_size).", findings,
         ["batch", "vanilla tok/s", "eagle2 tok/s", "eagle2 × vanilla", "τ", "EAGLE, LLaMA2-Chat 70B"], rows, [plot],
-        [res.source("throughput")])
+        _sources(res, runs))
 
 
-def eagle2(res: Results, findings: list[Finding], plot_dir: Path) -> Section:
-    means, per_question = rates_by_depth(res.records("tasks", "eagle1", "alpaca"), STATIC_DEPTH, MIN_CHAINS)
-    dynamic = res.records("tasks", "eagle2")
-    base, rows = res.row("mt-bench-t0", "eagle2"), []
-    variants = {"value, rerank": base, "confidence, rerank": res.row("expand-confidence", "eagle2"),
-                "value, no rerank": res.row("no-rerank", "eagle2"),
-                "confidence, no rerank": res.row("confidence-no-rerank", "eagle2")}
-    static_t0 = res.row("mt-bench-t0", "eagle1")
+def eagle2(res: Results, findings: list[Finding], runs: dict, plot_dir: Path) -> Section:
+    means, per_question = rates_by_depth(res.value(replace(runs["position"], figure="records")), STATIC_DEPTH,
+                                         MIN_CHAINS)
+    dynamic = res.value(replace(runs["calibration"], figure="records"))
+    variants, rows = {label: res.row_of(ref) for label, ref in runs["expansion"].items()}, []
+    static_t0 = res.row_of(runs["static"])
     for label, row in variants.items():
         rows.append([f"EAGLE-2 expansion by {label}", _f(_get(row, "tau")), _x(_get(row, "speedup_vs_vanilla"))])
     rows.append(["EAGLE-1 static tree", _f(_get(static_t0, "tau")), _x(_get(static_t0, "speedup_vs_vanilla"))])
@@ -289,7 +302,7 @@ def eagle2(res: Results, findings: list[Finding], plot_dir: Path) -> Section:
         f"reranking on MT-bench, each variant with vanilla in its own run, all at EAGLE-1's budget ({STATIC_NODES} "
         f"nodes, depth {STATIC_DEPTH}, top-k 8).", findings,
         ["setting (MT-bench, T=0)", "τ", "speedup"], rows, plots,
-        [res.source(e) for e in ("tasks", "mt-bench-t0", "expand-confidence", "no-rerank", "confidence-no-rerank")])
+        _sources(res, runs))
 
 
 def eagle3(root: Path) -> Section:

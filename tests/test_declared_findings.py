@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from eagle_infer.errors import EagleError
-from lab.declared_findings import RUN_SECTIONS, Declared, Ref, run_findings
+from lab.declared_findings import RUN_SECTIONS, Declared, Ref, run_findings, section_runs
 from lab.finding_rules import MEASURES, evaluate
 from lab.reproduce_plan import BY_NAME
 from lab.verdict import FAILS, HOLDS, WEAKER
@@ -14,7 +14,8 @@ from tests.test_eval_metrics import cycle, record
 
 
 def test_every_run_a_declared_finding_names_is_a_run_of_the_plan():
-    """A run renamed in lab/reproduce_plan.py (or in the declarations) cannot leave a finding reading nothing."""
+    """A run renamed in lab/reproduce_plan.py (or in the declarations) cannot leave a finding, or a section's table,
+    reading nothing."""
     findings = run_findings()
     for d in findings:
         assert d.runs and d.runs <= set(BY_NAME), d.claim
@@ -22,6 +23,27 @@ def test_every_run_a_declared_finding_names_is_a_run_of_the_plan():
             experiment = BY_NAME[ref.run]
             assert ref.method in experiment.methods and ref.bench in ("all", *experiment.benches), (d.claim, ref)
     assert {d.section for d in findings} == set(RUN_SECTIONS)
+    sections = section_runs()
+    refs = [r for roles in sections.values() for value in roles.values()
+            for r in (value.values() if isinstance(value, dict) else [value])]
+    assert set(sections) == set(RUN_SECTIONS) and refs
+    assert all(r.run in BY_NAME and r.method in BY_NAME[r.run].methods for r in refs)
+
+
+@pytest.mark.parametrize("sections, message", [
+    ("{table1: {eagle1: tasks chain}}", "sections table1: expected table2, table1, table5, table7, eagle2"),
+    ("{table2: {a: tasks eagle1}, table1: {a: mt-bench-t9 eagle1}, table5: {}, table7: {}, eagle2: {}}",
+     "section 'table1' has run 'mt-bench-t9'"),
+    ("{table2: {a: tasks eagle1 tau}, table1: {}, table5: {}, table7: {}, eagle2: {}}",
+     "section 'table2' reads 'tasks eagle1 tau': expected '<run> <method>\\[ on <bench>\\]'"),
+    ("{table2: {a: {b: tasks chain}}, table1: {}, table5: {}, table7: {}, eagle2: {}}",
+     "section 'table2' has method \\(of run tasks\\) 'chain'"),
+])
+def test_a_bad_section_role_is_a_one_line_error(tmp_path, sections, message):
+    path = tmp_path / "findings.yaml"
+    path.write_text(f"sections: {sections}\n")
+    with pytest.raises(EagleError, match=message):
+        section_runs(path)
 
 
 GOOD = "{claim: c, section: table5, effect: gain, paper: stated, read: [%s], from: ['%s (chain)']}"
