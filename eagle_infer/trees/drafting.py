@@ -67,7 +67,7 @@ class TreeFeeder:
         self._prefix_ids = cache.device_lengths() if cache is not None else None
         self._capacity = capacity
         self._cap = 0  # fed slots the buffers hold (0: not built yet)
-        self._fed_tokens = _own_tokens if head is None or head.config.token_shift == 1 else _parent_tokens
+        self._feed = OwnTokens if head is None or head.config.token_shift == 1 else ParentTokens
 
     def _build(self, cap: int) -> None:
         """Buffers for `cap` fed slots: [B, 1 + cap, ...] rows (root, then slots) and each slot's own key column."""
@@ -81,14 +81,12 @@ class TreeFeeder:
         masks[:, 0] = (rel >= 0).to(dtype).mul_(low)  # the root's row: its prefix
         outputs = root.feature.new_empty(b, 1 + cap, root.feature.shape[1])
         outputs[:, 0] = root.feature
-        tokens = torch.empty(b, 1 + cap, dtype=torch.long, device=device)
-        tokens[:, 0] = root.token_ids
+        tokens = self._feed.kept(root.token_ids, cap, self._tokens if self._cap else None, 1 + self.fed)
         if self._cap:  # growing: keep what earlier levels wrote
             n = 1 + self.fed
             masks[:, :n, : self._masks.shape[2]] = self._masks[:, :n]
             masks[:, :n, self._masks.shape[2] :] = low  # keys past every fed row's own
             outputs[:, :n] = self._outputs[:, :n]
-            tokens[:, :n] = self._tokens[:, :n]
         self._masks, self._outputs, self._tokens, self._cap = masks, outputs, tokens, cap
         self._rows = torch.arange(b, device=device)[:, None]  # [B, 1]: row index beside a [B, m] slot index
         self._bases = root.positions[:, None]
@@ -115,7 +113,7 @@ class TreeFeeder:
         up = parents + 1  # [B, m] rows of [root, fed...]
         parent_feat, rows, mask = level_inputs(self._outputs, self._masks, self._rows, up, self._own[:, f : f + m],
                                                max(self.prefix) + f + m)
-        fed_tokens = self._fed_tokens(self._tokens, self._rows, up, tokens, 1 + f)
+        fed_tokens = self._feed.fed(self._tokens, self._rows, up, tokens, 1 + f)
         self._masks[:, 1 + f : 1 + f + m] = rows
         out = self.head(parent_feat, fed_tokens, (self._bases + (depth - 1)).expand(b, m), self.cache, mask)
         self.cache.advance(m)
@@ -130,19 +128,38 @@ class TreeFeeder:
             self.cache.truncate(self.prefix, self._prefix_ids)
 
 
-def _own_tokens(fed: torch.Tensor, rows: torch.Tensor, up: torch.Tensor, tokens: torch.Tensor,
-                start: int) -> torch.Tensor:
-    """A head trained on shifted tokens (token_shift 1) is fed each node's own token: `tokens` [B, m]."""
-    return tokens
+class OwnTokens:
+    """How a head trained on shifted tokens (token_shift 1) is fed: each node with its own token; nothing is kept."""
+
+    @staticmethod
+    def kept(root: torch.Tensor, cap: int, old: torch.Tensor | None, n: int) -> None:
+        return None
+
+    @staticmethod
+    def fed(kept: None, rows: torch.Tensor, up: torch.Tensor, tokens: torch.Tensor, start: int) -> torch.Tensor:
+        """`tokens` [B, m], the nodes' own."""
+        return tokens
 
 
-def _parent_tokens(fed: torch.Tensor, rows: torch.Tensor, up: torch.Tensor, tokens: torch.Tensor,
-                   start: int) -> torch.Tensor:
-    """A head trained on unshifted tokens (token_shift 0) is fed each node's parent's token: rows `up` [B, m] of
-    `fed` [B, 1 + cap] (the root's and fed slots' tokens), into whose slots from `start` on the new `tokens` go."""
-    parents = fed[rows, up]
-    fed[:, start : start + tokens.shape[1]] = tokens
-    return parents
+class ParentTokens:
+    """How a head trained on unshifted tokens (token_shift 0) is fed: each node with its parent's token, read from
+    the tokens kept per row of the feeder's buffers [B, 1 + cap] (the root's, then each fed slot's)."""
+
+    @staticmethod
+    def kept(root: torch.Tensor, cap: int, old: torch.Tensor | None, n: int) -> torch.Tensor:
+        """The buffer for `cap` slots: the root tokens [B], and the first n rows of `old` (None: a first build)."""
+        tokens = torch.empty(root.shape[0], 1 + cap, dtype=torch.long, device=root.device)
+        tokens[:, 0] = root
+        if old is not None:
+            tokens[:, :n] = old[:, :n]
+        return tokens
+
+    @staticmethod
+    def fed(kept: torch.Tensor, rows: torch.Tensor, up: torch.Tensor, tokens: torch.Tensor, start: int) -> torch.Tensor:
+        """The parents' tokens (rows `up` [B, m] of `kept`); the nodes' own `tokens` go to its slots from `start`."""
+        parents = kept[rows, up]
+        kept[:, start : start + tokens.shape[1]] = tokens
+        return parents
 
 
 def level_inputs(outputs: torch.Tensor, masks: torch.Tensor, rows: torch.Tensor, up: torch.Tensor, own: torch.Tensor,
