@@ -17,10 +17,10 @@ from typing import Any, Optional
 from .models.config_limits import check_number
 from .errors import EagleError
 from .decoding.methods import DEFAULT_METHOD, HYBRID, Method, method_named, with_lookup
+from .trees.drafting import EXPAND_BY, Growth, growth
 from .trees.tree import DEFAULT_STATIC_PATHS
 from .decoding.verify import SamplingParams
 
-EXPAND_BY = ("value", "confidence")
 BUDGETS = ("fixed", "auto")
 PAD_TREES = ("auto", "on", "off")
 DRAFT_VOCABS = ("head", "full")  # infer.draft_vocab
@@ -108,6 +108,11 @@ class InferConf:
     def spec(self) -> Method:
         """The registry's entry of this config's method (its hybrid with lookup=true); unknown: a one-line error."""
         return with_lookup(self.method) if self.lookup else method_named(self.method)
+
+    @property
+    def growth(self) -> Growth:
+        """How EAGLE-2 grows its trees under expand_by and rerank, chosen once per setting (drafting.growth)."""
+        return growth(self.expand_by, self.rerank)
 
     @property
     def uses_lookup(self) -> bool:

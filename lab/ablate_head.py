@@ -59,7 +59,7 @@ from eagle_train.train import ALPHA_STEPS, HeadConf, TrainConfig  # ALPHA_STEPS:
 from eagle_train.markdown import table
 from eval.metrics import ALL, summarize, tau
 from eval.records import read_records
-from lab.ablation_findings import check_finding
+from lab.declared_findings import check_finding
 from lab.ablation_file import ABLATION, FIGURES, ablation_path, full_lines, plot_path
 from lab.result_store import merge, read
 from lab.training_curves import CURVES, curves_path, curves_plot_path, plot_curves, row_curves

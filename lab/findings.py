@@ -1,6 +1,8 @@
 """Our figure for each published finding, read from the result files `make reproduce` writes (eval records,
 throughput points, ablation tables; `sections`) or from the checkout's committed ablation file alone
-(`committed_sections`), set against the paper's (lab.published) with a verdict (lab.verdict).
+(`committed_sections`), set against the paper's (lab.published) with a verdict (lab.verdict). Which findings, what
+they read and how each is judged is declared (lab.declared_findings); `Results.value` reads the figures a
+declaration names, lab.finding_rules judges them.
 
 A `Section` is one paper table or figure: its findings (claim, paper, ours, verdict, reason), a detail table, the
 plots it draws and the result files its figures come from. Nothing here runs a model.
@@ -8,46 +10,26 @@ plots it draws and the result files its figures come from. Nothing here runs a m
 from __future__ import annotations
 
 import csv
-import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from eagle_infer.entry.cli_support import REPO
 from eval import throughput
-from eval.metrics import ALL, CycleRow, Row, alpha, calibration, cycle_split, summarize
+from eval.metrics import ALL, Row, alpha, calibration, cycle_split, summarize
 from eval.records import read_records
 from eval.report import line_plot
 from lab import published as pub
 from lab.ablate_head import load_spec
-from lab.ablation_findings import Declared, declared
 from lab.ablation_file import ABLATION, ablation_path, plot_path
+from lab.declared_findings import Declared, Ref, declared, run_findings, section_runs
+from lab.figure_text import f as _f, x as _x
+from lab.finding_rules import Finding, evaluate, rates_by_depth, reached as _reached
 from lab.result_store import read
 from lab.reproduce_plan import ABLATION_SPEC, BY_NAME, STATIC_DEPTH, STATIC_NODES
-from lab.verdict import AtMost, Larger, Near, Rule, verdict
 
-MIN_CHAINS = 10  # an acceptance rate at a position counts when at least this many cycles reached it
-MIN_BUCKET = 20  # a calibration rate counts over at least this many draft tokens
-CALIBRATION_TOLERANCE = 0.05  # our tolerance around EAGLE-2's ~4 % and ~98 %
-ABLATE_HEAD = "ablate-head"  # make ablate-head's directory under the cache root
+MIN_CHAINS = 10  # the position plot's per-question rates count a question whose chains reached it this often
 ABLATE_HEAD_SPEC = "smollm2-135m"  # its spec, whose committed result file (lab.ablation_file) the findings read
 TRAINED_HERE = f"make reproduce (python -m lab.ablate_head spec={ABLATION_SPEC})"
-
-
-@dataclass
-class Finding:
-    """One published claim: the paper's figure, ours, the effect both are judged by, and the verdict."""
-
-    claim: str
-    paper: str
-    rule: Rule
-    ours: str
-    effect: float | None
-    source: str
-    reason: str = ""
-
-    @property
-    def verdict(self) -> str:
-        return verdict(self.rule, self.effect)
 
 
 @dataclass
@@ -91,13 +73,36 @@ class Results:
             self._rows[experiment] = {(r.benchmark, r.method): r for r in summarize(self.records(experiment))}
         return self._rows[experiment].get((bench, method))
 
-    def cycles(self, experiment: str, method: str) -> CycleRow | None:
-        return next((r for r in cycle_split(self.records(experiment)) if (r.benchmark, r.method) == (ALL, method)),
-                    None)
+    def row_of(self, ref: Ref) -> Row | None:
+        """The summary row of a section's role (lab.declared_findings.section_runs)."""
+        return self.row(ref.run, ref.method, ref.bench)
 
-    def throughput(self) -> list[throughput.ThroughputRow]:
-        path = self.run_dir("throughput") / throughput.FILE
+    def throughput(self, experiment: str) -> list[throughput.ThroughputRow]:
+        path = self.run_dir(experiment) / throughput.FILE
         return throughput.rows(read_records(path)) if path.exists() else []
+
+    def resolve(self, ref: Ref) -> Ref:
+        """`ref` with "largest" as the largest batch its run measured (kept while it measured none)."""
+        sizes = [p.batch_size for p in self.throughput(ref.run)] if ref.batch == "largest" else []
+        return replace(ref, batch=max(sizes)) if sizes else ref
+
+    def value(self, ref: Ref):
+        """A figure of a run (lab.declared_findings.RUN_FIGURES) as `ref` names it (resolved); None while missing."""
+        bench = None if ref.bench == ALL else ref.bench
+        if ref.batch is not None:
+            points = {(p.batch_size, p.method): p for p in self.throughput(ref.run)}
+            return _get(points.get((ref.batch, ref.method)), ref.figure)
+        if ref.figure == "records":
+            return self.records(ref.run, ref.method, bench)
+        if ref.figure.startswith(("alpha_", "reached_")):
+            cycles = [c for r in self.records(ref.run, ref.method, bench) for c in r["cycles"]]
+            kind, n = ref.figure.rsplit("_", 1)
+            return (alpha if kind == "alpha" else _reached)(cycles, int(n))
+        if ref.figure == "cycle_ms":
+            rows = cycle_split(self.records(ref.run))
+            row = next((r for r in rows if (r.benchmark, r.method) == (ref.bench, ref.method)), None)
+            return None if row is None or row.draft_ms is None else row.draft_ms + row.verify_ms
+        return _get(self.row(ref.run, ref.method, ref.bench), ref.figure)
 
     def ablation(self, directory: str) -> dict[str, dict]:
         """Rows of <cache>/<directory>/table.csv (lab.ablate_head) by name, numbers parsed, empty cells None."""
@@ -116,8 +121,39 @@ def sections(res: Results, plot_dir: Path) -> list[Section]:
     """The sections of docs/reproduction.md that read a pass's result files, in the papers' order; plots are written
     into `plot_dir`."""
     plot_dir.mkdir(parents=True, exist_ok=True)
-    return [table2(res, plot_dir), table1(res), table5(res), figure8(res), table6(res), table7(res, plot_dir),
-            eagle2(res, plot_dir)]
+    judged: dict[str, list[Finding]] = {}
+    for d in run_findings():
+        judged.setdefault(d.section, []).append(judge(d, res))
+    runs = section_runs()
+    return [table2(res, judged["table2"], runs["table2"], plot_dir), table1(res, judged["table1"], runs["table1"]),
+            table5(res, judged["table5"], runs["table5"]), figure8(res), table6(res),
+            table7(res, judged["table7"], runs["table7"], plot_dir),
+            eagle2(res, judged["eagle2"], runs["eagle2"], plot_dir)]
+
+
+def _sources(res: Results, roles: dict) -> list[str]:
+    """The result files of the runs a section's roles read, in the order they are declared."""
+    refs = [r for value in roles.values() for r in (value.values() if isinstance(value, dict) else [value])]
+    return [res.source(run) for run in dict.fromkeys(r.run for r in refs)]
+
+
+def judge(d: Declared, res: Results) -> Finding:
+    """A run finding (conf/reproduce/findings.yaml) judged on the figures it reads from `res`."""
+    refs = [res.resolve(r) for r in d.read]
+    reason = ""
+    if d.because:
+        text, of = d.because
+        figures = [(*map(res.resolve, item),) if isinstance(item, tuple) else res.resolve(item) for item in of]
+        values = [_ratio(*map(res.value, item)) if isinstance(item, tuple) else res.value(item) for item in figures]
+        last = figures[-1][-1] if isinstance(figures[-1], tuple) else figures[-1]
+        reason = "" if None in values else text.format(*values, batch=last.batch)
+    source = ", ".join(res.source(run) + text[len(run):] for text in d.sources for run in [text.split()[0]])
+    return evaluate(d, [res.value(r) for r in refs], refs, source, reason)
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    """b / a, None while either is missing or a is 0."""
+    return None if a is None or b is None or not a else b / a
 
 
 def committed_sections(root: Path) -> list[Section]:
@@ -126,42 +162,19 @@ def committed_sections(root: Path) -> list[Section]:
     return [eagle3(root)]
 
 
-def table2(res: Results, plot_dir: Path) -> Section:
+def table2(res: Results, findings: list[Finding], runs: dict[str, Ref], plot_dir: Path) -> Section:
     vicuna, vicuna_t1 = pub.TABLE2["Vicuna 7B"], pub.TABLE2_T1["Vicuna 7B"]
     rows = [[f"{pub.TABLE2['source']}: {target}", _f(pub.TABLE2[target]["tau"]), *map(_f, pub.TABLE2[target]["alpha"]),
              "", ""] for target in ("Vicuna 7B", "LLaMA2-Chat 7B")]
     rows.append([f"{pub.TABLE2_T1['source']}: Vicuna 7B", _f(vicuna_t1["tau"]),
                  *map(_f, vicuna_t1["alpha"] + [None] * 3), "", ""])
-    findings, series = [], {}
-    for temp, experiment, paper in ((0, "mt-bench-t0", vicuna), (1, "mt-bench-t1", vicuna_t1)):
-        chain, tree = res.row(experiment, "chain"), res.row(experiment, "eagle1")
-        cycles = [c for r in res.records(experiment, "chain") for c in r["cycles"]]
+    series = {}
+    for temp in (0, 1):
+        chain, tree = res.row_of(runs[f"chain T={temp}"]), res.row_of(runs[f"tree T={temp}"])
         alphas = [getattr(chain, f"alpha_{n}") if chain else None for n in range(5)]
-        reached = [_reached(cycles, n) for n in range(5)]
         series[f"ours, chain, T={temp}"] = alphas
         rows.append([f"ours, SmolLM2-135M, T={temp}", _f(_get(tree, "tau")), *map(_f, alphas),
                      _x(_get(tree, "speedup_vs_vanilla")), _x(_get(chain, "speedup_vs_vanilla"))])
-        a = paper["alpha"]
-        findings.append(Finding(
-            f"0-α above 1-α (T={temp})", f"Vicuna 7B: 0-α {a[0]:.2f}, 1-α {a[1]:.2f} ({a[0] - a[1]:+.2f})",
-            Larger(round(a[0] - a[1], 4)), _pair("0-α", alphas[0], "1-α", alphas[1]), _diff(alphas[0], alphas[1]),
-            res.source(experiment, "chain")))
-        if temp == 0:
-            kept = [x for x, n in zip(alphas[1:], reached[1:]) if n >= MIN_CHAINS]
-            spread, paper_spread = _spread(kept), round(max(a[1:]) - min(a[1:]), 4)
-            findings.append(Finding(
-                "1-α…4-α vary little (T=0): robust to feature errors",
-                f"Vicuna 7B: 1-α…4-α {min(a[1:]):.2f}–{max(a[1:]):.2f} (spread {paper_spread:.2f})",
-                AtMost(paper_spread), "—" if spread is None else f"spread {spread:.2f} ({', '.join(map(_f, kept))})",
-                spread, res.source(experiment, "chain"),
-                f"positions reached by ≥ {MIN_CHAINS} chains (1…4: {', '.join(map(str, reached[1:]))} chains)"))
-    t0, t1 = res.row("mt-bench-t0", "eagle1"), res.row("mt-bench-t1", "eagle1")
-    findings.append(Finding(
-        "τ lower at T=1 than at T=0 (EAGLE's tree)",
-        "Vicuna 7B: " + _change_text(vicuna["tau"], vicuna_t1["tau"], name="τ "),
-        Larger(round(_drop(vicuna["tau"], vicuna_t1["tau"]), 4)),
-        _change_text(_get(t0, "tau"), _get(t1, "tau"), name="τ "), _drop(_get(t0, "tau"), _get(t1, "tau")),
-        res.source("mt-bench-t1", "eagle1") + " against T=0"))
     series["EAGLE, Vicuna 7B, T=0"] = vicuna["alpha"]
     plot = line_plot(plot_dir / "alpha.png", "chain position n", "n-α (acceptance at n, given n accepted)",
                      list(range(5)), series)
@@ -171,56 +184,26 @@ def table2(res: Results, plot_dir: Path) -> Section:
         f"of {STATIC_DEPTH} (method chain), as the paper measures them; speedups over vanilla in the same run (T=1: "
         "vanilla sampled at T=1).", findings,
         ["", "τ (tree)", "0-α", "1-α", "2-α", "3-α", "4-α", "tree × vanilla", "chain × vanilla"], rows, [plot],
-        [res.source("mt-bench-t0"), res.source("mt-bench-t1")])
+        _sources(res, runs))
 
 
-def table1(res: Results) -> Section:
-    benches = ("humaneval", "gsm8k", "alpaca")
-    findings, rows = [], []
-    ours = {b: res.row("tasks", "eagle1", b) for b in benches}
-    for column, index, label in (("speedup_vs_vanilla", 0, "speedup"), ("tau", 1, "τ")):
-        paper = {b: pub.TABLE1["Vicuna 7B"][b][index] for b in benches}
-        mine = {b: getattr(r, column) if r else None for b, r in ours.items()}
-        findings.append(Finding(
-            f"HumanEval (code) has the highest {label} (EAGLE's tree)",
-            f"Vicuna 7B: {_trio(paper, index == 0)} ({_lead(paper):+.0%})", Larger(round(_lead(paper), 4)),
-            _trio(mine, index == 0), _lead(mine), res.source("tasks", "eagle1"),
-            "" if _lead(mine) is None else f"highest here: {max(mine, key=mine.get)}"))
-    for b in benches:
+def table1(res: Results, findings: list[Finding], runs: dict[str, Ref]) -> Section:
+    rows = []
+    eagle1, eagle2 = runs["eagle1"], runs["eagle2"]
+    for b in BY_NAME[eagle1.run].benches:
         v, ll = pub.TABLE1["Vicuna 7B"][b], pub.TABLE1["LLaMA2-Chat 7B"][b]
-        e1, e2 = ours[b], res.row("tasks", "eagle2", b)
+        e1, e2 = res.row(eagle1.run, eagle1.method, b), res.row(eagle2.run, eagle2.method, b)
         rows.append([b, f"{v[0]:.2f}x, τ {v[1]:.2f}", f"{ll[0]:.2f}x, τ {ll[1]:.2f}", _speed_tau(e1), _speed_tau(e2)])
     return Section(
         "EAGLE Table 1: speedup and τ on HumanEval, GSM8K, Alpaca (T=0)",
         f"Ours: EAGLE's static tree (eagle1, {STATIC_NODES} nodes) as the paper, and EAGLE-2 with the toolkit's "
         "defaults (tree chosen per cycle); speedups over vanilla in the same run.", findings,
         ["benchmark", "EAGLE, Vicuna 7B", "EAGLE, LLaMA2-Chat 7B", "ours, eagle1", "ours, eagle2 (defaults)"], rows,
-        sources=[res.source("tasks")])
+        sources=_sources(res, runs))
 
 
-def table5(res: Results) -> Section:
-    chain, tree = res.row("mt-bench-t0", "chain"), res.row("mt-bench-t0", "eagle1")
-    paper = pub.TABLE5["Vicuna 7B"]
-    gain = _change(_get(chain, "tau"), _get(tree, "tau"))
-    speed_gain = _diff(_get(tree, "speedup_vs_vanilla"), _get(chain, "speedup_vs_vanilla"))
-    costs = res.cycles("mt-bench-t0", "chain"), res.cycles("mt-bench-t0", "eagle1")
-    reason = ""
-    if all(c and c.draft_ms is not None for c in costs) and gain is not None:
-        ratio = (costs[1].draft_ms + costs[1].verify_ms) / (costs[0].draft_ms + costs[0].verify_ms)
-        reason = f"a tree cycle costs {ratio:.2f}× a chain cycle here (draft + verify ms) for {1 + gain:.2f}× the τ"
-    low, high = pub.TABLE5_SPEEDUP_GAIN
-    findings = [
-        Finding("a tree raises τ over a chain at the same draft forwards",
-                "Vicuna 7B: " + _change_text(paper["chain"], paper["tree"], name="τ "),
-                Larger(round(paper["tree"] / paper["chain"] - 1, 4)),
-                "—" if gain is None else f"τ {chain.tau:.2f} → {tree.tau:.2f} ({gain:+.0%})", gain,
-                res.source("mt-bench-t0", "chain, eagle1")),
-        Finding("the tree's speedup exceeds the chain's (by less than its τ gain)",
-                f"+{low:.1f}–{high:.1f}x over a chain (~2.3–2.7x)", Larger(pub.midpoint(pub.TABLE5_SPEEDUP_GAIN)),
-                "—" if speed_gain is None else
-                f"{chain.speedup_vs_vanilla:.2f}x → {tree.speedup_vs_vanilla:.2f}x ({speed_gain:+.2f}x)", speed_gain,
-                res.source("mt-bench-t0", "vanilla, chain, eagle1"), reason),
-    ]
+def table5(res: Results, findings: list[Finding], runs: dict[str, Ref]) -> Section:
+    chain, tree = res.row_of(runs["chain"]), res.row_of(runs["tree"])
     rows = [[f"{pub.TABLE5['source']}: {t}", _f(v["chain"]), _f(v["tree"]), "", ""] for t, v in pub.TABLE5.items()
             if t != "source"]
     rows.append(["ours, SmolLM2-135M", _f(_get(chain, "tau")), _f(_get(tree, "tau")),
@@ -229,7 +212,7 @@ def table5(res: Results) -> Section:
         "EAGLE Table 5 / Figure 7: chain vs tree at the same number of draft forwards (MT-bench, T=0)",
         f"A chain of {STATIC_DEPTH} and EAGLE's static tree of {STATIC_NODES} nodes over {STATIC_DEPTH} levels: "
         f"{STATIC_DEPTH} draft forwards each.", findings,
-        ["", "chain τ", "tree τ", "chain × vanilla", "tree × vanilla"], rows, sources=[res.source("mt-bench-t0")])
+        ["", "chain τ", "tree τ", "chain × vanilla", "tree × vanilla"], rows, sources=_sources(res, runs))
 
 
 def figure8(res: Results) -> Section:
@@ -238,7 +221,7 @@ def figure8(res: Results) -> Section:
     by_mode = {a.split("=", 1)[1]: r["name"] for r in spec["rows"] for a in r["overrides"]
                if a.startswith("train.input_mode=")}
     source = _shown(res.cache / f"ablate-{ABLATION_SPEC}" / "table.csv")
-    findings = [evaluate(d, table, source, TRAINED_HERE) for d in declared(spec, "figure8")]
+    findings = [judge_rows(d, table, source, TRAINED_HERE) for d in declared(spec, "figure8")]
     rows = [[mode, name, *_ablation_cells(table.get(name))] for mode, name in by_mode.items()]
     return Section(
         "EAGLE Figure 8: draft-model inputs",
@@ -257,7 +240,7 @@ def table6(res: Results) -> Section:
     for spec_name, (table, source), directory in ((ABLATION_SPEC, here, f"ablate-{ABLATION_SPEC}"),
                                                    (ABLATE_HEAD_SPEC, committed, "make ablate-head")):
         for d in declared(load_spec(spec_name), "table6"):
-            findings.append(evaluate(d, table, source, _trains(spec_name, d)))
+            findings.append(judge_rows(d, table, source, _trains(spec_name, d)))
             rows += [[name, directory, *_ablation_cells(table.get(name))] for name in d.rows]
             shown.append(d.rows)
         sources.append(source)
@@ -271,28 +254,13 @@ def table6(res: Results) -> Section:
         ["row", "from", *ABLATION_COLUMNS], rows, sources=sources)
 
 
-def table7(res: Results, plot_dir: Path) -> Section:
-    points = {(r.batch_size, r.method): r for r in res.throughput()}
+def table7(res: Results, findings: list[Finding], runs: dict[str, Ref], plot_dir: Path) -> Section:
+    vanilla, eagle2 = runs["vanilla"], runs["eagle2"]
+    points = {(r.batch_size, r.method): r for r in res.throughput(eagle2.run)}
     sizes = sorted({size for size, _ in points})
-    eagle = {size: points.get((size, "eagle2")) for size in sizes}
+    eagle = {size: points.get((size, eagle2.method)) for size in sizes}
     paper = pub.TABLE7["LLaMA2-Chat 70B"]
-    first, fourth = eagle.get(1), eagle.get(4)
-    largest = eagle[sizes[-1]] if sizes else None
-    findings = [
-        Finding("the speedup falls as the batch grows (batch 1 → 4)",
-                "LLaMA2-Chat 70B: " + _change_text(paper[1], paper[4], unit="x"),
-                Larger(round(_drop(paper[1], paper[4]), 4)),
-                _change_text(_get(first, "speedup"), _get(fourth, "speedup"), unit="x"),
-                _drop(_get(first, "speedup"), _get(fourth, "speedup")),
-                res.source("throughput", "vanilla, eagle2")),
-        Finding("EAGLE raises throughput at the largest batch (~2x vanilla's)",
-                f"LLaMA2-Chat 70B: {paper['throughput']:.2f}x; Vicuna 7B: {pub.TABLE7['Vicuna 7B']['throughput']:.2f}x",
-                Larger(round(paper["throughput"] - 1, 4)),
-                "—" if _get(largest, "speedup") is None else f"{largest.speedup:.2f}x at batch {largest.batch_size}",
-                _diff(_get(largest, "speedup"), 1.0), res.source("throughput", "vanilla, eagle2"),
-                _scaling(points, sizes)),
-    ]
-    rows = [[str(size), _f(_get(points.get((size, "vanilla")), "tok_s"), 1), _f(_get(eagle[size], "tok_s"), 1),
+    rows = [[str(size), _f(_get(points.get((size, vanilla.method)), "tok_s"), 1), _f(_get(eagle[size], "tok_s"), 1),
              _x(_get(eagle[size], "speedup")), _f(_get(eagle[size], "tau")), _x(paper.get(size))] for size in sizes]
     plot = line_plot(plot_dir / "throughput.png", "batch size", "EAGLE speedup over vanilla", sizes or [1],
                      {"ours (eagle2, defaults)": [_get(eagle[s], "speedup") for s in sizes] or [None],
@@ -302,74 +270,22 @@ def table7(res: Results, plot_dir: Path) -> Section:
         "One generate_batch call per point over every question (python -m eval.cli mode=throughput); EAGLE-2 with the "
         "toolkit's defaults; the largest batch is every question at once (up to infer.max_batch_size).", findings,
         ["batch", "vanilla tok/s", "eagle2 tok/s", "eagle2 × vanilla", "τ", "EAGLE, LLaMA2-Chat 70B"], rows, [plot],
-        [res.source("throughput")])
+        _sources(res, runs))
 
 
-def eagle2(res: Results, plot_dir: Path) -> Section:
-    static = res.records("tasks", "eagle1", "alpaca")
-    cycles = [c for r in static for c in r["cycles"]]
-    positions = range(STATIC_DEPTH)
-    means = [alpha(cycles, n) for n in positions]
-    per_question = [[a for r in static if _reached(r["cycles"], n) >= MIN_CHAINS
-                     for a in [alpha(r["cycles"], n)]] for n in positions]
-    spreads = [statistics.pstdev(qs) if len(qs) > 1 else None for qs in per_question]
-    within = _mean([s for s in spreads if s is not None])
-    between = _spread_sd([m for m in means if m is not None])
-    known = [m for m in means if m is not None]
-    dynamic = res.records("tasks", "eagle2")
-    buckets = calibration(dynamic, bins=20)
-    low, high = buckets[0], buckets[-1]
-    base, rows = res.row("mt-bench-t0", "eagle2"), []
-    variants = {"value, rerank": base, "confidence, rerank": res.row("expand-confidence", "eagle2"),
-                "value, no rerank": res.row("no-rerank", "eagle2"),
-                "confidence, no rerank": res.row("confidence-no-rerank", "eagle2")}
-    static_t0 = res.row("mt-bench-t0", "eagle1")
-    findings = [
-        Finding("acceptance depends on position: first highest, last lowest (EAGLE's static tree, Alpaca)",
-                "stated, no figure (P1 highest, P6 lowest)", Larger(None),
-                "—" if len(known) < 2 else f"{known[0]:.2f} at depth 1, {known[-1]:.2f} at depth {len(known)}",
-                known[0] - known[-1] if len(known) > 1 else None, res.source("tasks", "eagle1, alpaca"),
-                "acceptance at a depth given the path above it was accepted (n-α), all cycles pooled"),
-        Finding("at one position acceptance varies with context more than between positions (dynamic trees)",
-                "stated, no figure", Larger(None),
-                "—" if within is None or between is None else
-                f"within a position across questions (sd) {within:.2f}, between positions {between:.2f}",
-                within - between if within is not None and between is not None else None,
-                res.source("tasks", "eagle1, alpaca"),
-                f"questions with ≥ {MIN_CHAINS} cycles at the position; their rates include sampling noise"),
-        Finding("calibration: draft confidence < 0.05 → ~4 % accepted",
-                f"~{pub.EAGLE2_CALIBRATION['below_0.05']:.0%}",
-                Near(pub.EAGLE2_CALIBRATION["below_0.05"], CALIBRATION_TOLERANCE), _bucket(low), _rate(low),
-                res.source("tasks", "eagle2"), _thin(low)),
-        Finding("calibration: draft confidence > 0.95 → ~98 % accepted",
-                f"~{pub.EAGLE2_CALIBRATION['above_0.95']:.0%}",
-                Near(pub.EAGLE2_CALIBRATION["above_0.95"], CALIBRATION_TOLERANCE), _bucket(high), _rate(high),
-                res.source("tasks", "eagle2"), _thin(high)),
-        Finding("expanding by path value beats expanding by confidence (both reranked)", "stated, no figure "
-                "(EAGLE-2 Table 3)", Larger(None),
-                _change_text(_get(variants["confidence, rerank"], "tau"), _get(base, "tau"), name="τ "),
-                _change(_get(variants["confidence, rerank"], "tau"), _get(base, "tau")),
-                res.source("mt-bench-t0", "eagle2") + ", " + res.source("expand-confidence", "eagle2")),
-        Finding("reranking after expansion raises τ (value expansion)", "stated, no figure (EAGLE-2 Table 3)",
-                Larger(None), _change_text(_get(variants["value, no rerank"], "tau"), _get(base, "tau"), name="τ "),
-                _change(_get(variants["value, no rerank"], "tau"), _get(base, "tau")),
-                res.source("mt-bench-t0", "eagle2") + ", " + res.source("no-rerank", "eagle2")),
-        Finding(f"a dynamic tree beats EAGLE-1's static tree at an equal budget ({STATIC_NODES} nodes, depth "
-                f"{STATIC_DEPTH})", f"{pub.EAGLE2_OVER_EAGLE1[0]:.0%}–{pub.EAGLE2_OVER_EAGLE1[1]:.0%} faster (six "
-                "tasks; EAGLE-2 at its own, larger budget)", Larger(pub.midpoint(pub.EAGLE2_OVER_EAGLE1)),
-                _change_text(_get(static_t0, "speedup_vs_vanilla"), _get(base, "speedup_vs_vanilla"), unit="x"),
-                _change(_get(static_t0, "speedup_vs_vanilla"), _get(base, "speedup_vs_vanilla")),
-                res.source("mt-bench-t0", "eagle1, eagle2"),
-                "" if not (static_t0 and base and static_t0.tau and base.tau) else
-                f"τ {static_t0.tau:.2f} (static) against {base.tau:.2f} (dynamic)"),
-    ]
+def eagle2(res: Results, findings: list[Finding], runs: dict, plot_dir: Path) -> Section:
+    means, per_question = rates_by_depth(res.value(replace(runs["position"], figure="records")), STATIC_DEPTH,
+                                         MIN_CHAINS)
+    dynamic = res.value(replace(runs["calibration"], figure="records"))
+    variants, rows = {label: res.row_of(ref) for label, ref in runs["expansion"].items()}, []
+    static_t0 = res.row_of(runs["static"])
     for label, row in variants.items():
         rows.append([f"EAGLE-2 expansion by {label}", _f(_get(row, "tau")), _x(_get(row, "speedup_vs_vanilla"))])
     rows.append(["EAGLE-1 static tree", _f(_get(static_t0, "tau")), _x(_get(static_t0, "speedup_vs_vanilla"))])
     buckets10 = calibration(dynamic, bins=10)
     plots = [
         line_plot(plot_dir / "position.png", "depth in EAGLE's static tree (Alpaca)", "acceptance at the depth",
-                  [n + 1 for n in positions],
+                  [n + 1 for n in range(STATIC_DEPTH)],
                   {"all questions": means,
                    "lowest question": [min(qs) if qs else None for qs in per_question],
                    "highest question": [max(qs) if qs else None for qs in per_question]}),
@@ -386,14 +302,14 @@ def eagle2(res: Results, plot_dir: Path) -> Section:
         f"reranking on MT-bench, each variant with vanilla in its own run, all at EAGLE-1's budget ({STATIC_NODES} "
         f"nodes, depth {STATIC_DEPTH}, top-k 8).", findings,
         ["setting (MT-bench, T=0)", "τ", "speedup"], rows, plots,
-        [res.source(e) for e in ("tasks", "mt-bench-t0", "expand-confidence", "no-rerank", "confidence-no-rerank")])
+        _sources(res, runs))
 
 
 def eagle3(root: Path) -> Section:
     table = committed_ablation(root, ABLATE_HEAD_SPEC)
     source = committed_source(ABLATE_HEAD_SPEC)
     spec = load_spec(ABLATE_HEAD_SPEC)  # its `findings` say which rows, figures and rules; `findings_table` the rows
-    findings = [evaluate(d, table, source, _trains(ABLATE_HEAD_SPEC, d)) for d in declared(spec, "eagle3")]
+    findings = [judge_rows(d, table, source, _trains(ABLATE_HEAD_SPEC, d)) for d in declared(spec, "eagle3")]
     names = [n for n in table if n.startswith(tuple(spec.get("findings_table", [])))]
     rows = [[name, *_ablation_cells(table.get(name)), table[name].get("commit") or "—"] for name in names]
     curve = plot_path(root, ABLATE_HEAD_SPEC)
@@ -418,36 +334,15 @@ def _ablation_cells(row: dict | None) -> list[str]:
             str(row["status"])]
 
 
-def evaluate(finding: Declared, table: dict[str, dict], source: str, command: str) -> Finding:
-    """A declared finding (lab.ablation_findings) judged on the ablation rows `table` (by name; only done rows
+def judge_rows(d: Declared, table: dict[str, dict], source: str, command: str) -> Finding:
+    """An ablation finding (conf/ablate/<spec>.yaml) judged on the ablation rows `table` (by name; only done rows
     count) read from `source`; while a row is missing or unfinished the reason names it, or `command`, which trains
     the missing rows."""
-    def value(name: str, figure: str = finding.figure):
+    def value(name: str, figure: str = d.figure):
         return _get(_done(table.get(name)), figure)
 
-    paper, paper_effect = pub.PAPER_EFFECTS[finding.paper]
-    if finding.effect == "keeps_rising":
-        with_test, without = (_diff(value(b), value(a)) for a, b in zip(finding.small, finding.large))
-        effect = _diff(with_test, without)
-        ours = ("—" if with_test is None or without is None else
-                f"τ gain {with_test:+.2f} with the test, {without:+.2f} without")
-    elif finding.effect == "difference":
-        a, b = (value(name) for name in finding.rows)
-        ours, effect = _pair(finding.labels[0], a, finding.labels[1], b), _diff(a, b)
-    else:  # gain
-        ours, effect = _gain_text(*(value(name) for name in finding.rows), finding.figure), _change(
-            *(value(name) for name in finding.rows))
-        also = [value(name, finding.also) for name in finding.rows] if finding.also else [None]
-        if None not in also:
-            ours += f"; {finding.also} " + _gain_text(*also, finding.also)
-    note = finding.note + (f"; our tolerance {finding.near[1]}" if finding.near and finding.note else "")
-    rule = Near(*finding.near) if finding.near else Larger(paper_effect)
-    return Finding(finding.claim, paper, rule, ours, effect, source,
-                   _pending_reason(table, finding.named_rows, command) or note)
-
-
-def _gain_text(before: float | None, after: float | None, figure: str) -> str:
-    return _change_text(before, after, **{"tau": {"name": "τ "}, "speedup": {"unit": "x"}}.get(figure, {}))
+    values = [value(name) for name in d.named_rows] + [value(name, d.also) for name in d.rows if d.also]
+    return evaluate(d, values, list(d.named_rows), source, _pending_reason(table, d.named_rows, command))
 
 
 def _trains(spec: str, finding: Declared) -> str:
@@ -509,88 +404,8 @@ def _get(row, key: str):
     return None if row is None else row.get(key) if isinstance(row, dict) else getattr(row, key)
 
 
-def _change(before: float | None, after: float | None) -> float | None:
-    """after / before − 1, None while either is missing."""
-    return None if before is None or after is None or not before else after / before - 1
-
-
-def _drop(before: float | None, after: float | None) -> float | None:
-    """1 − after / before: how much lower `after` is, None while either is missing."""
-    change = _change(before, after)
-    return None if change is None else -change
-
-
-def _change_text(before: float | None, after: float | None, unit: str = "", name: str = "") -> str:
-    change = _change(before, after)
-    return "—" if change is None else f"{name}{before:.2f}{unit} → {after:.2f}{unit} ({change:+.0%})"
-
-
-def _reached(cycles: list[dict], n: int) -> int:
-    return sum(1 for c in cycles if c["tree_depth"] > n and c["accepted"] >= n)
-
-
-def _scaling(points: dict, sizes: list[int]) -> str:
-    """How each method's tokens/s grew from batch 1 to the largest batch (both measured at the same batch: a CPU's
-    memory does not bind here, where a GPU's limits EAGLE's batch first)."""
-    grown = {m: _change(_get(points.get((1, m)), "tok_s"), _get(points.get((sizes[-1], m)), "tok_s"))
-             for m in ("vanilla", "eagle2")} if sizes else {}
-    if any(g is None for g in grown.values()) or not grown:
-        return ""
-    return (f"from batch 1 to {sizes[-1]} vanilla's tokens/s grew {1 + grown['vanilla']:.2f}×, EAGLE-2's "
-            f"{1 + grown['eagle2']:.2f}×; both at the same batch (a CPU's memory does not bind)")
-
-
-def _rate(bucket) -> float | None:
-    return bucket.rate if bucket.n >= MIN_BUCKET else None
-
-
-def _thin(bucket) -> str:
-    return "" if _rate(bucket) is not None else f"{bucket.n} draft tokens in the bucket, fewer than {MIN_BUCKET}"
-
-
-def _bucket(bucket) -> str:
-    return "—" if bucket.rate is None else f"{bucket.rate:.1%} of {bucket.n} draft tokens"
-
-
-def _trio(values: dict, speed: bool) -> str:
-    return ", ".join(f"{b} {_x(v) if speed else _f(v)}" for b, v in values.items())
-
-
-def _lead(values: dict) -> float | None:
-    """How far HumanEval's figure is above the best of the others (relative), None while any is missing."""
-    if any(v is None for v in values.values()):
-        return None
-    return values["humaneval"] / max(v for b, v in values.items() if b != "humaneval") - 1
-
 
 def _speed_tau(row: Row | None) -> str:
     return "—" if row is None else f"{_x(row.speedup_vs_vanilla)}, τ {_f(row.tau)}"
 
 
-def _pair(a_name: str, a, b_name: str, b) -> str:
-    return "—" if a is None or b is None else f"{a_name} {a:.2f}, {b_name} {b:.2f} ({a - b:+.2f})"
-
-
-def _diff(a, b) -> float | None:
-    return None if a is None or b is None else a - b
-
-
-def _spread(values: list) -> float | None:
-    known = [v for v in values if v is not None]
-    return max(known) - min(known) if len(known) > 1 else None
-
-
-def _spread_sd(values: list[float]) -> float | None:
-    return statistics.pstdev(values) if len(values) > 1 else None
-
-
-def _mean(values: list[float]) -> float | None:
-    return sum(values) / len(values) if values else None
-
-
-def _f(value, digits: int = 2) -> str:
-    return "—" if value is None else f"{value:.{digits}f}"
-
-
-def _x(value) -> str:
-    return "—" if value is None else f"{value:.2f}x"

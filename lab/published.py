@@ -5,6 +5,8 @@ target compares directions and sizes of effects, not absolute values.
 """
 from __future__ import annotations
 
+from lab.figure_text import change, change_text, drop, lead, listed, pair
+
 TABLE2 = {  # EAGLE Table 2: MT-bench, T=0, τ (EAGLE's tree) and 0-α…4-α (chain drafts)
     "source": "EAGLE Table 2 (MT-bench, T=0)",
     "Vicuna 7B": {"tau": 3.94, "alpha": [0.79, 0.74, 0.72, 0.73, 0.67]},
@@ -63,11 +65,59 @@ def _gain(before: float, after: float, text: str) -> tuple[str, float]:
 
 
 _EAGLE3 = [k for k in EAGLE3_TABLE2 if k != "source"]
-# The published effects a declared finding (lab.ablation_findings, conf/ablate/*.yaml `paper`) is set against: the
-# page's text for the paper's figure, and the effect (None: a direction stated without a figure).
+
+
+def _alphas(model: str, table: dict) -> tuple[str, float]:
+    a = table[model]["alpha"]
+    return f"{model}: {pair('0-α', a[0], '1-α', a[1])}", round(a[0] - a[1], 4)
+
+
+def _spread(model: str) -> tuple[str, float]:
+    a = TABLE2[model]["alpha"][1:]
+    return f"{model}: 1-α…4-α {min(a):.2f}–{max(a):.2f} (spread {max(a) - min(a):.2f})", round(max(a) - min(a), 4)
+
+
+def _lead(index: int) -> tuple[str, float]:
+    """HumanEval's lead in Table 1 over the next benchmark, in speedup (index 0) or τ (1), Vicuna 7B."""
+    paper = {b: v[index] for b, v in TABLE1["Vicuna 7B"].items()}
+    return f"Vicuna 7B: {listed(paper, index == 0)} ({lead(paper):+.0%})", round(lead(paper), 4)
+
+
+# The published effects a declared finding (lab.declared_findings: conf/ablate/*.yaml and conf/reproduce/findings.yaml
+# `paper`) is set against: the page's text for the paper's figure, and the effect (None: a direction stated without a
+# figure).
 PAPER_EFFECTS: dict[str, tuple[str, float | None]] = {
     "stated": ("stated, no figure", None),
+    "stated: about the same": ("stated, no figure", 0.0),
     "stated (EAGLE-3 Figure 1)": ("stated, no figure (EAGLE-3 Figure 1)", None),
+    "stated (EAGLE-2: P1 highest, P6 lowest)": ("stated, no figure (P1 highest, P6 lowest)", None),
+    "stated (EAGLE-2 Table 3)": ("stated, no figure (EAGLE-2 Table 3)", None),
+    "EAGLE Table 2: 0-α − 1-α, T=0": _alphas("Vicuna 7B", TABLE2),
+    "EAGLE Table 2: 0-α − 1-α, T=1": _alphas("Vicuna 7B", TABLE2_T1),
+    "EAGLE Table 2: spread of 1-α…4-α, T=0": _spread("Vicuna 7B"),
+    "EAGLE Table 2: τ from T=0 to T=1": (
+        "Vicuna 7B: " + change_text(TABLE2["Vicuna 7B"]["tau"], TABLE2_T1["Vicuna 7B"]["tau"], name="τ "),
+        round(drop(TABLE2["Vicuna 7B"]["tau"], TABLE2_T1["Vicuna 7B"]["tau"]), 4)),
+    "EAGLE Table 1: HumanEval's lead in speedup": _lead(0),
+    "EAGLE Table 1: HumanEval's lead in τ": _lead(1),
+    "EAGLE Table 5: chain → tree": (
+        "Vicuna 7B: " + change_text(TABLE5["Vicuna 7B"]["chain"], TABLE5["Vicuna 7B"]["tree"], name="τ "),
+        round(change(TABLE5["Vicuna 7B"]["chain"], TABLE5["Vicuna 7B"]["tree"]), 4)),
+    "EAGLE Table 5: a tree's speedup over a chain's": (
+        f"+{TABLE5_SPEEDUP_GAIN[0]:.1f}–{TABLE5_SPEEDUP_GAIN[1]:.1f}x over a chain (~2.3–2.7x)",
+        midpoint(TABLE5_SPEEDUP_GAIN)),
+    "EAGLE Table 7: speedup from batch 1 to 4": (
+        "LLaMA2-Chat 70B: " + change_text(TABLE7["LLaMA2-Chat 70B"][1], TABLE7["LLaMA2-Chat 70B"][4], unit="x"),
+        round(drop(TABLE7["LLaMA2-Chat 70B"][1], TABLE7["LLaMA2-Chat 70B"][4]), 4)),
+    "EAGLE Table 7: throughput over vanilla's at the largest batch": (
+        f"LLaMA2-Chat 70B: {TABLE7['LLaMA2-Chat 70B']['throughput']:.2f}x; "
+        f"Vicuna 7B: {TABLE7['Vicuna 7B']['throughput']:.2f}x", round(TABLE7["LLaMA2-Chat 70B"]["throughput"] - 1, 4)),
+    **{f"EAGLE-2: accepted share at draft confidence {bucket.replace('_', ' ')}": (f"~{share:.0%}", share)
+       for bucket, share in EAGLE2_CALIBRATION.items()},
+    "EAGLE-2: dynamic over static tree": (
+        f"{EAGLE2_OVER_EAGLE1[0]:.0%}–{EAGLE2_OVER_EAGLE1[1]:.0%} faster (six tasks; EAGLE-2 at its own, larger "
+        "budget)",
+        midpoint(EAGLE2_OVER_EAGLE1)),
     "EAGLE Figure 8: feature → feature+shifted_token": _gain(
         FIGURE8_SPEEDUP["feature"], FIGURE8_SPEEDUP["feature+shifted_token"],
         "Vicuna 7B: {before:.1f}x → {after:.1f}x ({change:+.0%})"),

@@ -52,6 +52,11 @@ def test_bad_rows_are_one_line_errors(monkeypatch, tmp_path):
      r"'large', 'paper', 'section', 'small'\] for keeps_rising"),
     ("{claim: c, section: eagle3, effect: difference, paper: stated, rows: [r, s], labels: [a]}",
      r"has labels \['a'\]: expected two labels"),
+    ("{claim: c, section: eagle3, effect: gain, paper: stated, rows: [r, s], rule: most}", "has rule 'most'"),
+    ("{claim: c, section: eagle3, effect: gain, paper: 'stated: about the same', rows: [r, s], rule: near}",
+     "has rule near and tolerance None: expected a tolerance exactly with rule near"),
+    ("{claim: c, section: eagle3, effect: gain, paper: stated, rows: [r, s], rule: at_most}",
+     "has rule at_most against 'stated', which has no figure"),
 ])
 def test_findings_name_a_rule_the_paper_and_rows_of_the_spec(monkeypatch, tmp_path, finding, message):
     """The findings a spec declares (which rows, which figure, which published effect, which rule) are checked on
@@ -66,9 +71,9 @@ def test_findings_name_a_rule_the_paper_and_rows_of_the_spec(monkeypatch, tmp_pa
 
 
 def test_every_row_a_declared_finding_names_is_a_row_of_its_spec():
-    """conf/ablate/*.yaml: each spec's findings (lab.ablation_findings) name rows the spec trains, so a renamed row
+    """conf/ablate/*.yaml: each spec's findings (lab.declared_findings) name rows the spec trains, so a renamed row
     cannot leave a finding reading nothing; every section reading ablation rows has its findings."""
-    from lab.ablation_findings import SECTIONS, declared
+    from lab.declared_findings import SECTIONS, declared
 
     sections = set()
     for path in sorted((ab.REPO / "conf" / "ablate").glob("*.yaml")):

@@ -330,6 +330,19 @@ def test_random_eagle3_block_head_matches_vanilla(path):
     assert batch.results[1].tokens == vanilla_tokens(eagle3_case()[0], list(prompt[:4]), 30)
 
 
+@pytest.mark.parametrize("input_mode", ["feature+token", "feature", "token"])
+def test_heads_of_every_input_mode_match_vanilla(input_mode):
+    """A head trained on unshifted tokens is fed each node's parent's token (the feeder's choice, made once), one fed
+    no token or no feature drafts alike: float32 greedy output equals vanilla's with chains, static and dynamic
+    trees (confidence expansion without rerank included)."""
+    seed, prompt_len, max_new = CASES[1]
+    target, _ = target_and_head(seed)
+    head = random_head(target, seed=seed, input_mode=input_mode)
+    prompt, expected = case(seed, prompt_len, max_new)
+    for name in ("chain-d5", "eagle1-default", "eagle2-default", "eagle2-d4-k5-t7-conf-norerank"):
+        assert run(target, head, HEAD_CONFIGS[name], prompt, max_new).tokens == list(expected), (input_mode, name)
+
+
 @pytest.mark.parametrize("arch,seed", [("qwen2", 0), ("mistral", 3), ("qwen3", 1), ("llama3", 2)])
 def test_other_architectures_match_vanilla(arch, seed):
     target, head = target_and_head(seed, arch)

@@ -13,7 +13,9 @@ import torch
 
 from eagle_infer.head.draft_head import DraftHead, DraftHeadConfig, random_head
 from eagle_infer.head.head_runner import HeadRunner
-from eagle_infer.trees.drafting import DraftRoot, TreeFeeder, draft_chain, draft_dynamic, draft_static
+from eagle_infer.trees.drafting import (
+    DraftRoot, TreeFeeder, draft_chain, draft_dynamic, draft_static, expand_level, growth,
+)
 from eagle_infer.errors import EagleError
 from eagle_infer.models.kv_cache import KVCache
 from eagle_infer.trees.tree import (
@@ -219,7 +221,7 @@ def test_draft_dynamic_properties(input_mode, depth, top_k, total, expand_by, re
     target, head = setup(input_mode)
     feeder = committed_feeder(head, target)
     prefix = feeder.cache.length
-    tree = draft_dynamic(feeder, depth, top_k, total, expand_by, rerank).row(0)
+    tree = draft_dynamic(feeder, depth, top_k, total, growth(expand_by, rerank)).row(0)
     check_tree_shape(tree, depth)
     candidates = top_k + (depth - 1) * top_k * top_k
     if rerank:
@@ -232,7 +234,7 @@ def test_draft_dynamic_properties(input_mode, depth, top_k, total, expand_by, re
     feeder.reset()
     assert feeder.cache.length == prefix
     check_against_head(feeder, tree, top_k)
-    again = draft_dynamic(committed_feeder(head, target), depth, top_k, total, expand_by, rerank).row(0)
+    again = draft_dynamic(committed_feeder(head, target), depth, top_k, total, growth(expand_by, rerank)).row(0)
     assert all(torch.equal(getattr(tree, f), getattr(again, f)) for f in ("tokens", "parents", "depths"))
     if rerank:
         # The root's children are the head's top tokens, in order.
@@ -245,7 +247,7 @@ def test_draft_dynamic_rerank_keeps_the_best_paths():
     target, head = setup()
     depth, top_k, total = 3, 4, 9
     feeder = committed_feeder(head, target)
-    tree = draft_dynamic(feeder, depth, top_k, total, "value", True).row(0)
+    tree = draft_dynamic(feeder, depth, top_k, total).row(0)
     feeder.reset()
     logp_sum = {}
     tokens, parents = tree.tokens.tolist(), tree.parents.tolist()
@@ -267,6 +269,20 @@ def test_draft_dynamic_rerank_keeps_the_best_paths():
                 assert base_value + float(logp[tok]) <= worst_kept + 1e-5
 
 
+def test_the_expansion_key_and_the_kept_nodes_follow_the_settings():
+    """growth(expand_by, rerank), chosen once per setting: by value a level expands the children of the best paths,
+    by confidence those the head is surest of; rerank keeps the best paths, no rerank the expanded nodes in order."""
+    logp = torch.tensor([[[-1.0, -2.0, -3.0], [-0.1, -0.2, -9.0]]])  # [B 1, k 2 expanded nodes, Vd 3]
+    parents = torch.tensor([[0.0, -5.0]])  # their path log-values
+    for expand_by, picked in (("value", [0, 1]), ("confidence", [2, 3])):
+        tokens, values, own, pick = expand_level(logp, parents, 2, None, growth(expand_by).expand)
+        assert pick.tolist() == [picked] and torch.allclose(values, torch.tensor([[-1.0, -2.0, -5.1, -5.2]])), expand_by
+    values = torch.tensor([[-0.5, -0.1, -0.3, -0.2]])
+    fronts = [torch.tensor([[-1, 0, 1]]), torch.tensor([[3, 2]])]  # the root, then the nodes expanded per level
+    assert growth(rerank=True).keep(values, fronts, 2).tolist() == [[1, 3]]  # the two best values
+    assert growth(rerank=False).keep(values, fronts, 3).tolist() == [[0, 1, 3]]  # the first three expanded
+
+
 def test_draft_dynamic_with_a_draft_vocabulary():
     """A head drafting from 5 ids with top_k 6: the sixth candidate of every node has probability 0; the tree is
     still well formed and every token of positive probability is in the draft vocabulary."""
@@ -274,7 +290,7 @@ def test_draft_dynamic_with_a_draft_vocabulary():
     target, head = setup(draft_vocab=ids)
     for rerank in (True, False):
         feeder = committed_feeder(head, target)
-        tree = draft_dynamic(feeder, 3, 6, 40, "value", rerank).row(0)
+        tree = draft_dynamic(feeder, 3, 6, 40, growth(rerank=rerank)).row(0)
         feeder.reset()
         check_tree_shape(tree, 3)
         assert not torch.isnan(tree.probs).any()
@@ -355,8 +371,8 @@ def single_feeder(feeder: TreeFeeder, b: int) -> TreeFeeder:
 def test_batched_drafting_equals_each_row_alone(input_mode, kind):
     target, head = setup(input_mode)
     draft = {
-        "dynamic": lambda f: draft_dynamic(f, 4, 4, 12, "value", True),
-        "dynamic-norerank": lambda f: draft_dynamic(f, 3, 5, 9, "confidence", False),
+        "dynamic": lambda f: draft_dynamic(f, 4, 4, 12),
+        "dynamic-norerank": lambda f: draft_dynamic(f, 3, 5, 9, growth("confidence", False)),
         "static": lambda f: draft_static(f, DEFAULT_STATIC_PATHS),
         "chain": lambda f: draft_chain(f, 5),
     }[kind]
@@ -378,7 +394,7 @@ def test_feeder_buffers_grow_without_changing_the_trees(input_mode):
     roomy one drafts (batch rows of different lengths, so every row's attention row is shifted differently)."""
     target, head = setup(input_mode)
     first = batch_feeder(head, target)
-    for draft in (lambda f: draft_dynamic(f, 4, 4, 12, "value", True), lambda f: draft_static(f, DEFAULT_STATIC_PATHS)):
+    for draft in (lambda f: draft_dynamic(f, 4, 4, 12), lambda f: draft_static(f, DEFAULT_STATIC_PATHS)):
         feeder = TreeFeeder(first.head, first.cache, first.root)  # (a feeder serves one cycle)
         roomy = draft(feeder).rows()
         feeder.reset()

@@ -83,7 +83,7 @@ class DynamicDrafter:
     def propose(self, inp: DraftInput) -> TreeBatch | Drafted:
         c, plan, budget = inp.config, inp.plan, inp.budget
         if budget is None:
-            return grow_dynamic(inp.feeder, c.depth, c.top_k, c.total_tokens, c.expand_by, c.rerank).trees
+            return grow_dynamic(inp.feeder, c.depth, c.top_k, c.total_tokens, c.growth).trees
         with_extra = (lambda x: x) if inp.extra is None else (lambda x: torch.cat([x, inp.extra], 1))  # noqa: E731
         if plan is None:  # decide now: one host read before each level and at the end
             def decide(values, frontier, newest_own, levels):
@@ -91,8 +91,8 @@ class DynamicDrafter:
                                         ahead=False)
                 more, nodes = code.tolist()
                 return more > levels, nodes
-            return grow_dynamic(inp.feeder, c.depth, c.top_k, c.total_tokens, c.expand_by, c.rerank, decide).trees
-        d = grow_dynamic(inp.feeder, plan.levels, c.top_k, plan.nodes, c.expand_by, c.rerank)
+            return grow_dynamic(inp.feeder, c.depth, c.top_k, c.total_tokens, c.growth, decide).trees
+        d = grow_dynamic(inp.feeder, plan.levels, c.top_k, plan.nodes, c.growth)
         return Drafted(d.trees, budget.next_plan(with_extra(d.values), d.levels, d.frontier, d.mass(),
                                                  with_extra(d.older)))
 

@@ -55,8 +55,9 @@ class TreeFeeder:
 
     What a level needs of earlier ones lives in buffers indexed [root, fed slot 0, 1, ...] (built at the first
     feed, grown by doubling), so a level reads its parents by one index op and writes its nodes in place: predicted
-    features, tokens (for heads fed the parent's token), and each node's additive attention row over the head's keys
-    (its prefix and its ancestors incl. itself visible), which a child copies and unmasks its own slot in."""
+    features, tokens, and each node's additive attention row over the head's keys (its prefix and its ancestors incl.
+    itself visible), which a child copies and unmasks its own slot in. Which token a node is fed with (its own, or
+    its parent's for a head trained on unshifted tokens) is chosen once, here, not per level."""
 
     def __init__(self, head: HeadRunner | None, cache: KVCache | None, root: DraftRoot, capacity: int = 64):
         self.head, self.cache, self.root = head, cache, root
@@ -66,6 +67,7 @@ class TreeFeeder:
         self._prefix_ids = cache.device_lengths() if cache is not None else None
         self._capacity = capacity
         self._cap = 0  # fed slots the buffers hold (0: not built yet)
+        self._feed = OwnTokens if head is None or head.config.token_shift == 1 else ParentTokens
 
     def _build(self, cap: int) -> None:
         """Buffers for `cap` fed slots: [B, 1 + cap, ...] rows (root, then slots) and each slot's own key column."""
@@ -79,17 +81,12 @@ class TreeFeeder:
         masks[:, 0] = (rel >= 0).to(dtype).mul_(low)  # the root's row: its prefix
         outputs = root.feature.new_empty(b, 1 + cap, root.feature.shape[1])
         outputs[:, 0] = root.feature
-        tokens = None
-        if self.head.config.token_shift == 0:  # a head fed (feature, parent's token) reads the parents' tokens
-            tokens = torch.empty(b, 1 + cap, dtype=torch.long, device=device)
-            tokens[:, 0] = root.token_ids
+        tokens = self._feed.kept(root.token_ids, cap, self._tokens if self._cap else None, 1 + self.fed)
         if self._cap:  # growing: keep what earlier levels wrote
             n = 1 + self.fed
             masks[:, :n, : self._masks.shape[2]] = self._masks[:, :n]
             masks[:, :n, self._masks.shape[2] :] = low  # keys past every fed row's own
             outputs[:, :n] = self._outputs[:, :n]
-            if tokens is not None:
-                tokens[:, :n] = self._tokens[:, :n]
         self._masks, self._outputs, self._tokens, self._cap = masks, outputs, tokens, cap
         self._rows = torch.arange(b, device=device)[:, None]  # [B, 1]: row index beside a [B, m] slot index
         self._bases = root.positions[:, None]
@@ -116,21 +113,53 @@ class TreeFeeder:
         up = parents + 1  # [B, m] rows of [root, fed...]
         parent_feat, rows, mask = level_inputs(self._outputs, self._masks, self._rows, up, self._own[:, f : f + m],
                                                max(self.prefix) + f + m)
-        fed_tokens = self._tokens[self._rows, up] if self.head.config.token_shift == 0 else tokens
+        fed_tokens = self._feed.fed(self._tokens, self._rows, up, tokens, 1 + f)
         self._masks[:, 1 + f : 1 + f + m] = rows
         out = self.head(parent_feat, fed_tokens, (self._bases + (depth - 1)).expand(b, m), self.cache, mask)
         self.cache.advance(m)
         self.levels += 1
         self.fed += m
         self._outputs[:, 1 + f : 1 + f + m] = out
-        if self.head.config.token_shift == 0:
-            self._tokens[:, 1 + f : 1 + f + m] = tokens
         return torch.log_softmax(self.head.draft_logits(out), dim=-1)
 
     def reset(self) -> None:
         """Drop every fed node from the head's cache."""
         if self.cache is not None:
             self.cache.truncate(self.prefix, self._prefix_ids)
+
+
+class OwnTokens:
+    """How a head trained on shifted tokens (token_shift 1) is fed: each node with its own token; nothing is kept."""
+
+    @staticmethod
+    def kept(root: torch.Tensor, cap: int, old: torch.Tensor | None, n: int) -> None:
+        return None
+
+    @staticmethod
+    def fed(kept: None, rows: torch.Tensor, up: torch.Tensor, tokens: torch.Tensor, start: int) -> torch.Tensor:
+        """`tokens` [B, m], the nodes' own."""
+        return tokens
+
+
+class ParentTokens:
+    """How a head trained on unshifted tokens (token_shift 0) is fed: each node with its parent's token, read from
+    the tokens kept per row of the feeder's buffers [B, 1 + cap] (the root's, then each fed slot's)."""
+
+    @staticmethod
+    def kept(root: torch.Tensor, cap: int, old: torch.Tensor | None, n: int) -> torch.Tensor:
+        """The buffer for `cap` slots: the root tokens [B], and the first n rows of `old` (None: a first build)."""
+        tokens = torch.empty(root.shape[0], 1 + cap, dtype=torch.long, device=root.device)
+        tokens[:, 0] = root
+        if old is not None:
+            tokens[:, :n] = old[:, :n]
+        return tokens
+
+    @staticmethod
+    def fed(kept: torch.Tensor, rows: torch.Tensor, up: torch.Tensor, tokens: torch.Tensor, start: int) -> torch.Tensor:
+        """The parents' tokens (rows `up` [B, m] of `kept`); the nodes' own `tokens` go to its slots from `start`."""
+        parents = kept[rows, up]
+        kept[:, start : start + tokens.shape[1]] = tokens
+        return parents
 
 
 def level_inputs(outputs: torch.Tensor, masks: torch.Tensor, rows: torch.Tensor, up: torch.Tensor, own: torch.Tensor,
@@ -154,16 +183,57 @@ def top_tokens(logp: torch.Tensor, k: int, order: torch.Tensor | None) -> tuple[
     return values, (index if order is None else order[index])
 
 
+def by_value(values: torch.Tensor, own: torch.Tensor) -> torch.Tensor:
+    """EAGLE-2's expansion key: a node's path log-value."""
+    return values
+
+
+def by_confidence(values: torch.Tensor, own: torch.Tensor) -> torch.Tensor:
+    """The ablation's expansion key (EAGLE-2 Table 3): a node's own log-probability."""
+    return own
+
+
+def best_by_value(values: torch.Tensor, fronts: list[torch.Tensor], total: int) -> torch.Tensor:
+    """EAGLE-2's rerank: the `total` candidates of best path value [B, total], ascending (ties prefer shallower,
+    then earlier candidates, so every kept node's parent is kept)."""
+    return torch.sort(values, dim=1, descending=True, stable=True).indices[:, :total].sort(dim=1).values
+
+
+def expanded_first(values: torch.Tensor, fronts: list[torch.Tensor], total: int) -> torch.Tensor:
+    """The ablation without rerank: the first `total` expanded candidates, level by level [B, total], ascending."""
+    return torch.cat(fronts, 1)[:, 1 : 1 + total].sort(dim=1).values
+
+
+@dataclass(frozen=True)
+class Growth:
+    """How EAGLE-2 grows and cuts its trees, chosen once per setting (`growth`), so a level runs no branch on it:
+    `expand(values, own)`, the key its top_k expanded nodes per level are picked by; `keep(values, fronts, total)`,
+    the candidates kept at the end."""
+
+    expand: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = by_value
+    keep: Callable[[torch.Tensor, list[torch.Tensor], int], torch.Tensor] = best_by_value
+
+
+EXPAND_BY = {"value": by_value, "confidence": by_confidence}  # the settings' expand_by
+
+
+@lru_cache(maxsize=None)
+def growth(expand_by: str = "value", rerank: bool = True) -> Growth:
+    """The Growth of the settings expand_by (EXPAND_BY) and rerank."""
+    return Growth(EXPAND_BY[expand_by], best_by_value if rerank else expanded_first)
+
+
 def expand_level(logp: torch.Tensor, parent_values: torch.Tensor, k: int, order: torch.Tensor | None,
-                 by_value: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+                 key: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = by_value,
+                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """One EAGLE-2 level's bookkeeping, static shapes and tensor ops only (compiled whole in tests/test_compiled.py):
     the k best children of each of k expanded nodes. logp [B, k, Vd]: their children's log-probs; parent_values
     [B, k]: their path log-values. -> the children's target ids, path values and own log-probs [B, k*k] (parent
-    by parent), and which k of them expand next [B, k] (best by value, or by own confidence; ties: earlier)."""
+    by parent), and which k of them expand next [B, k] (best by `key` of (values, own); ties: earlier)."""
     own, tokens = top_tokens(logp, k, order)
     values = (parent_values[:, :, None] + own).flatten(1)
     own = own.flatten(1)
-    pick = torch.sort(values if by_value else own, dim=1, descending=True, stable=True).indices[:, :k]
+    pick = torch.sort(key(values, own), dim=1, descending=True, stable=True).indices[:, :k]
     return tokens.flatten(1), values, own, pick
 
 
@@ -245,21 +315,20 @@ def child_mass(own: torch.Tensor, k: int) -> torch.Tensor:
     return own.exp().view(own.shape[0], -1, k).sum(-1).mean()
 
 
-def draft_dynamic(feeder: TreeFeeder, depth: int, top_k: int, total_tokens: int, expand_by: str = "value",
-                  rerank: bool = True) -> TreeBatch:
+def draft_dynamic(feeder: TreeFeeder, depth: int, top_k: int, total_tokens: int, grow: Growth = Growth()) -> TreeBatch:
     """EAGLE-2's trees (`grow_dynamic`)."""
-    return grow_dynamic(feeder, depth, top_k, total_tokens, expand_by, rerank).trees
+    return grow_dynamic(feeder, depth, top_k, total_tokens, grow).trees
 
 
 # decide(values [B, C], frontier [B, k], newest_own [B, L], levels) -> (draft one more level?, nodes to keep)
 Decide = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, int], tuple[bool, int]]
 
 
-def grow_dynamic(feeder: TreeFeeder, depth: int, top_k: int, total_tokens: int, expand_by: str = "value",
-                 rerank: bool = True, decide: Decide | None = None) -> DynamicDraft:
-    """EAGLE-2: grow `depth` levels, expanding the top_k newest nodes by path value (sum of draft log-probs) or by
-    their own confidence; then keep the `total_tokens` best candidates by value (ties prefer shallower, then earlier
-    nodes, so every kept node's parent is kept), or without rerank the expanded nodes level by level. Every row
+def grow_dynamic(feeder: TreeFeeder, depth: int, top_k: int, total_tokens: int, grow: Growth = Growth(),
+                 decide: Decide | None = None) -> DynamicDraft:
+    """EAGLE-2: grow `depth` levels, expanding the top_k newest nodes by path value (sum of draft log-probs; or,
+    `grow` says, by their own confidence); then keep the `total_tokens` best candidates by value (`grow`: or the
+    expanded nodes level by level). Every row
     expands the same number of nodes per level, so the head sees one [B, top_k] batch per level. Everything stays
     on the device: one top-k over the draft vocabulary per level, no host copies.
 
@@ -285,17 +354,14 @@ def grow_dynamic(feeder: TreeFeeder, depth: int, top_k: int, total_tokens: int, 
                 break
             nodes = None  # decided before this level: asked again after the last one
         logp = feeder.feed(parents, front_tok, d - 1)
-        tok, val, own, pick = expand_level(logp, front_val, k, feeder.head.vocab_order, expand_by == "value")
+        tok, val, own, pick = expand_level(logp, front_val, k, feeder.head.vocab_order, grow.expand)
         toks.append(tok), vals.append(val), owns.append(own)
         fronts.append(pick + (k + (d - 2) * k * k))
         front_tok, front_val, parents = tok.gather(1, pick), val.gather(1, pick), pick // k + (feeder.fed - k)
     values = torch.cat(vals, 1)
     if decide is not None:
         total_tokens = nodes if nodes is not None else decide(values, front_val, owns[-1], len(toks))[1]
-    if rerank:
-        keep = torch.sort(values, dim=1, descending=True, stable=True).indices[:, :total_tokens].sort(dim=1).values
-    else:
-        keep = torch.cat(fronts, 1)[:, 1 : 1 + total_tokens].sort(dim=1).values
+    keep = grow.keep(values, fronts, total_tokens)
     # candidate c < k: depth 1; c >= k: depth 2 + (c - k) // k²; parents renumbered among the kept (ascending)
     parents = torch.searchsorted(keep, torch.cat(fronts, 1).gather(1, keep // k), right=True) - 1
     depths = (keep + (k * k - k)) // (k * k) + 1
