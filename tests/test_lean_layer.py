@@ -151,3 +151,21 @@ def test_a_layer_unlike_llama_is_refused_in_one_line():
     model.config.sliding_window, model.config.hidden_act = None, "gelu"
     with pytest.raises(EagleError, match="its activation is 'gelu', not 'silu'"):
         with_decoder(Target("gelu", model, None, "chatml", torch.float32, torch.device("cpu")))
+
+
+@pytest.mark.parametrize("mode", ["feature+token", "token", "feature"])
+def test_every_input_mode_drafts_as_it_trains(mode):
+    """The runner's step applies the head's input mode as the trainable module does, chosen once when the runner is
+    built: "token" reads no feature, "feature" no token."""
+    target = tiny_target()
+    head = random_head(target, seed=3, input_mode=mode)
+    torch.manual_seed(0)
+    feats, tokens, positions = torch.randn(1, 6, 64), torch.randint(0, 96, (1, 6)), torch.arange(6)[None]
+    mask = causal_mask(4, 2, torch.float32, "cpu")
+    lean, reference = _both_paths(head, feats, tokens, positions, 4, mask)
+    torch.testing.assert_close(lean, reference, atol=1e-5, rtol=1e-5)
+    other_feats, other_tokens = torch.randn(1, 6, 64), (tokens + 1) % 96
+    changed = {"token": _both_paths(head, other_feats, tokens, positions, 4, mask)[0],
+               "feature": _both_paths(head, feats, other_tokens, positions, 4, mask)[0]}.get(mode)
+    if changed is not None:  # the half the mode leaves out changes nothing
+        torch.testing.assert_close(changed, lean, atol=0, rtol=0)

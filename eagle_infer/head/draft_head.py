@@ -222,7 +222,8 @@ class DraftHead(nn.Module):
                        segments: tuple[int, ...] | None = None) -> torch.Tensor:
         """`forward` over a transformers Cache `past` (or None), the mask as given -> [B, T, H]. Inference runs the
         same function as lean steps (head_runner.head_step)."""
-        features, embeds = head_inputs(self.config, features, tokens, self.target.embed_tokens, self.fuse)
+        features, embeds = head_inputs(INPUT_HALVES[self.config.input_mode], self.config.hidden_size, features, tokens,
+                                       self.target.embed_tokens, self.fuse)
         attention = {"attention_mask": mask, "position_ids": positions, "past_key_values": past,
                      "position_embeddings": self.rotary(features, positions)}
         if chain_step is not None:
@@ -271,23 +272,34 @@ class DraftHead(nn.Module):
         (directory / CONFIG_FILE).write_text(json.dumps(asdict(self.config), indent=2) + "\n")
 
 
-def head_inputs(config: DraftHeadConfig, features: torch.Tensor, tokens: torch.Tensor, embed: nn.Module,
+def _both(features: torch.Tensor, embeds: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return features, embeds
+
+
+def _token_only(features: torch.Tensor, embeds: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.zeros_like(features), embeds
+
+
+def _feature_only(features: torch.Tensor, embeds: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return features, torch.zeros_like(embeds)
+
+
+# (features, embeddings) -> the halves an input mode feeds, a missing half as zeros; chosen once per head
+INPUT_HALVES = {"feature+shifted_token": _both, "feature+token": _both, "token": _token_only, "feature": _feature_only}
+
+
+def head_inputs(halves, hidden_size: int, features: torch.Tensor, tokens: torch.Tensor, embed: nn.Module,
                 fuse: nn.Module | None) -> tuple[torch.Tensor, torch.Tensor]:
     """A head's two inputs, training's and inference's alike: (features [B, T, H], token embeddings [B, T, H]), fused
-    target features [B, T, k*H] projected by `fuse`, the config's input_mode applied (a missing half as zeros)."""
-    if features.shape[-1] != config.hidden_size:
+    target features [B, T, k*H] projected by `fuse`; halves: INPUT_HALVES of the head's input mode."""
+    if features.shape[-1] != hidden_size:
         if fuse is None:
             raise EagleError(
-                f"draft head takes features of width {config.hidden_size}, got {features.shape[-1]}: "
+                f"draft head takes features of width {hidden_size}, got {features.shape[-1]}: "
                 "a fused head needs fused target features"
             )
         features = fuse(features)
-    embeds = embed(tokens).to(features.dtype)
-    if config.input_mode == "token":
-        features = torch.zeros_like(features)
-    elif config.input_mode == "feature":
-        embeds = torch.zeros_like(embeds)
-    return features, embeds
+    return halves(features, embed(tokens).to(features.dtype))
 
 
 def full_vocabulary(sub: torch.Tensor, draft_vocab: torch.Tensor | None, vocab_size: int) -> torch.Tensor:

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from ..models.compiled import CompiledForward, mark_dynamic_step, static_length
-from .draft_head import DraftHead, full_vocabulary, head_inputs
+from .draft_head import INPUT_HALVES, DraftHead, full_vocabulary, head_inputs
 from ..models.kv_cache import KVCache
 from ..models.lean_layer import RopeTable, lean_layer
 from ..models.lean_layer import run as lean_run
@@ -29,18 +29,19 @@ def _packed(linear: nn.Module | None) -> nn.Module | None:
 class HeadStep(nn.Module):
     """What one drafting step of a head runs (head_step): [its fuse,] the target's embedding, [its fc,] and its
     layers as lean steps (eagle_infer.models.lean_layer), packed or not; a module, so that a compiled step reaches
-    the weights as its own."""
+    the weights as its own. Its input mode's halves (draft_head.INPUT_HALVES) are chosen here, once."""
 
     def __init__(self, config, embed: nn.Module, fuse: nn.Module | None, fc: nn.Module | None, layers: list):
         super().__init__()
-        self.config, self.embed, self.fuse, self.fc, self.layers = config, embed, fuse, fc, nn.ModuleList(layers)
+        self.embed, self.fuse, self.fc, self.layers = embed, fuse, fc, nn.ModuleList(layers)
+        self.halves, self.hidden_size = INPUT_HALVES[config.input_mode], config.hidden_size
 
 
 def head_step(step: HeadStep, features: torch.Tensor, tokens: torch.Tensor, rope: torch.Tensor,
               mask: torch.Tensor | None, k: list, v: list, slots) -> torch.Tensor:
     """The head's forward at inference, eager and compiled alike (arguments as in HeadRunner.__call__; rope, k, v,
     slots as in lean_layer.run) -> predicted features [B, T, H]."""
-    features, embeds = head_inputs(step.config, features, tokens, step.embed, step.fuse)
+    features, embeds = head_inputs(step.halves, step.hidden_size, features, tokens, step.embed, step.fuse)
     if step.fc is None:  # EAGLE-3's layer reads the embeddings beside the feature
         return lean_run(step.layers, features, rope, k, v, slots, mask, embeds=embeds)[0]
     hidden = step.fc(torch.cat((embeds, features), dim=-1))
