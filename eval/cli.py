@@ -25,6 +25,7 @@ from eagle_infer.entry.cli_support import CONF_DIR, launch, one_line_errors, set
 from eagle_infer.config import InferConf, LookupConf, ModelConf
 from eagle_infer.errors import EagleError
 from eagle_infer.decoding.methods import DEFAULT_METHOD
+from eagle_infer.models.synthetic import is_synthetic, synthetic_refusal
 from eagle_infer.models.target import load_target
 from eagle_train.benchmarks import BENCHMARKS, benchmark_dir, check_names, load_benchmark
 from eval import harness, throughput
@@ -87,6 +88,8 @@ def evaluate(conf: EvalRunConf, out: Path) -> str:
     """Run (or resume) one evaluation into `out`; returns the Markdown table."""
     import torch
 
+    if is_synthetic(conf.model.name):  # random weights: refused before any benchmark or model is loaded
+        raise synthetic_refusal(conf.model.name)
     check_names(conf.bench.names, benchmark_dir(conf.bench.data_dir))
     _check_batches(conf)
     if conf.threads:
