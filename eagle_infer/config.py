@@ -22,7 +22,7 @@ from .trees.tree import DEFAULT_STATIC_PATHS
 from .decoding.verify import SamplingParams
 
 BUDGETS = ("fixed", "auto")
-PAD_TREES = ("auto", "on", "off")
+AUTO_ON_OFF = ("auto", "on", "off")  # infer.pad_trees, infer.plan_ahead
 DRAFT_VOCABS = ("head", "full")  # infer.draft_vocab
 AUTO_MAX_DEPTH, AUTO_MAX_TOKENS = 8, 64  # the caps of infer.depth=auto / infer.total_tokens=auto
 FIXED_DEPTH, FIXED_TOKENS = 6, 32  # "auto" where a method cannot choose per cycle (EAGLE-2's paper tree, CPU-sized)
@@ -155,10 +155,10 @@ class InferConf:
                                  "infer.depth / infer.total_tokens)")
         if self.draft_vocab not in DRAFT_VOCABS:
             raise EagleError(f"unknown draft_vocab {self.draft_vocab!r}: expected one of {', '.join(DRAFT_VOCABS)}")
-        if self.pad_trees not in PAD_TREES:
-            raise EagleError(f"unknown pad_trees {self.pad_trees!r}: expected one of {', '.join(PAD_TREES)}")
-        if self.plan_ahead not in PAD_TREES:
-            raise EagleError(f"unknown plan_ahead {self.plan_ahead!r}: expected one of {', '.join(PAD_TREES)}")
+        if self.pad_trees not in AUTO_ON_OFF:
+            raise EagleError(f"unknown pad_trees {self.pad_trees!r}: expected one of {', '.join(AUTO_ON_OFF)}")
+        if self.plan_ahead not in AUTO_ON_OFF:
+            raise EagleError(f"unknown plan_ahead {self.plan_ahead!r}: expected one of {', '.join(AUTO_ON_OFF)}")
         if self.budget not in BUDGETS:
             raise EagleError(f"unknown budget {self.budget!r}: expected one of {', '.join(BUDGETS)}")
         if self.budget == "auto" and not self.can_choose_per_cycle:

@@ -22,10 +22,6 @@ from ..models.lean_layer import run as lean_run
 from ..models.packed import PackedLinear
 
 
-def _packed(linear: nn.Module | None) -> nn.Module | None:
-    return None if linear is None else PackedLinear.of(linear)
-
-
 class HeadStep(nn.Module):
     """What one drafting step of a head runs (head_step): [its fuse,] the target's embedding, [its fc,] and its
     layers as lean steps (eagle_infer.models.lean_layer), packed or not; a module, so that a compiled step reaches
@@ -59,7 +55,7 @@ class HeadRunner:
         self.packed = target.packed if packed is None else packed
         if compile_step is None:
             compile_step = target.compiled_forward is not None and target.device.type == "cuda"
-        fc, fuse = (_packed(module.fc), _packed(module.fuse)) if self.packed else (module.fc, module.fuse)
+        fc, fuse = (PackedLinear.of(module.fc), PackedLinear.of(module.fuse)) if self.packed else (module.fc, module.fuse)
         layers = [lean_layer(x, target.config, self.packed) for x in module.layers]
         self.step = HeadStep(self.config, target.embed_tokens, fuse, fc, layers)
         self.rope = RopeTable(module.rotary)

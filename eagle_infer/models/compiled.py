@@ -1,15 +1,14 @@
 """The target's forward compiled by torch.compile (`infer.compile=true`): the same lean steps the eager forward runs
 (target.decode), through inductor with freezing (weights folded in as constants and packed for oneDNN on a CPU,
 elementwise ops fused), CUDA graphs on a GPU (the KV cache's buffers are marked static, so writing them in place
-does not stop capture). On a GPU the draft head's step is compiled too
-(head_runner.HeadRunner, compile_step): a level is launch-bound there. On a CPU the head drafts eagerly:
-compiling its step did not pay on the CPU measured (docs/design.md, "Compiled forward").
+does not stop capture). On a GPU the draft head's step (head_runner.head_step) is compiled too (HeadRunner,
+compile_step): a level is launch-bound there. On a CPU the head drafts eagerly: compiling its step did not pay on
+the CPU measured (docs/design.md, "Compiled forward").
 
-It runs over a static KV cache (kv_cache.KVCache with static=True): attention spans every preallocated slot under
-an additive mask and the write slots arrive as tensors (kv_cache.Slots), so nothing the graph reads changes between
-steps. The
-number of new tokens and the cache length are marked dynamic (target.forward, KVCache), so three graphs serve a
-run: one-token steps, prefills and verifications (a new batch size is compiled once more, then dynamic too);
+It runs over a static KV cache (kv_cache.KVCache with static=True): attention spans every preallocated slot under an
+additive mask and the write slots arrive as tensors (kv_cache.Slots), so nothing the graph reads changes between
+steps. The number of new tokens and the cache length are marked dynamic (target.forward, KVCache), so three graphs
+serve a run: one-token steps, prefills and verifications (a new batch size is compiled once more, then dynamic too);
 `compiles` counts every graph compiled, so a benchmark can show that none happens after warm-up. A forward whose
 compile fails (no C++ compiler, an unsupported op) logs one warning and runs eagerly from then on (over the same
 static cache): a missing compiler never stops decoding. Any other error raised inside the compiled call takes the

@@ -2,11 +2,12 @@
 
 Keys and values live in one tensor [2, layers, batch, kv_heads, max_len, head_dim] (keys, then values), read as two
 lists `k`, `v` of per-layer views [batch, kv_heads, max_len, head_dim] (a compiled forward writes each in place;
-compacting every layer's keys and values at once is one index op over the whole tensor). Row b holds committed tokens at positions [0, lengths[b]). A
-forward of T new tokens writes row b's at [lengths[b], lengths[b] + T) and every layer's attention sees keys
-[0, span(T)) with span(T) = max(lengths) + T: the caller's mask hides, in each row, the slots past that row's own
-new tokens. A `static` cache (the compiled forward's, eagle_infer/models/compiled.py) instead always attends over all
-max_len slots and writes where tensor slots say, so shapes and Python state stay the same from step to step.
+compacting every layer's keys and values at once is one index op over the whole tensor). Row b holds committed
+tokens at positions [0, lengths[b]). A forward of T new tokens writes row b's at [lengths[b], lengths[b] + T) and
+every layer's attention sees keys [0, span(T)) with span(T) = max(lengths) + T: the caller's mask hides, in each
+row, the slots past that row's own new tokens. A `static` cache (the compiled forward's,
+eagle_infer/models/compiled.py) instead always attends over all max_len slots and writes where tensor slots say, so
+shapes and Python state stay the same from step to step.
 
 A forward asks the cache two pure questions before it runs: `slots(T)` (where its T new keys go, a `Slots` value
 passed down to every layer's `write`) and `attention_mask(mask, T, dtype)` (the caller's mask over the keys it

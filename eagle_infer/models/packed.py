@@ -56,7 +56,10 @@ class PackedLinear(torch.nn.Module):
         self._packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), ROWS_HINT)
 
     @classmethod
-    def of(cls, linear: torch.nn.Linear) -> "PackedLinear":
+    def of(cls, linear: torch.nn.Module | None) -> "PackedLinear | None":
+        """`linear` packed (None stays None; a PackedLinear is returned as it is)."""
+        if linear is None or isinstance(linear, PackedLinear):
+            return linear
         return cls(linear.weight, linear.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
