@@ -94,26 +94,26 @@ class Budget:
     def __post_init__(self):
         width = (lambda n: padded_width(n, self.max_nodes)) if self.padded else (lambda n: n)
         self.verify_ms = [self.cost.forward(self.batch * (1 + width(n))) for n in range(1, self.max_nodes + 1)]
-        self._tables: dict[tuple, torch.Tensor] = {}
+        self._tables: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
 
-    def _table(self, levels: int, grown: int, device) -> torch.Tensor:
-        """float64 [3, max_nodes + 1] on `device`, ms of a cycle verifying n = 1..max_nodes + 1 nodes: with `levels`
-        draft levels paid, with one fewer, and after one more level whose `grown` children join the n (at most
-        max_nodes). Built once per key."""
-        key = (levels, grown, str(device))
+    def _table(self, levels: int, grown: int, device, sets: int, width: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """float64 on `device`, ms of a cycle verifying n = 1..width nodes (width <= max_nodes + 1): [sets, width]
+        with `levels` draft levels paid and (second row) with one fewer; and [width] after one more level whose
+        `grown` children join the n (at most max_nodes). Built once per key, so a decision slices nothing."""
+        key = (levels, grown, str(device), sets, width)
         if key not in self._tables:
             v, level = self.verify_ms + [self.cost.forward(self.batch * (2 + self.max_nodes))], self.cost.level_ms
-            now = [level * levels + x for x in v]
+            now = [level * levels + x for x in v][:width]
             grow = [t + level + v[min(n + grown, self.max_nodes) - 1] - v[n - 1] for n, t in enumerate(now, 1)]
-            self._tables[key] = torch.tensor([now, [t - level for t in now], grow], dtype=torch.float64,
-                                             device=device)
+            rows = torch.tensor([now, [t - level for t in now], grow], dtype=torch.float64, device=device)
+            self._tables[key] = (rows[:sets], rows[2])
         return self._tables[key]
 
     def next_plan(self, values: torch.Tensor, levels: int, frontier: torch.Tensor | None = None,
                   mass: torch.Tensor | float = 1.0, older: torch.Tensor | None = None, ahead: bool = True
                   ) -> torch.Tensor:
         """What the next cycle drafts and verifies, decided on the device from this cycle's candidates (tensor ops
-        only; the cycle's one host copy reads it): LongTensor [2] = (levels, nodes per row), see `Plan`.
+        only, ~45 of them; the cycle's one host copy reads it): LongTensor [2] = (levels, nodes per row), see `Plan`.
 
         values [B, C]: every candidate's path log-value (the head's and any other drafter's), drafted in `levels`
         levels (the head's trees' depth; 0 without a head). Nodes: the n whose best candidates maximise expected
@@ -126,26 +126,34 @@ class Budget:
         per ms with a level fewer beat these. Ties keep fewer nodes and the same depth. Not `ahead` (a choice for the
         cycle that drafted these candidates): nodes are the best n of them, never the cap."""
         c, m = values.shape[-1], min(values.shape[-1], self.max_nodes)
-        sets = values[None]  # [S, B, C]: these candidates, and (S = 2) those without the last level
-        if older is not None and levels > 1:
-            sets = torch.cat([sets, torch.nn.functional.pad(older, (0, c - older.shape[-1]), value=-torch.inf)[None]])
+        if older is not None and levels > 1:  # [S, B, C]: these candidates, and those without the last level
+            sets = torch.stack([values, torch.nn.functional.pad(older, (0, c - older.shape[-1]), value=-torch.inf)])
+        else:
+            sets = values[None]
+        s = sets.shape[0]
         probs = sets.double().exp().topk(m, dim=-1).values.sum(1)  # [S, m] the rows' m best, descending, summed
         if ahead:  # one more candidate, as likely as the least likely one
-            least = probs[0].masked_fill(probs[0] == 0, torch.inf).amin(0, keepdim=True).nan_to_num(posinf=0.0)
-            probs = torch.cat([probs, least.expand(len(sets), 1)], 1)
+            first = probs[:1]
+            least = first.masked_fill(first == 0, torch.inf).amin(1, keepdim=True).nan_to_num(posinf=0.0)
+            probs = torch.cat([probs, least.expand(s, 1)], 1)
         tokens = probs.cumsum(1) + self.batch  # [S, m (+ 1)] expected tokens with n = 1, 2, ...
-        table = self._table(levels, 0 if frontier is None else frontier.shape[-1], values.device)
-        curve = tokens / table[: len(sets), : tokens.shape[1]]  # tokens per ms
-        ratio, best = curve[:, :m].max(1, keepdim=True)  # [S, 1] each: the best over the real candidates
-        nodes = best[0] + 1
+        now, grow = self._table(levels, 0 if frontier is None else frontier.shape[-1], values.device, s,
+                                tokens.shape[1])
+        curve = tokens / now  # tokens per ms
+        ratio, best = (curve[:, :m] if ahead else curve).max(1, keepdim=True)  # [S, 1]: the best over the candidates
+        top, n = ratio[0], best[0]
+        nodes = n + 1
         if ahead:  # one more would raise it: the cap
-            nodes = torch.where(curve[0, m:] > ratio[0], self.max_nodes, nodes)
-        step = torch.zeros_like(nodes)
+            nodes = torch.where(curve[0, m:] > top, self.max_nodes, nodes)
+        step = None
         if frontier is not None:
             gain = frontier.double().exp().sum() * mass  # (a float32 mass is promoted to float64 inside the product)
-            step = step + ((tokens[0, best[0]] + gain) / table[2, best[0]] > ratio[0]).long()
-        if len(sets) == 2:
-            step = step - (ratio[1] > ratio[0]).long()
+            step = ((tokens[0][n] + gain) / grow[n] > top).long()
+        if s == 2:
+            fewer = (ratio[1] > top).long()
+            step = -fewer if step is None else step - fewer
+        if step is None:
+            return torch.nn.functional.pad(nodes, (1, 0), value=levels)
         return torch.cat([levels + step, nodes])
 
 

@@ -181,15 +181,14 @@ def follow(tokens: torch.Tensor, parents: torch.Tensor, sizes: torch.Tensor, all
     """The walk from the root down the children whose token is the token chosen at their parent (chosen: [B, N+1]
     at [root, nodes...]; the first such sibling), every row at once; the bonus is the choice at its end."""
     b, n = tokens.shape
-    slots = torch.arange(n, device=tokens.device)
-    valid = slots < sizes[:, None]
+    index = torch.arange(1, n + 1, device=tokens.device)  # each node's flattened index
+    valid = index <= sizes[:, None]
     up = parents + 1  # flattened index of each node's parent (0 = root)
     hit = valid & (tokens == chosen.gather(1, up))
-    first_hit = torch.full((b, n + 1), n, device=tokens.device).scatter_reduce(1, up, torch.where(hit, slots, n),
-                                                                                "amin")  # per parent
-    first = hit & (first_hit.gather(1, up) == slots)
+    first_hit = torch.full((b, n + 1), n + 1, device=tokens.device).scatter_reduce(
+        1, up, torch.where(hit, index, n + 1), "amin")  # per parent
+    first = hit & (first_hit.gather(1, up) == index)
     on_path = (allowed[:, 1:, 1:] <= first[:, None, :]).all(-1)  # every ancestor (and itself) a first hit
-    flat = on_path * (slots + 1)  # flattened index of the nodes on the path, 0 elsewhere
-    leaf = (flat.amax(-1, keepdim=True) if n else flat.new_zeros(b, 1))  # [B, 1] flattened index, 0 = root
+    leaf = (on_path * index).amax(-1, keepdim=True) if n else on_path.new_zeros(b, 1, dtype=torch.long)  # 0 = root
     tested = valid & torch.nn.functional.pad(on_path, (1, 0), value=True).gather(1, up)  # parent on the path
     return BatchAcceptance(on_path.sum(-1), chosen.gather(1, leaf)[:, 0], on_path, tested)

@@ -47,9 +47,10 @@ def commit_paths(ids: torch.Tensor, tree: TreeBatch, on_path: torch.Tensor, acce
     w = 1 + min(tree.depth, n)
     path = torch.where(on_path, torch.arange(1, n + 1, device=ids.device), n)  # accepted nodes, then n
     kept = torch.nn.functional.pad(path, (1, 0)).sort(dim=1).values[:, :w]  # the root, the path ascending, then n
+    counts = accepted + 1
     sequence = torch.nn.functional.pad(ids.gather(1, kept), (0, 1))
-    sequence.scatter_(1, (accepted + 1)[:, None], bonus[:, None])
-    return Commit(kept, sequence, accepted + 1)
+    sequence.scatter_(1, counts[:, None], bonus[:, None])
+    return Commit(kept, sequence, counts)
 
 
 @dataclass

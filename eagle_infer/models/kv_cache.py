@@ -68,9 +68,10 @@ class KVCache:
         """store: [2, layers, batch, kv_heads, max_len, head_dim], keys then values (a view of a larger cache's
         storage for `row`)."""
         self.store, self.max_len, self.lengths, self.static = store, max_len, lengths, static
-        # one view per layer by plain indexing (unbind's views could not be written in place under grad mode)
-        keys, values = store
-        self.k, self.v = [keys[i] for i in range(keys.shape[0])], [values[i] for i in range(values.shape[0])]
+        # one view per layer, three operators in all (a view of unbind may be written in place by tensors that do
+        # not require grad, as inference writes; not by one that does, under grad mode)
+        keys, values = store.unbind(0)
+        self.k, self.v = list(keys.unbind(0)), list(values.unbind(0))
         k, v = self.k, self.v
         self._device_lengths: tuple[tuple[int, ...], torch.Tensor] | None = None
         if static:  # one compiled graph serves every cache length
@@ -168,8 +169,8 @@ class KVCache:
         row at once (slots past a row's count receive what kept[b] names there: they lie past the new length, so
         nothing reads them before a forward writes them again)."""
         starts = self.device_lengths()
-        dst = starts[:, None] + torch.arange(kept.shape[1], device=kept.device)
-        src = starts[:, None] + kept
+        column = starts[:, None]
+        dst, src = column + torch.arange(kept.shape[1], device=kept.device), column + kept
         rows = torch.arange(kept.shape[0], device=kept.device)[:, None]
         self.store[:, :, rows, :, dst] = self.store[:, :, rows, :, src]
         self._set_lengths([s + c for s, c in zip(self.lengths, counts)], starts + on_device)

@@ -158,10 +158,13 @@ class TreeBatch:
         """float64 [B, N] EAGLE-2 path values: the product of probs from depth 1 down to each node, multiplied in
         the order path_values multiplies them; 0 outside `valid` (default: the padding slots)."""
         probs = self.probs.double() * (self.valid() if valid is None else valid)
+        if self.depth <= 1:
+            return probs
         up = self.parents + 1  # index into [1, values...]: a child of the root multiplies by 1
-        values = probs
-        for _ in range(max(self.depth - 1, 0)):  # after d steps, nodes at depth <= d + 1 hold their final value
-            values = probs * torch.nn.functional.pad(values, (1, 0), value=1.0).gather(1, up)
+        held = torch.nn.functional.pad(probs, (1, 0), value=1.0)  # [B, 1 + N]: 1, then every node's value so far
+        values = held[:, 1:]
+        for _ in range(self.depth - 1):  # after d steps, nodes at depth <= d + 1 hold their final value
+            torch.mul(probs, held.gather(1, up), out=values)
         return values
 
 
