@@ -13,7 +13,10 @@ Prints, for the machine's native dtype (model.dtype=auto) unless --dtypes says o
       vs that forward, its verification of N tree tokens vs one bare
       forward of N + 1 tokens (bare forwards are timed between the prompts' runs, so drift hits both alike);
   (d) tokens/s of transformers' generate, the engine's vanilla decoding and EAGLE-2 on MT-bench first turns, with
-      τ and the cycle split (draft / verify) for the head (shipped if present, else random).
+      τ and the cycle split (draft / verify) for the head (shipped if present, else random), and what the host
+      dispatches per vanilla step and per EAGLE-2 cycle (the first prompt once more, up to 64 new tokens, prefill
+      excluded): aten operators (torch.profiler's, outermost only: an operator another one calls counts in it) and
+      CUDA graph replays (a captured forward is one replay and no operator).
 --compile adds the compiled target (infer.compile, eagle_infer/models/compiled.py): its forward per size and an engine
 column "compiled" decoding through it (the head drafts eagerly), with the compile time (warm-up, excluded from
 every timing) and how many graphs were compiled after warm-up (0 expected).
@@ -278,6 +281,45 @@ class Runs:
         return 1000 * statistics.median(values) if values else float("nan")
 
 
+def dispatched(engine, ids: list[int], max_new: int, stops: list[int]) -> dict:
+    """What the host dispatches per cycle (a vanilla step or an EAGLE cycle) of `engine` answering `ids`, from the
+    first emitted token on (the prefill excluded): {"aten_ops": outermost aten operators (torch.profiler, CPU
+    activity: an operator called by another counts in it), "graph_replays": CUDA graphs replayed}, per cycle."""
+    from torch.profiler import ProfilerActivity, profile
+
+    prof, replays, replay = profile(activities=[ProfilerActivity.CPU]), [0], torch.cuda.CUDAGraph.replay
+
+    def counted(graph):
+        replays[0] += 1
+        return replay(graph)
+
+    def start(_tokens):
+        if not prof.profiler:  # the prefill's token: every later one comes from a cycle
+            replays[0] = 0
+            prof.start()
+
+    torch.cuda.CUDAGraph.replay = counted
+    try:
+        result = engine.generate(ids, max_new, stop_ids=stops, stream=start)
+    finally:
+        torch.cuda.CUDAGraph.replay = replay
+        if prof.profiler:
+            prof.stop()
+    cycles = max(len(result.cycles), 1)  # (the prefill records no cycle)
+    ops = sum(1 for e in prof.events() if e.name.startswith("aten::") and not _under_aten(e))
+    return {"aten_ops": ops / cycles, "graph_replays": replays[0] / cycles}
+
+
+def _under_aten(event) -> bool:
+    """Whether a profiler event runs inside an aten operator (it is then part of that operator's dispatch)."""
+    parent = event.cpu_parent
+    while parent is not None:
+        if parent.name.startswith("aten::"):
+            return True
+        parent = parent.cpu_parent
+    return False
+
+
 def engines(build, conf_class, target, head: str, args, plan_ahead: str = ""):
     """(vanilla engine, EAGLE-2 engine, forward timer) of one eagle_infer package over its own target: `build` its
     build_engine, `conf_class` its InferConf; plan_ahead: its EAGLE-2's infer.plan_ahead ("": the default)."""
@@ -378,6 +420,11 @@ def bench_dtype(dtype: str, args) -> dict:
                 if model is not None:
                     one.append(forward_ms(model, 1, context, args.reps))
                     many.append(forward_ms(model, tree + 1, context, args.reps))
+    dispatch = {}  # after every timing: the profiler slows what it watches
+    for prefix, (vanilla, eagle2, timer) in methods.items():
+        dispatch[prefix] = {kind: dispatched(engine, prompts[0], min(args.max_new, 64), stops)
+                            for kind, engine in (("vanilla", vanilla), ("eagle2", eagle2))}
+        timer.take()
     context = int(statistics.mean(len(p) for p in prompts) + args.max_new // 2)
     bare_1, bare_n = statistics.median(bare_1), statistics.median(bare_n)
     bare_fast = (statistics.median(bare_1_fast), statistics.median(bare_n_fast)) if fast else None
@@ -400,6 +447,7 @@ def bench_dtype(dtype: str, args) -> dict:
             "trees_padded": getattr(eagle2, "pad_trees", False),  # a baseline checkout may predate infer.pad_trees
             "plans_ahead": getattr(eagle2, "plan_ahead", False),  # ... and infer.plan_ahead
             "eagle2_identical_to_vanilla": sum(a == b for a, b in zip(runs.data[e]["outputs"], runs.data[v]["outputs"])),
+            "dispatched": dispatch[prefix],
         }
     return {
         "machine": info, "model": target.name, "dtype": dtype_name, "head": head, "prompts": len(prompts) * args.rounds,
@@ -486,6 +534,8 @@ def print_tables(r: dict) -> None:
         ("EAGLE-2 trees padded to a few widths (infer.pad_trees)", lambda e: "yes" if e["trees_padded"] else "no"),
         ("EAGLE-2 auto budget plans the next cycle (infer.plan_ahead)", lambda e: "yes" if e["plans_ahead"] else "no"),
         ("EAGLE-2 = vanilla output", lambda e: f"{e['eagle2_identical_to_vanilla']}/{r['prompts']}"),
+        ("aten operators / CUDA graph replays the host dispatches per vanilla step", lambda e: dispatch_cell(e, "vanilla")),
+        ("... per EAGLE-2 cycle", lambda e: dispatch_cell(e, "eagle2")),
     ]
     print("| | " + " | ".join(cols) + " |\n|---|" + "---|" * len(cols))
     for label, fmt in rows:
@@ -501,6 +551,12 @@ def print_tables(r: dict) -> None:
              if r["packed"] else ""))
     if r["projection"]:
         print_projection(r)
+
+
+def dispatch_cell(engine: dict, kind: str) -> str:
+    """'ops / replays' of an engine column's `kind` ("vanilla", "eagle2") per cycle."""
+    d = engine["dispatched"][kind]
+    return f"{d['aten_ops']:.0f} / {d['graph_replays']:.1f}"
 
 
 def print_projection(r: dict) -> None:

@@ -137,6 +137,8 @@ def bench_figures(path: Path) -> dict:
             f"{column} EAGLE-2 tau": round(engine["eagle2_tau"], 2),
             f"{column} vanilla step / weights floor": round(engine["vanilla_step_ms"] / result["weights_floor_ms"], 2),
             f"{column} draft level / step": round(engine["draft_level_vs_step"], 3),
+            f"{column} EAGLE-2 host aten ops per cycle": round(engine["dispatched"]["eagle2"]["aten_ops"]),
+            f"{column} EAGLE-2 graph replays per cycle": round(engine["dispatched"]["eagle2"]["graph_replays"], 1),
         }
     for column, forwards in (("this", result["forward_ms"]), ("compiled", result["forward_ms_compiled"])):
         if forwards:
