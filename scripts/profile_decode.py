@@ -16,12 +16,13 @@ default) and planning ahead ("ahead", infer.plan_ahead=on, the GPU's), and the f
 operators a cycle dispatches inside the target's forward, inside the head's layer steps (HeadRunner calls) and
 elsewhere (drafting, acceptance, bookkeeping), and its host syncs (item, bool, tolist, equal, nonzero, ... of
 tensors: each one waits for the device on a GPU), prefills excluded; with --baseline DIR the same for another
-checkout (its own eagle_infer, run in a subprocess), side by side. Operator counts, not timings: they do not
-depend on what else runs on the machine.
+checkout (its own eagle_infer, run in a subprocess), side by side; with --by-function, for this checkout, the
+eagle_infer functions whose own lines dispatch the most operators elsewhere, per cycle. Operator counts, not
+timings: they do not depend on what else runs on the machine.
 
 usage: python scripts/profile_decode.py [--model smollm2-135m] [--batch 256] [--new-tokens 32] [--rows 15]
        [--threads 4] [--compiled] [--rounds 2]
-       python scripts/profile_decode.py --cycles [--baseline DIR] [--new-tokens 32]
+       python scripts/profile_decode.py --cycles [--baseline DIR] [--by-function] [--new-tokens 32]
 """
 from __future__ import annotations
 
@@ -70,6 +71,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2, help="timed rounds of --compiled")
     ap.add_argument("--cycles", action="store_true", help="count operators and host syncs per EAGLE cycle instead")
     ap.add_argument("--baseline", default="", help="with --cycles: another checkout counted alongside")
+    ap.add_argument("--by-function", action="store_true",
+                    help="with --cycles: also list the functions dispatching the most operators elsewhere")
     ap.add_argument("--worker", default="", help=argparse.SUPPRESS)  # one --cycles case, JSON out (a subprocess)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -165,15 +168,20 @@ def count_case(case: dict) -> dict:
     HeadRunner, BatchRun = checkout_module("head_runner").HeadRunner, checkout_module("scheduler").BatchRun
     Target = checkout_module("target").Target
 
+    package = str(REPO / "eagle_infer") + os.sep
+
     class Counting(TorchDispatchMode):
         def __init__(self):
             super().__init__()
             self.region, self.ops, self.syncs, self.cycles, self.names = "elsewhere", Counter(), 0, 0, Counter()
+            self.functions = Counter()
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             self.ops[self.region] += 1
             if self.region == "elsewhere":
                 self.names[str(func)] += 1
+                if case.get("by_function"):
+                    self.functions[caller(package)] += 1
             if self.region != "prefill" and str(func).startswith(host_reads):
                 self.syncs += 1
             return func(*args, **(kwargs or {}))
@@ -230,7 +238,18 @@ def count_case(case: dict) -> dict:
     torch.Tensor.tolist = tolist
     return {"cycles": counter.cycles, "ops": dict(counter.ops), "syncs": counter.syncs,
             "tau": sum(r.tau for r in result.results) / len(result.results),
-            "elsewhere": dict(counter.names.most_common(12))}
+            "elsewhere": dict(counter.names.most_common(12)), "functions": dict(counter.functions.most_common(12))}
+
+
+def caller(package: str) -> str:
+    """'folder/module.py:function' of the innermost frame under `package` (a path ending in a separator) on the
+    running Python stack: the eagle_infer function whose line dispatched the operator."""
+    frame = sys._getframe(2)
+    while frame is not None and not frame.f_code.co_filename.startswith(package):
+        frame = frame.f_back
+    if frame is None:
+        return "(outside eagle_infer)"
+    return f"{frame.f_code.co_filename.removeprefix(package)}:{frame.f_code.co_name}"
 
 
 def compare_cycles(args) -> None:
@@ -253,8 +272,8 @@ def compare_cycles(args) -> None:
             for batch in (1, 8):
                 for side, repo in sides.items():
                     case = {"model": args.model, "lookup": lookup, "budget": budget, "batch": batch,
-                            "host_reads": list(HOST_READ_OPS),
-                            "new_tokens": args.new_tokens}
+                            "host_reads": list(HOST_READ_OPS), "new_tokens": args.new_tokens,
+                            "by_function": args.by_function and side == "this"}
                     env = dict(os.environ, PROFILE_REPO=str(repo), PYTHONPATH=str(repo))
                     out = subprocess.run([sys.executable, __file__, "--threads", str(args.threads), "--worker",
                                           json.dumps(case)], env=env, capture_output=True, text=True)
@@ -269,6 +288,9 @@ def compare_cycles(args) -> None:
                     print(f"{side:9} {'eagle2+lookup' if lookup else 'eagle2':14} {budget:6} {batch:5d} "
                           f"{r['cycles']:6d} {r['tau']:5.2f} {per['target']:7.0f} {per['head']:6.0f} "
                           f"{per['elsewhere']:9.0f} {r['syncs'] / n:6.1f}", flush=True)
+                    if r.get("functions"):
+                        print("          elsewhere by function: " + "; ".join(
+                            f"{name} {count / n:.0f}" for name, count in r["functions"].items()), flush=True)
 
 
 if __name__ == "__main__":

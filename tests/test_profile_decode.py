@@ -1,0 +1,28 @@
+"""scripts/profile_decode.py --cycles, one case as its worker runs it (a subprocess: it patches the engine's classes):
+the operators and host syncs of an EAGLE cycle, split by region, and with --by-function the eagle_infer functions
+that dispatched the operators outside the forwards."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from eagle_infer.platform import HOST_READ_OPS
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_a_fixed_tree_cycle_reads_the_host_once_and_names_where_its_operators_go():
+    case = {"model": "smollm2-135m", "lookup": False, "budget": "fixed", "batch": 1, "new_tokens": 8,
+            "host_reads": list(HOST_READ_OPS), "by_function": True}
+    out = subprocess.run([sys.executable, str(REPO / "scripts" / "profile_decode.py"), "--threads", "2", "--worker",
+                          json.dumps(case)], cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    assert r["cycles"] >= 1 and r["syncs"] == r["cycles"]  # a fixed tree: the cycle's one copy to the host
+    assert r["ops"]["target"] > r["ops"]["elsewhere"] > 0 and r["ops"]["head"] > 0
+    functions = r["functions"]
+    assert "decoding/verify.py:follow" in functions and "trees/drafting.py:grow_dynamic" in functions
+    assert all(name.endswith(".py:" + name.split(":")[-1]) for name in functions)
+    assert sum(functions.values()) <= r["ops"]["elsewhere"]
