@@ -113,7 +113,7 @@ class Budget:
                   mass: torch.Tensor | float = 1.0, older: torch.Tensor | None = None, ahead: bool = True
                   ) -> torch.Tensor:
         """What the next cycle drafts and verifies, decided on the device from this cycle's candidates (tensor ops
-        only, ~45 of them; the cycle's one host copy reads it): LongTensor [2] = (levels, nodes per row), see `Plan`.
+        only, about 40 of them; the cycle's one host copy reads it): LongTensor [2] = (levels, nodes per row), see `Plan`.
 
         values [B, C]: every candidate's path log-value (the head's and any other drafter's), drafted in `levels`
         levels (the head's trees' depth; 0 without a head). Nodes: the n whose best candidates maximise expected
