@@ -1,5 +1,6 @@
 """The machine the toolkit runs on: CPU model and flags, native dtype, device, free memory, cache root, the key
-that makes timings comparable, the timing helper, and which operators read the device from the host. A leaf: it imports nothing of the package but its error type.
+that makes timings comparable, the timing helper, and which operators read the device from the host. A leaf: it
+imports nothing of the package but its error type.
 
 `/proc/cpuinfo` is read here and nowhere else (the engine, the cost model and scripts/bench_engine.py ask `cpu()`).
 """

@@ -328,9 +328,9 @@ def grow_dynamic(feeder: TreeFeeder, depth: int, top_k: int, total_tokens: int, 
                  decide: Decide | None = None) -> DynamicDraft:
     """EAGLE-2: grow `depth` levels, expanding the top_k newest nodes by path value (sum of draft log-probs; or,
     `grow` says, by their own confidence); then keep the `total_tokens` best candidates by value (`grow`: or the
-    expanded nodes level by level). Every row
-    expands the same number of nodes per level, so the head sees one [B, top_k] batch per level. Everything stays
-    on the device: one top-k over the draft vocabulary per level, no host copies.
+    expanded nodes level by level). Every row expands the same number of nodes per level, so the head sees one
+    [B, top_k] batch per level. Everything stays on the device: one top-k over the draft vocabulary per level, no
+    host copies.
 
     Candidates are numbered level by level: the k children of the root, then k*k per level (the k children of each
     expanded node, parent by parent), so a candidate's depth and parent follow from its number and the expanded
