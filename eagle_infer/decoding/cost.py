@@ -14,8 +14,9 @@ the n best candidates of B rows is expected to emit B + (sum of their path proba
 draft levels plus a forward of B (1 + n) tokens; n maximises the ratio. It also judges the depth: one more level pays
 when its children (the frontier's path probabilities times the mass the head gave its top-k children at the last
 level) are worth a level plus a larger forward; the last level did not pay when the candidates without it, a level
-cheaper, are worth more tokens per ms. The choice is made on the device from a cycle's candidates and read with that
-cycle's one host copy, and the next cycle drafts and verifies by it (`Plan`): drafting never waits for the device.
+cheaper, are worth more tokens per ms. The device reduces a cycle's candidates to a few numbers (`Evidence`), read with
+that cycle's one host copy; the choice is host arithmetic on them, and the next cycle drafts and verifies by it
+(`Plan`): drafting never waits for the device.
 A batch call's first cycle, with nothing decided yet, drafts and verifies up to the method's caps.
 """
 from __future__ import annotations
@@ -23,7 +24,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
@@ -78,89 +79,105 @@ class CostModel:
 
 
 @dataclass
+@dataclass(frozen=True)
+class Evidence:
+    """What an auto budget decides a plan by, gathered on the device (`Budget.evidence`) and read with a host copy
+    (the cycle's one, or a read while drafting): `summary` float64 [sets * m (+ 1)] on the device, per set of
+    candidates the sums over the rows of each row's m best path probabilities (descending), then, when `grown`
+    frontier nodes were given, their expected gain; the rest is the layout to read it by (`Budget.choose`)."""
+
+    summary: torch.Tensor
+    sets: int
+    m: int
+    levels: int
+    grown: int | None
+    ahead: bool
+
+
 class Budget:
     """Per-cycle choices of an auto budget for `batch` rows: how many candidates to verify, whether to draft on.
     Built once per (batch, max_nodes): verify_ms[n - 1] is the forward of batch x (1 + n) tokens, or with
     `padded` trees of batch x (1 + tree.padded_width(n)) tokens (so n stops only at the top of a bucket, where the
-    padding it would carry costs the same as real nodes). The cycle costs of every n are host arithmetic, kept on
-    the device per (levels, candidates[, frontier]) so a decision is a few tensor ops and no host read."""
+    padding it would carry costs the same as real nodes). The device reduces a cycle's candidates to a few numbers
+    (`evidence`, a handful of tensor ops); the choice is host arithmetic on them once they are read (`choose`)."""
 
-    cost: CostModel
-    batch: int
-    max_nodes: int
-    padded: bool = False
-    verify_ms: list[float] = field(init=False)
+    def __init__(self, cost: CostModel, batch: int, max_nodes: int, padded: bool = False):
+        self.cost, self.batch, self.max_nodes, self.padded = cost, batch, max_nodes, padded
+        width = (lambda n: padded_width(n, max_nodes)) if padded else (lambda n: n)
+        # ms of a forward verifying n = 1..max_nodes nodes per row, then one past the cap (a candidate beyond it)
+        self.verify_ms = [cost.forward(batch * (1 + width(n))) for n in range(1, max_nodes + 1)]
+        self.verify_ms.append(cost.forward(batch * (2 + max_nodes)))
 
-    def __post_init__(self):
-        width = (lambda n: padded_width(n, self.max_nodes)) if self.padded else (lambda n: n)
-        self.verify_ms = [self.cost.forward(self.batch * (1 + width(n))) for n in range(1, self.max_nodes + 1)]
-        self._tables: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
+    def evidence(self, values: torch.Tensor, levels: int, frontier: torch.Tensor | None = None,
+                 mass: torch.Tensor | float = 1.0, older: torch.Tensor | None = None, ahead: bool = True) -> Evidence:
+        """The device's part of the next plan (tensor ops only, about ten; see `choose` for what they decide).
 
-    def _table(self, levels: int, grown: int, device, sets: int, width: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """float64 on `device`, ms of a cycle verifying n = 1..width nodes (width <= max_nodes + 1): [sets, width]
-        with `levels` draft levels paid and (second row) with one fewer; and [width] after one more level whose
-        `grown` children join the n (at most max_nodes). Built once per key, so a decision slices nothing."""
-        key = (levels, grown, str(device), sets, width)
-        if key not in self._tables:
-            v, level = self.verify_ms + [self.cost.forward(self.batch * (2 + self.max_nodes))], self.cost.level_ms
-            now = [level * levels + x for x in v][:width]
-            grow = [t + level + v[min(n + grown, self.max_nodes) - 1] - v[n - 1] for n, t in enumerate(now, 1)]
-            rows = torch.tensor([now, [t - level for t in now], grow], dtype=torch.float64, device=device)
-            self._tables[key] = (rows[:sets], rows[2])
-        return self._tables[key]
+        values [B, C]: every candidate's path log-value (the head's and any other drafter's), drafted in `levels`
+        levels (the head's trees' depth; 0 without a head); frontier [B, F]: the path log-values of the nodes one
+        more level would expand, whose children are expected to add `mass` x their probabilities (mass: the mean
+        probability the head gave its top-k children at the last level, at most 1); older [B, C']: the candidates
+        without the last level. Not `ahead`: a choice for the cycle that drafted these candidates."""
+        c, m = values.shape[-1], min(values.shape[-1], self.max_nodes)
+        if older is not None and levels > 1:  # [2, B, C]: these candidates, and those without the last level
+            sets = torch.stack([values, torch.nn.functional.pad(older, (0, c - older.shape[-1]), value=-torch.inf)])
+            summary = sets.double().exp().topk(m, dim=-1).values.sum(1).flatten()  # [2 m]
+        else:
+            summary = values.double().exp().topk(m, dim=-1).values.sum(0)  # [m]: the rows' m best, summed
+        if frontier is not None:  # (a float32 mass is promoted to float64 inside the product)
+            summary = torch.cat([summary, (frontier.double().exp().sum() * mass)[None]])
+        return Evidence(summary, 2 if older is not None and levels > 1 else 1, m, levels,
+                        None if frontier is None else frontier.shape[-1], ahead)
+
+    def choose(self, evidence: Evidence, read: list[float]) -> tuple[int, int]:
+        """(levels, nodes per row) for the next cycle from `read`, evidence.summary as host floats (see `Plan`).
+
+        Nodes: the n whose best candidates maximise expected tokens per ms (batch + the sum of their path
+        probabilities, over the draft levels paid plus the forward verifying n per row), or the cap when one more
+        candidate, as likely as the least likely one, would still raise it (`ahead`: every candidate paid, and the
+        next cycle may have more; not ahead, nodes are the best n of these, never the cap). Levels go up by one
+        when one more level pays: the frontier's expected gain joins the n verified at the cost of a level and a
+        larger forward. They go down by one when the last level did not pay: the candidates without it, a level
+        cheaper, beat these in tokens per ms. Ties keep fewer nodes and the same depth."""
+        m, levels, level = evidence.m, evidence.levels, float(self.cost.level_ms)
+        v = self.verify_ms
+        best = []  # per set: (best tokens per ms, its n - 1, expected tokens at every n)
+        least = None
+        for s in range(evidence.sets):
+            probs = read[s * m : (s + 1) * m]
+            if evidence.ahead:  # one more candidate, as likely as the least likely one (of these candidates)
+                if least is None:
+                    least = min((p for p in probs if p != 0), default=0.0)
+                probs = probs + [least]
+            tokens, total = [], 0.0
+            for p in probs:
+                total += p
+                tokens.append(total + self.batch)
+            ms = [level * levels + x for x in v[: len(tokens)]]  # the cycle's ms at each n
+            curve = [t / (x - level if s else x) for t, x in zip(tokens, ms)]  # the second set: a level fewer
+            n = max(range(m), key=curve.__getitem__)  # the first of equal ones: fewer nodes
+            best.append((curve[n], n, tokens, curve))
+        top, n, tokens, curve = best[0]
+        nodes = self.max_nodes if evidence.ahead and curve[m] > top else n + 1
+        step = 0
+        if evidence.grown is not None:  # one more level: a level and a forward with its children among the n
+            grow = level * levels + v[n] + level + v[min(n + 1 + evidence.grown, self.max_nodes) - 1] - v[n]
+            step += (tokens[n] + read[evidence.sets * m]) / grow > top
+        if evidence.sets == 2:
+            step -= best[1][0] > top
+        return levels + step, nodes
 
     def next_plan(self, values: torch.Tensor, levels: int, frontier: torch.Tensor | None = None,
                   mass: torch.Tensor | float = 1.0, older: torch.Tensor | None = None, ahead: bool = True
-                  ) -> torch.Tensor:
-        """What the next cycle drafts and verifies, decided on the device from this cycle's candidates (tensor ops
-        only, about 40 of them; the cycle's one host copy reads it): LongTensor [2] = (levels, nodes per row), see `Plan`.
-
-        values [B, C]: every candidate's path log-value (the head's and any other drafter's), drafted in `levels`
-        levels (the head's trees' depth; 0 without a head). Nodes: the n whose best candidates maximise expected
-        tokens per ms, or the cap when one more candidate, as likely as the least likely one, would still raise it
-        (every candidate paid: the next cycle may have more). Levels go up by one when one more level pays:
-        frontier [B, F] are the path log-values of the nodes it would expand, whose children are expected to add
-        `mass` x their probabilities (mass: the mean probability the head gave its top-k children at the last level,
-        at most 1) and to join the verified nodes, at the cost of a level and a larger verification forward. They go
-        down by one when the last level did not pay: older [B, C'] are the candidates without it, whose best tokens
-        per ms with a level fewer beat these. Ties keep fewer nodes and the same depth. Not `ahead` (a choice for the
-        cycle that drafted these candidates): nodes are the best n of them, never the cap."""
-        c, m = values.shape[-1], min(values.shape[-1], self.max_nodes)
-        if older is not None and levels > 1:  # [S, B, C]: these candidates, and those without the last level
-            sets = torch.stack([values, torch.nn.functional.pad(older, (0, c - older.shape[-1]), value=-torch.inf)])
-        else:
-            sets = values[None]
-        s = sets.shape[0]
-        probs = sets.double().exp().topk(m, dim=-1).values.sum(1)  # [S, m] the rows' m best, descending, summed
-        if ahead:  # one more candidate, as likely as the least likely one
-            first = probs[:1]
-            least = first.masked_fill(first == 0, torch.inf).amin(1, keepdim=True).nan_to_num(posinf=0.0)
-            probs = torch.cat([probs, least.expand(s, 1)], 1)
-        tokens = probs.cumsum(1) + self.batch  # [S, m (+ 1)] expected tokens with n = 1, 2, ...
-        now, grow = self._table(levels, 0 if frontier is None else frontier.shape[-1], values.device, s,
-                                tokens.shape[1])
-        curve = tokens / now  # tokens per ms
-        ratio, best = (curve[:, :m] if ahead else curve).max(1, keepdim=True)  # [S, 1]: the best over the candidates
-        top, n = ratio[0], best[0]
-        nodes = n + 1
-        if ahead:  # one more would raise it: the cap
-            nodes = torch.where(curve[0, m:] > top, self.max_nodes, nodes)
-        step = None
-        if frontier is not None:
-            gain = frontier.double().exp().sum() * mass  # (a float32 mass is promoted to float64 inside the product)
-            step = ((tokens[0][n] + gain) / grow[n] > top).long()
-        if s == 2:
-            fewer = (ratio[1] > top).long()
-            step = -fewer if step is None else step - fewer
-        if step is None:
-            return torch.nn.functional.pad(nodes, (1, 0), value=levels)
-        return torch.cat([levels + step, nodes])
+                  ) -> tuple[int, int]:
+        """`choose` on this `evidence` at once, reading it from the device (a host read)."""
+        evidence = self.evidence(values, levels, frontier, mass, older, ahead)
+        return self.choose(evidence, evidence.summary.tolist())
 
 
 @dataclass(frozen=True)
 class Plan:
-    """An auto budget's choice for one cycle, made on the device by the cycle before it (`Budget.next_plan`) and
-    read with that cycle's one host copy, so drafting never reads the device: `levels` levels of candidates to draft
+    """An auto budget's choice for one cycle, made by the cycle before it from the evidence its one host copy
+    read (`Budget.evidence`, `Budget.choose`), so drafting never reads the device: `levels` levels of candidates to draft
     (the head's trees' depth; 0 for a drafter without a head) and `nodes` per row to verify."""
 
     levels: int

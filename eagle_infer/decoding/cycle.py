@@ -23,12 +23,13 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from .. import constants
 from ..config import InferConf
-from ..trees.drafters import DraftInput, Drafter, as_batch, next_plan
+from ..trees.drafters import DraftInput, Drafter, as_batch, plan_evidence
 from ..trees.drafting import DraftRoot, TreeFeeder
 from ..errors import EagleError
 from ..platform import sync
-from .cost import Budget, Plan
+from .cost import Budget, Evidence, Plan
 from .records import CycleStats
 from ..trees.tree import TreeBatch, additive_mask, causal_mask, padded_width
 from .verify import BatchAcceptance, sample_device, verify_greedy, verify_sampled
@@ -107,7 +108,7 @@ def vanilla_cycle(run: BatchRun) -> list[list[int]]:
 class Proposal:
     """A cycle's trees and what drafted them: the feeder (its levels were head forwards) and the config at this batch
     size; lengths: each row's committed cache length before the cycle; draft_s: seconds spent; plan: the auto
-    budget's plan the drafter followed, and next_plan: its decision for the next cycle, LongTensor [2] on the
+    budget's plan the drafter followed, and evidence: what the budget decides the next cycle's plan by, on the
     device (None: fixed trees)."""
 
     trees: TreeBatch
@@ -116,7 +117,7 @@ class Proposal:
     config: InferConf
     draft_s: float
     plan: Plan | None = None
-    next_plan: torch.Tensor | None = None
+    evidence: Evidence | None = None
 
 
 @dataclass
@@ -124,14 +125,14 @@ class Verdict:
     """What verification decided, on the device (acceptance of every row, and what it commits) and on the host (a
     HostRow per row, from the cycle's one copy); features: the target's at every verified position
     [B, 1 + N, H or k*H]; started: when verification began (perf_counter seconds); plan: the auto budget's plan for
-    the next cycle, read in the same copy (None: fixed trees)."""
+    the next cycle (levels, nodes), decided from what the same copy read (None: fixed trees)."""
 
     accepted: BatchAcceptance
     commit: Commit
     rows: list[HostRow]
     features: torch.Tensor
     started: float
-    plan: list[int] | None = None
+    plan: tuple[int, int] | None = None
 
 
 def draft_cycle(run: BatchRun, policy: CyclePolicy) -> list[list[int]]:
@@ -166,7 +167,7 @@ def propose(run: BatchRun, rows, policy: CyclePolicy) -> Proposal:
         raise EagleError(f"drafter returned {trees.batch} trees of up to {trees.width} nodes: expected one per batch "
                          f"row ({batch}) of at most the tree budget {limit}")
     sync(device)
-    return Proposal(trees, feeder, lengths, config, time.perf_counter() - t0, plan, next_plan(drafted))
+    return Proposal(trees, feeder, lengths, config, time.perf_counter() - t0, plan, plan_evidence(drafted))
 
 
 def verify(run: BatchRun, rows, proposal: Proposal, policy: CyclePolicy) -> Verdict:
@@ -188,7 +189,9 @@ def verify(run: BatchRun, rows, proposal: Proposal, policy: CyclePolicy) -> Verd
         accepted = verify_sampled(trees.tokens, trees.parents, trees.sizes, batch.allowed, logits, sampling,
                                   [r.generator for r in rows], policy.draws)
     commit_ = commit_paths(batch.ids, trees, accepted.on_path, accepted.accepted, accepted.bonus)
-    rows_, plan = to_host(trees, accepted, proposal.next_plan)
+    evidence = proposal.evidence
+    rows_, read = to_host(trees, accepted, None if evidence is None else evidence.summary)
+    plan = None if evidence is None else policy.budget.choose(evidence, read)
     return Verdict(accepted, commit_, rows_, features, t0, plan)
 
 
@@ -241,11 +244,11 @@ def feed_pending(run: BatchRun) -> None:
     feats, tokens = pending.features[:, :width], pending.tokens[:, :width]
     cache = run.head_cache
     lengths, starts = list(cache.lengths), cache.device_lengths()
-    positions = starts[:, None] + torch.arange(width, device=device)
+    positions = starts[:, None] + constants.arange(0, width, device)
     mask = causal_mask(lengths, width, feats.dtype, device, starts)
     predicted = run.head(feats, tokens, positions, cache, mask)
     cache.advance(pending.counts, pending.on_device)
-    rows = torch.arange(predicted.shape[0], device=device)
+    rows = constants.arange(0, predicted.shape[0], device)
     last = predicted[rows, (pending.on_device - 1).clamp(min=0)]  # [B, H] each row's newest prediction
     run.features = last if min(pending.counts) > 0 else torch.where((pending.on_device > 0)[:, None], last,
                                                                     run.features)

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .. import constants
 from ..errors import EagleError
 
 
@@ -181,11 +182,11 @@ def follow(tokens: torch.Tensor, parents: torch.Tensor, sizes: torch.Tensor, all
     """The walk from the root down the children whose token is the token chosen at their parent (chosen: [B, N+1]
     at [root, nodes...]; the first such sibling), every row at once; the bonus is the choice at its end."""
     b, n = tokens.shape
-    index = torch.arange(1, n + 1, device=tokens.device)  # each node's flattened index
+    index = constants.arange(1, n + 1, tokens.device)  # each node's flattened index
     valid = index <= sizes[:, None]
     up = parents + 1  # flattened index of each node's parent (0 = root)
     hit = valid & (tokens == chosen.gather(1, up))
-    first_hit = torch.full((b, n + 1), n + 1, device=tokens.device).scatter_reduce(
+    first_hit = constants.filled((b, n + 1), n + 1, torch.long, tokens.device).scatter_reduce(
         1, up, torch.where(hit, index, n + 1), "amin")  # per parent
     first = hit & (first_hit.gather(1, up) == index)
     on_path = (allowed[:, 1:, 1:] <= first[:, None, :]).all(-1)  # every ancestor (and itself) a first hit

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .. import constants
 from ..trees.tree import TreeBatch, ancestor_masks
 from .verify import Acceptance, BatchAcceptance
 
@@ -45,7 +46,7 @@ def commit_paths(ids: torch.Tensor, tree: TreeBatch, on_path: torch.Tensor, acce
     """ids [B, 1 + N] verified tokens; on_path bool [B, N]; accepted, bonus [B]."""
     n = tree.width
     w = 1 + min(tree.depth, n)
-    path = torch.where(on_path, torch.arange(1, n + 1, device=ids.device), n)  # accepted nodes, then n
+    path = torch.where(on_path, constants.arange(1, n + 1, ids.device), n)  # accepted nodes, then n
     kept = torch.nn.functional.pad(path, (1, 0)).sort(dim=1).values[:, :w]  # the root, the path ascending, then n
     counts = accepted + 1
     sequence = torch.nn.functional.pad(ids.gather(1, kept), (0, 1))
@@ -66,18 +67,18 @@ class HostRow:
     depths: list[int]
 
 
-def to_host(tree: TreeBatch, accepted: BatchAcceptance, plan: torch.Tensor | None = None
-            ) -> tuple[list[HostRow], list[int] | None]:
+def to_host(tree: TreeBatch, accepted: BatchAcceptance, evidence: torch.Tensor | None = None
+            ) -> tuple[list[HostRow], list[float] | None]:
     """The cycle's one device-to-host copy: every row's acceptance (bonus, accepted and tested nodes) and its tree,
-    as one float64 tensor (which holds every token id exactly), and with it `plan` (an auto budget's LongTensor [P]
-    for the next cycle, copied beside every row) as a list of ints."""
+    as one float64 tensor (which holds every token id exactly), and with it `evidence` (an auto budget's float64
+    [P] for the next cycle's plan, cost.Evidence.summary, copied beside every row) as a list of floats."""
     n = tree.width
     fields = [accepted.bonus[:, None], tree.sizes[:, None], accepted.on_path, accepted.tested, tree.tokens,
               tree.probs.double(), tree.copied, tree.depths]
-    if plan is not None:
-        fields.append(plan.expand(tree.batch, -1))
+    if evidence is not None:
+        fields.append(evidence.expand(tree.batch, -1))
     host = torch.cat(fields, 1).tolist()  # (cat promotes every field to probs' float64)
-    planned = None if plan is None else [int(x) for x in host[0][len(host[0]) - plan.shape[0]:]]
+    read = None if evidence is None else host[0][len(host[0]) - evidence.shape[0]:]
     rows = []
     for row in host:
         size = int(row[1])
@@ -87,4 +88,4 @@ def to_host(tree: TreeBatch, accepted: BatchAcceptance, plan: torch.Tensor | Non
                                 [i for i in range(size) if tested[i]])
         rows.append(HostRow(acceptance, size, [int(x) for x in part(2)], part(3), [bool(x) for x in part(4)],
                             [int(x) for x in part(5)]))
-    return rows, planned
+    return rows, read

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .. import constants
 from ..trees.tree import causal_mask
 
 
@@ -170,8 +171,8 @@ class KVCache:
         nothing reads them before a forward writes them again)."""
         starts = self.device_lengths()
         column = starts[:, None]
-        dst, src = column + torch.arange(kept.shape[1], device=kept.device), column + kept
-        rows = torch.arange(kept.shape[0], device=kept.device)[:, None]
+        dst, src = column + constants.arange(0, kept.shape[1], kept.device), column + kept
+        rows = constants.row_index(kept.shape[0], kept.device)
         self.store[:, :, rows, :, dst] = self.store[:, :, rows, :, src]
         self._set_lengths([s + c for s, c in zip(self.lengths, counts)], starts + on_device)
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Callable, Protocol
 
 import torch
 
-from ..decoding.cost import Budget, Plan
+from ..decoding.cost import Budget, Evidence, Plan
 from .drafting import TreeFeeder, child_mass, draft_chain, draft_static, grow_dynamic
 from .lookup import CopyRates, copy_batch
 from .merge import cut, merge
@@ -50,11 +50,11 @@ class DraftInput:
 
 @dataclass
 class Drafted:
-    """A drafter's trees under an auto budget, with the budget's plan for the next cycle: LongTensor [2] on the
-    device (Budget.next_plan), read with the cycle's one host copy."""
+    """A drafter's trees under an auto budget, with what the budget decides the next cycle's plan by: Evidence on
+    the device (Budget.evidence), read with the cycle's one host copy."""
 
     trees: TreeBatch
-    next_plan: torch.Tensor
+    evidence: Evidence
 
 
 class Drafter(Protocol):
@@ -87,14 +87,13 @@ class DynamicDrafter:
         with_extra = (lambda x: x) if inp.extra is None else (lambda x: torch.cat([x, inp.extra], 1))  # noqa: E731
         if plan is None:  # decide now: one host read before each level and at the end
             def decide(values, frontier, newest_own, levels):
-                code = budget.next_plan(with_extra(values), levels, frontier, child_mass(newest_own, frontier.shape[1]),
-                                        ahead=False)
-                more, nodes = code.tolist()
+                more, nodes = budget.next_plan(with_extra(values), levels, frontier,
+                                               child_mass(newest_own, frontier.shape[1]), ahead=False)
                 return more > levels, nodes
             return grow_dynamic(inp.feeder, c.depth, c.top_k, c.total_tokens, c.growth, decide).trees
         d = grow_dynamic(inp.feeder, plan.levels, c.top_k, plan.nodes, c.growth)
-        return Drafted(d.trees, budget.next_plan(with_extra(d.values), d.levels, d.frontier, d.mass(),
-                                                 with_extra(d.older)))
+        return Drafted(d.trees, budget.evidence(with_extra(d.values), d.levels, d.frontier, d.mass(),
+                                                with_extra(d.older)))
 
 
 class CustomDrafter:
@@ -115,9 +114,9 @@ def as_batch(trees: TreeBatch | list[DraftTree] | Drafted, device) -> TreeBatch:
     return trees if isinstance(trees, TreeBatch) else TreeBatch.of_trees(trees, device)
 
 
-def next_plan(drafted: TreeBatch | list[DraftTree] | Drafted) -> torch.Tensor | None:
-    """The auto budget's plan for the next cycle a drafter returned (None: it returned trees alone)."""
-    return drafted.next_plan if isinstance(drafted, Drafted) else None
+def plan_evidence(drafted: TreeBatch | list[DraftTree] | Drafted) -> Evidence | None:
+    """What the auto budget decides the next cycle's plan by, as a drafter returned it (None: trees alone)."""
+    return drafted.evidence if isinstance(drafted, Drafted) else None
 
 
 def copies(inp: DraftInput) -> TreeBatch:
@@ -136,8 +135,8 @@ class LookupDrafter:
             return trees
         values = trees.values()
         if inp.plan is None:  # the host read
-            return cut(trees, inp.budget.next_plan(values.log(), 0, ahead=False).tolist()[1], values)
-        return Drafted(cut(trees, inp.plan.nodes, values), inp.budget.next_plan(values.log(), 0))
+            return cut(trees, inp.budget.next_plan(values.log(), 0, ahead=False)[1], values)
+        return Drafted(cut(trees, inp.plan.nodes, values), inp.budget.evidence(values.log(), 0))
 
 
 class HybridDrafter:
@@ -155,19 +154,19 @@ class HybridDrafter:
         device = inp.feeder.root.feature.device
         extra = inp.budget is not None and found
         drafted = self.head.propose(replace(inp, extra=copied.values().log()) if extra else inp)
-        heads, plan = as_batch(drafted, device), next_plan(drafted)
+        heads, plan = as_batch(drafted, device), plan_evidence(drafted)
         if heads.batch != copied.batch or not found:  # (a custom drafter's wrong count: the engine names it)
             return drafted
         budget, levels = inp.budget, heads.depth
         if budget is not None and inp.plan is None:  # decide now: the merged candidates' count (a host read)
             return merge(heads, copied, inp.config.tree_size(),
-                         lambda values: budget.next_plan(values.log(), levels, ahead=False).tolist()[1])
+                         lambda values: budget.next_plan(values.log(), levels, ahead=False)[1])
         limit = inp.config.tree_size() if inp.plan is None else min(inp.config.tree_size(), inp.plan.nodes)
         merged = merge(heads, copied, limit)
         if budget is None:
             return merged
         if plan is None:  # a head drafter that does not plan: the merged candidates decide the count
-            plan = budget.next_plan(merged.values().log(), levels)
+            plan = budget.evidence(merged.values().log(), levels)
         return Drafted(merged, plan)
 
 

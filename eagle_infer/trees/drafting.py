@@ -17,6 +17,7 @@ from typing import Callable
 
 import torch
 
+from .. import constants
 from ..head.head_runner import HeadRunner
 from ..models.kv_cache import KVCache
 from .tree import TreeBatch, chain_paths, check_paths
@@ -75,7 +76,7 @@ class TreeFeeder:
         device, dtype = root.feature.device, root.feature.dtype
         width = max(self.prefix) + cap  # the head's keys when every slot is fed: row b's slot j is key prefix[b] + j
         rel = torch.arange(width, device=device) - self._prefix_ids[:, None]  # [B, W] key's slot (< 0: prefix)
-        self._own = rel[:, None, :] == torch.arange(cap, device=device)[:, None]  # [B, cap, W] slot j's own key
+        self._own = rel[:, None, :] == constants.row_index(cap, device)  # [B, cap, W] slot j's own key
         low = torch.finfo(dtype).min
         masks = torch.empty(b, 1 + cap, width, dtype=dtype, device=device)  # a slot's row is written when it is fed
         masks[:, 0] = (rel >= 0).to(dtype).mul_(low)  # the root's row: its prefix
@@ -88,7 +89,7 @@ class TreeFeeder:
             masks[:, :n, self._masks.shape[2] :] = low  # keys past every fed row's own
             outputs[:, :n] = self._outputs[:, :n]
         self._masks, self._outputs, self._tokens, self._cap = masks, outputs, tokens, cap
-        self._rows = torch.arange(b, device=device)[:, None]  # [B, 1]: row index beside a [B, m] slot index
+        self._rows = constants.row_index(b, device)  # [B, 1]: row index beside a [B, m] slot index
         self._bases = root.positions[:, None]
 
     def root_logp(self) -> torch.Tensor:
@@ -289,7 +290,7 @@ def draft_chain(feeder: TreeFeeder, depth: int) -> TreeBatch:
 @dataclass
 class DynamicDraft:
     """One cycle of EAGLE-2 drafting: the trees, and what an auto budget judges the next cycle by
-    (cost.Budget.next_plan): values [B, C] every candidate's path log-value, level by level, the last level's L
+    (cost.Budget.evidence): values [B, C] every candidate's path log-value, level by level, the last level's L
     last; newest_own [B, L] their own log-probs (k children of each of L / k expanded nodes); frontier [B, k] the
     path log-values of the nodes one more level would expand; levels: levels of candidates drafted (the depth)."""
 
@@ -343,9 +344,9 @@ def grow_dynamic(feeder: TreeFeeder, depth: int, top_k: int, total_tokens: int, 
     b, k = root_lp.shape[0], min(top_k, feeder.head.config.vocab_size)
     lp, tok = feeder.top(root_lp, k)  # [B, k]
     toks, vals, owns = [tok], [lp], [lp]  # per level: candidates' target ids, path log-values, own log-probs
-    fronts = [torch.arange(-1, k, device=device).expand(b, k + 1)]  # the root (-1), then per level the numbers of
+    fronts = [constants.arange(-1, k, device).expand(b, k + 1)]  # the root (-1), then per level the numbers of
     # the k it expands: candidate c's parent is fronts[c // k] of them all
-    front_tok, front_val, parents = tok, lp, torch.full((b, k), -1, device=device)  # parents: fed slots
+    front_tok, front_val, parents = tok, lp, constants.filled((b, k), -1, torch.long, device)  # parents: fed slots
     nodes = None
     for d in range(2, depth + 1):
         if decide is not None:

@@ -15,6 +15,7 @@ from typing import Callable
 
 import torch
 
+from .. import constants
 from .tree import TreeBatch, ancestor_masks
 
 
@@ -31,7 +32,7 @@ def best(tree: TreeBatch, candidates: torch.Tensor, budget: int, depth: int,
     order = order.gather(1, key.gather(1, order).sort(dim=1, stable=True).indices)
     chosen = order[:, :keep]
     sizes = candidates.sum(1).clamp(max=keep)
-    real = torch.arange(keep, device=chosen.device)[None] < sizes[:, None]
+    real = constants.arange(0, keep, chosen.device) < sizes[:, None]
     rank = torch.where(real, tree.depths.gather(1, chosen) * n + chosen, (depth + 1) * n)  # padding after the rest
     return tree.select(chosen.gather(1, rank.sort(dim=1).indices), sizes, depth)
 
@@ -60,7 +61,7 @@ def merge(first: TreeBatch, second: TreeBatch, budget: int,
     by_depth = torch.nn.functional.one_hot((depths - 1).clamp(min=0), depth).double() * (tokens[:, :, None] + 1)
     paths = ancestors @ by_depth  # token + 1 at each depth on the path (exact in float64), 0 below the node
     same = (paths[:, :, None] == paths[:, None]).all(-1) & valid[:, None]
-    slots = torch.arange(m, device=tokens.device)
+    slots = constants.arange(0, m, tokens.device)
     rep = torch.where(same, slots, m).amin(-1).clamp(max=m - 1)  # [B, M] first slot holding each node's path
     is_rep = valid & (rep == slots)
     probs = torch.cat([first.probs, second.probs], 1).float()

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .. import constants
 from ..errors import EagleError
 
 
@@ -94,8 +95,8 @@ class TreeBatch:
         """Trees of N nodes in every row ([B, N] tensors, no padding) drafted `depth` levels deep."""
         b, n = tokens.shape
         return cls(tokens, parents, depths, probs if probs.dtype == torch.float32 else probs.float(),
-                   torch.zeros(b, n, dtype=torch.bool, device=tokens.device) if copied is None else copied,
-                   torch.full((b,), n, dtype=torch.long, device=tokens.device), depth, True)
+                   constants.filled((b, n), False, torch.bool, tokens.device) if copied is None else copied,
+                   constants.filled((b,), n, torch.long, tokens.device), depth, True)
 
     @classmethod
     def of_trees(cls, trees: list[DraftTree], device, width: int | None = None) -> "TreeBatch":
@@ -127,7 +128,7 @@ class TreeBatch:
 
     def valid(self) -> torch.Tensor:
         """bool [B, N]: which slots hold nodes."""
-        return torch.arange(self.width, device=self.tokens.device)[None] < self.sizes[:, None]
+        return constants.arange(0, self.width, self.tokens.device) < self.sizes[:, None]
 
     def row(self, b: int) -> DraftTree:
         """Row b as a DraftTree (reads its size from the device: for adapters and tests, not the cycle)."""
@@ -144,8 +145,9 @@ class TreeBatch:
         b, m = index.shape
         n = self.width
         renumber = torch.full((b, n + 1), -1, dtype=torch.long, device=index.device)  # slot -> new slot; column n: -1
-        real = torch.arange(m, device=index.device)[None] < sizes[:, None]
-        renumber.scatter_(1, torch.where(real, index, n), torch.arange(m, device=index.device).expand(b, m))
+        slots = constants.arange(0, m, index.device)
+        real = slots < sizes[:, None]
+        renumber.scatter_(1, torch.where(real, index, n), slots.expand(b, m))
         renumber[:, n] = -1
         take = lambda x: x.gather(1, index)  # noqa: E731
         parents = renumber.gather(1, torch.where(self.parents < 0, n, self.parents)).gather(1, index)
@@ -183,7 +185,7 @@ def ancestor_masks(parents: torch.Tensor, depth: int | None = None) -> torch.Ten
     Tensor ops only (no per-node loop, no host sync): the reflexive parent relation closed transitively by boolean
     squarings, enough for paths of `depth` steps (a bound on every tree's depth; default N)."""
     n = parents.shape[1]
-    eye = torch.eye(n + 1, device=parents.device)
+    eye = constants.eye(n + 1, torch.float32, parents.device)
     up = torch.nn.functional.pad(parents + 1, (1, 0))  # flattened parent of each flattened index (root: 0)
     closure = eye[up] + eye  # > 0 at each index's parent and itself
     for _ in range(max(min(n, n if depth is None else depth), 1).bit_length()):  # 2^steps > depth
@@ -222,7 +224,7 @@ def additive_mask(allowed: torch.Tensor, prefix: int | list[int], dtype: torch.d
 
 def causal_mask(prefix: int | list[int], t: int, dtype, device, prefix_ids: torch.Tensor | None = None) -> torch.Tensor:
     """Additive [B, 1, t, max(prefix) + t]: new token i sees its row's prefix and new tokens <= i."""
-    return additive_mask(torch.ones(t, t, dtype=torch.bool, device=device).tril(), prefix, dtype, device, prefix_ids)
+    return additive_mask(constants.lower_triangle(t, device), prefix, dtype, device, prefix_ids)
 
 
 # EAGLE-1 style static tree: each path lists child ranks from the root (rank 0 = the head's top-1). A CPU-sized

@@ -1,0 +1,55 @@
+"""Constant tensors a decoding cycle reads again and again (slot and row indices, identity matrices, filled index
+tables), made once per (kind, shape, value, device) and shared: building one is an operator a call, reading a
+cached one none, and its address stays fixed (what a CUDA graph needs of its inputs). They are read-only: no caller
+writes one in place (write into a copy). Under torch.compile a fresh tensor is traced instead, a constant of the
+graph. Created outside inference mode, so training's autograd may save them for backward.
+"""
+from __future__ import annotations
+
+import torch
+
+_MADE: dict[tuple, torch.Tensor] = {}
+_LIMIT = 4096  # distinct constants kept; past it the table starts over (shapes seen in one run are few)
+
+
+def _cached(key: tuple, make) -> torch.Tensor:
+    if torch.compiler.is_compiling():
+        return make()
+    found = _MADE.get(key)
+    if found is None:
+        if len(_MADE) >= _LIMIT:
+            _MADE.clear()
+        with torch.inference_mode(False):
+            found = _MADE[key] = make()
+    return found
+
+
+def arange(start: int, end: int, device) -> torch.Tensor:
+    """LongTensor [end - start]: start, start + 1, ..., end - 1."""
+    device = torch.device(device)
+    return _cached(("arange", start, end, device), lambda: torch.arange(start, end, device=device))
+
+
+def row_index(batch: int, device) -> torch.Tensor:
+    """LongTensor [batch, 1]: each row's index, beside a [batch, m] column index in advanced indexing."""
+    device = torch.device(device)
+    return _cached(("rows", batch, device), lambda: torch.arange(batch, device=device)[:, None])
+
+
+def filled(shape: tuple[int, ...], value, dtype: torch.dtype, device) -> torch.Tensor:
+    """[*shape] of `value`."""
+    device = torch.device(device)
+    return _cached(("full", tuple(shape), value, dtype, device),
+                   lambda: torch.full(shape, value, dtype=dtype, device=device))
+
+
+def eye(n: int, dtype: torch.dtype, device) -> torch.Tensor:
+    """[n, n] identity."""
+    device = torch.device(device)
+    return _cached(("eye", n, dtype, device), lambda: torch.eye(n, dtype=dtype, device=device))
+
+
+def lower_triangle(n: int, device) -> torch.Tensor:
+    """bool [n, n]: True at and below the diagonal (each of n new tokens sees itself and those before it)."""
+    device = torch.device(device)
+    return _cached(("tril", n, device), lambda: torch.ones(n, n, dtype=torch.bool, device=device).tril())
