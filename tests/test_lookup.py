@@ -188,9 +188,11 @@ def test_copy_rates_count_tested_copied_nodes():
     tree = tree_of([-1, -1, 0, 2], [4, 7, 5, 6], [0.5] * 4, [True, False, True, True])
     rates.update([0, 1, 2, 3], {0, 2}, tree.copied.tolist(), tree.depths.tolist())  # depth 1 hit, depth 2 hit, depth 3 missed; node 1 not copied
     assert rates.rates(3) == [pytest.approx(2 / 3), pytest.approx(2 / 3), pytest.approx(1 / 3)]
-    chain = copy_batch([[1, 2, 3, 1, 2]], LookupConf(num_tokens=3), [rates], "cpu").row(0)
+    batch, values = copy_batch([[1, 2, 3, 1, 2]], LookupConf(num_tokens=3), [rates], "cpu")
+    chain = batch.row(0)
     assert chain.tokens.tolist() == [3, 1, 2] and chain.parents.tolist() == [-1, 0, 1]
     assert chain.probs.tolist() == pytest.approx(rates.rates(3)) and chain.copied.all()
+    assert torch.equal(values, batch.values())  # the host's path values are the device's, bit for bit
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -119,9 +119,9 @@ def plan_evidence(drafted: TreeBatch | list[DraftTree] | Drafted) -> Evidence | 
     return drafted.evidence if isinstance(drafted, Drafted) else None
 
 
-def copies(inp: DraftInput) -> TreeBatch:
+def copies(inp: DraftInput) -> tuple[TreeBatch, torch.Tensor]:
     """Each row's prompt-lookup tree: every continuation found in its context as a chain, prefixes shared; node
-    probabilities are the row's copy rates."""
+    probabilities are the row's copy rates. With the trees' path values [B, N] (lookup.copy_batch)."""
     return copy_batch(inp.contexts, inp.config.lookup_conf, inp.rates, inp.feeder.root.feature.device)
 
 
@@ -130,10 +130,9 @@ class LookupDrafter:
     what it decides now."""
 
     def propose(self, inp: DraftInput) -> TreeBatch | Drafted:
-        trees = copies(inp)  # already within the budget: num_tokens x branches is lookup's tree size
+        trees, values = copies(inp)  # already within the budget: num_tokens x branches is lookup's tree size
         if inp.budget is None or trees.depth == 0:  # (no copies: nothing to plan by)
             return trees
-        values = trees.values()
         if inp.plan is None:  # the host read
             return cut(trees, inp.budget.next_plan(values.log(), 0, ahead=False)[1], values)
         return Drafted(cut(trees, inp.plan.nodes, values), inp.budget.evidence(values.log(), 0))
@@ -149,11 +148,11 @@ class HybridDrafter:
         self.head = head
 
     def propose(self, inp: DraftInput) -> TreeBatch | Drafted:
-        copied = copies(inp)
+        copied, copy_values = copies(inp)
         found = copied.depth > 0  # nothing found: the head's trees as its drafter alone makes them
         device = inp.feeder.root.feature.device
         extra = inp.budget is not None and found
-        drafted = self.head.propose(replace(inp, extra=copied.values().log()) if extra else inp)
+        drafted = self.head.propose(replace(inp, extra=copy_values.log()) if extra else inp)
         heads, plan = as_batch(drafted, device), plan_evidence(drafted)
         if heads.batch != copied.batch or not found:  # (a custom drafter's wrong count: the engine names it)
             return drafted

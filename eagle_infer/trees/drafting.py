@@ -316,6 +316,11 @@ def child_mass(own: torch.Tensor, k: int) -> torch.Tensor:
     return own.exp().view(own.shape[0], -1, k).sum(-1).mean()
 
 
+def joined(parts: list[torch.Tensor]) -> torch.Tensor:
+    """[B, ...] parts joined along dim 1 (one part as it is: no copy)."""
+    return parts[0] if len(parts) == 1 else torch.cat(parts, 1)
+
+
 def draft_dynamic(feeder: TreeFeeder, depth: int, top_k: int, total_tokens: int, grow: Growth = Growth()) -> TreeBatch:
     """EAGLE-2's trees (`grow_dynamic`)."""
     return grow_dynamic(feeder, depth, top_k, total_tokens, grow).trees
@@ -347,10 +352,11 @@ def grow_dynamic(feeder: TreeFeeder, depth: int, top_k: int, total_tokens: int, 
     fronts = [constants.arange(-1, k, device).expand(b, k + 1)]  # the root (-1), then per level the numbers of
     # the k it expands: candidate c's parent is fronts[c // k] of them all
     front_tok, front_val, parents = tok, lp, constants.filled((b, k), -1, torch.long, device)  # parents: fed slots
-    nodes = None
+    nodes = values = None
     for d in range(2, depth + 1):
         if decide is not None:
-            more, nodes = decide(torch.cat(vals, 1), front_val, owns[-1], d - 1)
+            values = joined(vals)
+            more, nodes = decide(values, front_val, owns[-1], d - 1)
             if not more:
                 break
             nodes = None  # decided before this level: asked again after the last one
@@ -359,13 +365,14 @@ def grow_dynamic(feeder: TreeFeeder, depth: int, top_k: int, total_tokens: int, 
         toks.append(tok), vals.append(val), owns.append(own)
         fronts.append(pick + (k + (d - 2) * k * k))
         front_tok, front_val, parents = tok.gather(1, pick), val.gather(1, pick), pick // k + (feeder.fed - k)
-    values = torch.cat(vals, 1)
+    if nodes is None:  # (else drafting stopped right after `values` was joined)
+        values = joined(vals)
     if decide is not None:
         total_tokens = nodes if nodes is not None else decide(values, front_val, owns[-1], len(toks))[1]
     keep = grow.keep(values, fronts, total_tokens)
     # candidate c < k: depth 1; c >= k: depth 2 + (c - k) // k²; parents renumbered among the kept (ascending)
-    parents = torch.searchsorted(keep, torch.cat(fronts, 1).gather(1, keep // k), right=True) - 1
+    parents = torch.searchsorted(keep, joined(fronts).gather(1, keep // k), right=True) - 1
     depths = (keep + (k * k - k)) // (k * k) + 1
-    trees = TreeBatch.full_rows(torch.cat(toks, 1).gather(1, keep), parents, depths,
-                                torch.cat(owns, 1).gather(1, keep).exp(), len(toks))
+    trees = TreeBatch.full_rows(joined(toks).gather(1, keep), parents, depths, joined(owns).gather(1, keep).exp(),
+                                len(toks))
     return DynamicDraft(trees, values, owns[-1], front_val, len(toks))
