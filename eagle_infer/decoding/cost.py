@@ -78,7 +78,6 @@ class CostModel:
         return model if model.key == key else None
 
 
-@dataclass
 @dataclass(frozen=True)
 class Evidence:
     """What an auto budget decides a plan by, gathered on the device (`Budget.evidence`) and read with a host copy
@@ -177,8 +176,8 @@ class Budget:
 @dataclass(frozen=True)
 class Plan:
     """An auto budget's choice for one cycle, made by the cycle before it from the evidence its one host copy
-    read (`Budget.evidence`, `Budget.choose`), so drafting never reads the device: `levels` levels of candidates to draft
-    (the head's trees' depth; 0 for a drafter without a head) and `nodes` per row to verify."""
+    read (`Budget.evidence`, `Budget.choose`), so drafting never reads the device: `levels` levels of candidates to
+    draft (the head's trees' depth; 0 for a drafter without a head) and `nodes` per row to verify."""
 
     levels: int
     nodes: int
