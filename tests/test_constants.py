@@ -28,11 +28,11 @@ def test_a_constant_made_under_inference_mode_serves_autograd():
 
 def test_a_constant_traces_under_torch_compile():
     def shifted(x):
-        return x + constants.arange(0, x.shape[0], x.device)
+        return x + constants.arange(1000, 1000 + x.shape[0], x.device)  # a range no other test asks for
 
     torch._dynamo.reset()
     compiled = torch.compile(shifted, fullgraph=True, backend="eager")
-    assert torch.equal(compiled(torch.zeros(11, dtype=torch.long)), torch.arange(11))
+    assert torch.equal(compiled(torch.zeros(11, dtype=torch.long)), torch.arange(1000, 1011))
     # traced fresh: nothing cached (a graph reading the cache would guard on it and recompile as it grows)
-    assert not any(key[:3] == ("arange", 0, 11) for key in constants._MADE)
-    assert torch.equal(constants.arange(0, 11, "cpu") + 1, torch.arange(1, 12))
+    assert not any(key[:3] == ("arange", 1000, 1011) for key in constants._MADE)
+    assert torch.equal(constants.arange(1000, 1011, "cpu") + 1, torch.arange(1001, 1012))
