@@ -8,19 +8,24 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from eagle_infer.platform import HOST_READ_OPS
 
 REPO = Path(__file__).resolve().parent.parent
 
 
-def test_a_fixed_tree_cycle_reads_the_host_once_and_names_where_its_operators_go():
-    case = {"model": "smollm2-135m", "lookup": False, "budget": "fixed", "batch": 1, "new_tokens": 8,
+@pytest.mark.parametrize("budget", ["fixed", "ahead"])
+def test_a_cycle_reads_the_host_once_and_names_where_its_operators_go(budget):
+    """A fixed tree, and an auto budget planning ahead (its evidence for the next plan rides in the cycle's one
+    copy to the host)."""
+    case = {"model": "smollm2-135m", "lookup": False, "budget": budget, "batch": 1, "new_tokens": 8,
             "host_reads": list(HOST_READ_OPS), "by_function": True}
     out = subprocess.run([sys.executable, str(REPO / "scripts" / "profile_decode.py"), "--threads", "2", "--worker",
                           json.dumps(case)], cwd=REPO, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     r = json.loads(out.stdout.strip().splitlines()[-1])
-    assert r["cycles"] >= 1 and r["syncs"] == r["cycles"]  # a fixed tree: the cycle's one copy to the host
+    assert r["cycles"] >= 1 and r["syncs"] == r["cycles"]  # the cycle's one copy to the host
     assert r["ops"]["target"] > r["ops"]["elsewhere"] > 0 and r["ops"]["head"] > 0
     functions = r["functions"]
     assert "decoding/verify.py:follow" in functions and "trees/drafting.py:grow_dynamic" in functions
