@@ -79,7 +79,7 @@ class TreeFeeder:
         self._own = rel[:, None, :] == constants.row_index(cap, device)  # [B, cap, W] slot j's own key
         low = torch.finfo(dtype).min
         masks = torch.empty(b, 1 + cap, width, dtype=dtype, device=device)  # a slot's row is written when it is fed
-        masks[:, 0] = (rel >= 0).to(dtype).mul_(low)  # the root's row: its prefix
+        masks[:, 0] = torch.where(rel < 0, constants.filled((), 0.0, dtype, device), low)  # the root's row: its prefix
         outputs = root.feature.new_empty(b, 1 + cap, root.feature.shape[1])
         outputs[:, 0] = root.feature
         tokens = self._feed.kept(root.token_ids, cap, self._tokens if self._cap else None, 1 + self.fed)

@@ -211,7 +211,7 @@ def additive_mask(allowed: torch.Tensor, prefix: int | list[int], dtype: torch.d
     width = max(prefixes) + s
     low = torch.finfo(dtype).min
     if min(prefixes) == max(prefixes):  # every row's prefix visible, then `allowed`: a few ops
-        blocked = (~allowed).to(dtype).mul_(low)  # (allowed slots hold -0.0: adding it changes no score)
+        blocked = torch.where(allowed, constants.filled((), 0.0, dtype, device), low)  # one operator, in dtype
         return torch.nn.functional.pad(blocked, (prefixes[0], 0))[:, None]
     if prefix_ids is None:
         prefix_ids = torch.tensor(prefixes, device=device)
@@ -219,7 +219,7 @@ def additive_mask(allowed: torch.Tensor, prefix: int | list[int], dtype: torch.d
     column = (torch.arange(width, device=device) - prefix_ids[:, None]).clamp_(-1, s) + 1  # [B, W]
     seen = torch.nn.functional.pad(torch.nn.functional.pad(allowed, (1, 0), value=True), (0, 1), value=False)
     seen = seen.gather(-1, column[:, None, :].expand(b, t, width))
-    return (~seen).to(dtype).mul_(low)[:, None]
+    return torch.where(seen, constants.filled((), 0.0, dtype, device), low)[:, None]
 
 
 def causal_mask(prefix: int | list[int], t: int, dtype, device, prefix_ids: torch.Tensor | None = None) -> torch.Tensor:
