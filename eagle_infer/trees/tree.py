@@ -144,13 +144,14 @@ class TreeBatch:
         sizes [B]: how many of each row's are real. Parents must be kept with their children."""
         b, m = index.shape
         n = self.width
-        renumber = torch.full((b, n + 1), -1, dtype=torch.long, device=index.device)  # slot -> new slot; column n: -1
+        # slot -> new slot: column n stays -1 (the root, which parents % (n + 1) reads for -1), column n + 1 takes
+        # the padding's writes
+        renumber = torch.full((b, n + 2), -1, dtype=torch.long, device=index.device)
         slots = constants.arange(0, m, index.device)
         real = slots < sizes[:, None]
-        renumber.scatter_(1, torch.where(real, index, n), slots.expand(b, m))
-        renumber[:, n] = -1
+        renumber.scatter_(1, torch.where(real, index, n + 1), slots.expand(b, m))
         take = lambda x: x.gather(1, index)  # noqa: E731
-        parents = renumber.gather(1, torch.where(self.parents < 0, n, self.parents)).gather(1, index)
+        parents = renumber.gather(1, self.parents % (n + 1)).gather(1, index)
         return TreeBatch(
             torch.where(real, take(self.tokens), 0), torch.where(real, parents, -1),
             torch.where(real, take(self.depths), 0), torch.where(real, take(self.probs), 0.0),
