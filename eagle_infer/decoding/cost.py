@@ -101,7 +101,7 @@ class Budget:
     (`evidence`, a handful of tensor ops); the choice is host arithmetic on them once they are read (`choose`)."""
 
     def __init__(self, cost: CostModel, batch: int, max_nodes: int, padded: bool = False):
-        self.cost, self.batch, self.max_nodes, self.padded = cost, batch, max_nodes, padded
+        self.cost, self.batch, self.max_nodes = cost, batch, max_nodes
         width = (lambda n: padded_width(n, max_nodes)) if padded else (lambda n: n)
         # ms of a forward verifying n = 1..max_nodes nodes per row, then one past the cap (a candidate beyond it)
         self.verify_ms = [cost.forward(batch * (1 + width(n))) for n in range(1, max_nodes + 1)]
@@ -140,12 +140,10 @@ class Budget:
         m, levels, level = evidence.m, evidence.levels, float(self.cost.level_ms)
         v = self.verify_ms
         best = []  # per set: (best tokens per ms, its n - 1, expected tokens at every n)
-        least = None
+        least = min((p for p in read[:m] if p != 0), default=0.0)  # the least likely of these candidates
         for s in range(evidence.sets):
             probs = read[s * m : (s + 1) * m]
-            if evidence.ahead:  # one more candidate, as likely as the least likely one (of these candidates)
-                if least is None:
-                    least = min((p for p in probs if p != 0), default=0.0)
+            if evidence.ahead:  # one more candidate, as likely as the least likely one
                 probs = probs + [least]
             tokens, total = [], 0.0
             for p in probs:

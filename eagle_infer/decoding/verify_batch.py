@@ -67,18 +67,18 @@ class HostRow:
     depths: list[int]
 
 
-def to_host(tree: TreeBatch, accepted: BatchAcceptance, evidence: torch.Tensor | None = None
+def to_host(tree: TreeBatch, accepted: BatchAcceptance, summary: torch.Tensor | None = None
             ) -> tuple[list[HostRow], list[float] | None]:
     """The cycle's one device-to-host copy: every row's acceptance (bonus, accepted and tested nodes) and its tree,
-    as one float64 tensor (which holds every token id exactly), and with it `evidence` (an auto budget's float64
-    [P] for the next cycle's plan, cost.Evidence.summary, copied beside every row) as a list of floats."""
+    as one float64 tensor (which holds every token id exactly), and with it `summary` (an auto budget's evidence
+    for the next cycle's plan, cost.Evidence.summary: float64 [P], copied beside every row) as a list of floats."""
     n = tree.width
     fields = [accepted.bonus[:, None], tree.sizes[:, None], accepted.on_path, accepted.tested, tree.tokens,
               tree.probs.double(), tree.copied, tree.depths]
-    if evidence is not None:
-        fields.append(evidence.expand(tree.batch, -1))
+    if summary is not None:
+        fields.append(summary.expand(tree.batch, -1))
     host = torch.cat(fields, 1).tolist()  # (cat promotes every field to probs' float64)
-    read = None if evidence is None else host[0][len(host[0]) - evidence.shape[0]:]
+    read = None if summary is None else host[0][len(host[0]) - summary.shape[0]:]
     rows = []
     for row in host:
         size = int(row[1])

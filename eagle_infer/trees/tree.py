@@ -71,7 +71,8 @@ class TreeBatch:
     a bound on every row's depth (>= the deepest node), and `full`, True only when every row holds N nodes.
 
     tokens, parents, depths: LongTensor [B, N]; probs: float32 [B, N] (each node's own draft probability);
-    copied: bool [B, N] (nodes prompt lookup proposed); sizes: LongTensor [B]."""
+    copied: bool [B, N] (nodes prompt lookup proposed); sizes: LongTensor [B]. Read-only: its tensors may be shared
+    constants (eagle_infer/constants.py: `full_rows`' sizes and copied flags), so every step builds new ones."""
 
     tokens: torch.Tensor
     parents: torch.Tensor
