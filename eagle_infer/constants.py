@@ -12,7 +12,8 @@ _MADE: dict[tuple, torch.Tensor] = {}
 _LIMIT = 4096  # distinct constants kept; past it the table starts over (shapes seen in one run are few)
 
 
-def _cached(key: tuple, make) -> torch.Tensor:
+def made(key: tuple, make) -> torch.Tensor:
+    """The tensor `make()` builds, made once per `key` (a tuple naming its kind, shape, values and device)."""
     if torch.compiler.is_compiling():
         return make()
     found = _MADE.get(key)
@@ -27,29 +28,29 @@ def _cached(key: tuple, make) -> torch.Tensor:
 def arange(start: int, end: int, device) -> torch.Tensor:
     """LongTensor [end - start]: start, start + 1, ..., end - 1."""
     device = torch.device(device)
-    return _cached(("arange", start, end, device), lambda: torch.arange(start, end, device=device))
+    return made(("arange", start, end, device), lambda: torch.arange(start, end, device=device))
 
 
 def row_index(batch: int, device) -> torch.Tensor:
     """LongTensor [batch, 1]: each row's index, beside a [batch, m] column index in advanced indexing."""
     device = torch.device(device)
-    return _cached(("rows", batch, device), lambda: torch.arange(batch, device=device)[:, None])
+    return made(("rows", batch, device), lambda: torch.arange(batch, device=device)[:, None])
 
 
 def filled(shape: tuple[int, ...], value, dtype: torch.dtype, device) -> torch.Tensor:
     """[*shape] of `value`."""
     device = torch.device(device)
-    return _cached(("full", tuple(shape), value, dtype, device),
+    return made(("full", tuple(shape), value, dtype, device),
                    lambda: torch.full(shape, value, dtype=dtype, device=device))
 
 
 def eye(n: int, dtype: torch.dtype, device) -> torch.Tensor:
     """[n, n] identity."""
     device = torch.device(device)
-    return _cached(("eye", n, dtype, device), lambda: torch.eye(n, dtype=dtype, device=device))
+    return made(("eye", n, dtype, device), lambda: torch.eye(n, dtype=dtype, device=device))
 
 
 def lower_triangle(n: int, device) -> torch.Tensor:
     """bool [n, n]: True at and below the diagonal (each of n new tokens sees itself and those before it)."""
     device = torch.device(device)
-    return _cached(("tril", n, device), lambda: torch.ones(n, n, dtype=torch.bool, device=device).tril())
+    return made(("tril", n, device), lambda: torch.ones(n, n, dtype=torch.bool, device=device).tril())

@@ -449,7 +449,8 @@ def reference_walk(tokens: list[int], parents: list[int], best: list[int]) -> tu
 
 def test_batched_greedy_verifier_equals_walking_each_tree():
     """Random padded breadth-first trees (repeated sibling tokens, empty and full rows, long chains) in one batch:
-    the tensor verifier gives each row exactly the walk's path, bonus and tested nodes."""
+    the tensor verifier gives each row exactly the walk's path, bonus and tested nodes; the full rows give the same
+    without sizes (sizes=None, as for TreeBatch.full)."""
     from eagle_infer.trees.tree import ancestor_masks
     from eagle_infer.decoding.verify import verify_greedy
 
@@ -484,6 +485,10 @@ def test_batched_greedy_verifier_equals_walking_each_tree():
             assert int(g.accepted[b]) == len(path) and int(g.bonus[b]) == bonus
             assert g.tested[b].nonzero()[:, 0].tolist() == tested
         deepest = max(deepest, int(g.accepted.max()))
+        full = [b for b, (p, _) in enumerate(rows) if len(p) == n]  # rows of n nodes: sizes may be left out
+        alone = verify_greedy(tokens[full], parents[full], None, ancestor_masks(parents[full]), logits[full])
+        for field in ("accepted", "bonus", "on_path", "tested"):
+            assert torch.equal(getattr(alone, field), getattr(g, field)[full]), (n, field)
     assert deepest >= 3  # some rows accept deep paths
 
 

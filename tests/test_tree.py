@@ -278,7 +278,7 @@ def test_the_expansion_key_and_the_kept_nodes_follow_the_settings():
         tokens, values, own, pick = expand_level(logp, parents, 2, None, growth(expand_by).expand)
         assert pick.tolist() == [picked] and torch.allclose(values, torch.tensor([[-1.0, -2.0, -5.1, -5.2]])), expand_by
     values = torch.tensor([[-0.5, -0.1, -0.3, -0.2]])
-    fronts = [torch.tensor([[-1, 0, 1]]), torch.tensor([[3, 2]])]  # the root, then the nodes expanded per level
+    fronts = torch.tensor([[-1, 0, 1, 3, 2]])  # the root, then the nodes expanded per level
     assert growth(rerank=True).keep(values, fronts, 2).tolist() == [[1, 3]]  # the two best values
     assert growth(rerank=False).keep(values, fronts, 3).tolist() == [[0, 1, 3]]  # the first three expanded
 

@@ -182,11 +182,11 @@ def verify(run: BatchRun, rows, proposal: Proposal, policy: CyclePolicy) -> Verd
     mask = target_mask(run, lengths, batch.allowed, causal=causal)
     logits, features = run.target.forward(batch.ids, batch.positions, run.cache, mask,
                                           feature_layers=run.feature_layers)
-    sampling = run.call.sampling
+    sampling, sizes = run.call.sampling, None if trees.full else trees.sizes
     if sampling.greedy:
-        accepted = verify_greedy(trees.tokens, trees.parents, trees.sizes, batch.allowed, logits)
+        accepted = verify_greedy(trees.tokens, trees.parents, sizes, batch.allowed, logits)
     else:  # the exact batched sampler (tests/test_engine_sampling.py enumerates its outcomes)
-        accepted = verify_sampled(trees.tokens, trees.parents, trees.sizes, batch.allowed, logits, sampling,
+        accepted = verify_sampled(trees.tokens, trees.parents, sizes, batch.allowed, logits, sampling,
                                   [r.generator for r in rows], policy.draws)
     commit_ = commit_paths(batch.ids, trees, accepted.on_path, accepted.accepted, accepted.bonus)
     evidence = proposal.evidence

@@ -134,7 +134,7 @@ class BatchAcceptance:
 
 
 def verify_greedy(
-    tokens: torch.Tensor, parents: torch.Tensor, sizes: torch.Tensor, allowed: torch.Tensor, logits: torch.Tensor
+    tokens: torch.Tensor, parents: torch.Tensor, sizes: torch.Tensor | None, allowed: torch.Tensor, logits: torch.Tensor
 ) -> BatchAcceptance:
     """Follow, from the root, the child whose token is the target's argmax, in every row at once.
 
@@ -144,7 +144,7 @@ def verify_greedy(
     return follow(tokens, parents, sizes, allowed, argmax(logits))
 
 
-def verify_sampled(tokens: torch.Tensor, parents: torch.Tensor, sizes: torch.Tensor, allowed: torch.Tensor,
+def verify_sampled(tokens: torch.Tensor, parents: torch.Tensor, sizes: torch.Tensor | None, allowed: torch.Tensor,
                    logits: torch.Tensor, params: SamplingParams, generators: list[torch.Generator],
                    draws: int = 0) -> BatchAcceptance:
     """The exact tree rejection sampler for a batch, by tensor ops: every flattened node j of row b draws y_j from
@@ -177,19 +177,24 @@ def inverse_cdf(probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
     return torch.minimum(drawn, last)[..., 0]  # u * total rounded up to the total falls back to it
 
 
-def follow(tokens: torch.Tensor, parents: torch.Tensor, sizes: torch.Tensor, allowed: torch.Tensor,
+def follow(tokens: torch.Tensor, parents: torch.Tensor, sizes: torch.Tensor | None, allowed: torch.Tensor,
            chosen: torch.Tensor) -> BatchAcceptance:
     """The walk from the root down the children whose token is the token chosen at their parent (chosen: [B, N+1]
-    at [root, nodes...]; the first such sibling), every row at once; the bonus is the choice at its end."""
+    at [root, nodes...]; the first such sibling), every row at once; the bonus is the choice at its end. sizes:
+    [B] nodes per row, or None when every slot holds a node (TreeBatch.full)."""
     b, n = tokens.shape
     index = constants.arange(1, n + 1, tokens.device)  # each node's flattened index
-    valid = index <= sizes[:, None]
     up = parents + 1  # flattened index of each node's parent (0 = root)
-    hit = valid & (tokens == chosen.gather(1, up))
+    hit = tokens == chosen.gather(1, up)
+    valid = None if sizes is None else index <= sizes[:, None]  # (None: every slot holds a node)
+    if valid is not None:
+        hit &= valid
     first_hit = constants.filled((b, n + 1), n + 1, torch.long, tokens.device).scatter_reduce(
         1, up, torch.where(hit, index, n + 1), "amin")  # per parent
     first = hit & (first_hit.gather(1, up) == index)
     on_path = (allowed[:, 1:, 1:] <= first[:, None, :]).all(-1)  # every ancestor (and itself) a first hit
     leaf = (on_path * index).amax(-1, keepdim=True) if n else on_path.new_zeros(b, 1, dtype=torch.long)  # 0 = root
-    tested = valid & torch.nn.functional.pad(on_path, (1, 0), value=True).gather(1, up)  # parent on the path
+    tested = torch.nn.functional.pad(on_path, (1, 0), value=True).gather(1, up)  # parent on the path
+    if valid is not None:
+        tested &= valid
     return BatchAcceptance(on_path.sum(-1), chosen.gather(1, leaf)[:, 0], on_path, tested)

@@ -74,7 +74,8 @@ class KVCache:
         keys, values = store.unbind(0)
         self.k, self.v = list(keys.unbind(0)), list(values.unbind(0))
         k, v = self.k, self.v
-        self._device_lengths: tuple[tuple[int, ...], torch.Tensor] | None = None
+        # (lengths, a LongTensor [B] on the device, n): the lengths on the device are that tensor + n (added when read)
+        self._device_lengths: tuple[tuple[int, ...], torch.Tensor, int] | None = None
         if static:  # one compiled graph serves every cache length
             for x in k + v:
                 torch._dynamo.maybe_mark_dynamic(x, 2)
@@ -139,24 +140,25 @@ class KVCache:
         """LongTensor [B]: `lengths` on the cache's device (copied there only when no operation kept it current)."""
         key = tuple(self.lengths)
         if self._device_lengths is None or self._device_lengths[0] != key:
-            self._device_lengths = (key, torch.tensor(self.lengths, dtype=torch.long, device=self.store.device))
+            self._device_lengths = (key, torch.tensor(self.lengths, dtype=torch.long, device=self.store.device), 0)
+        elif self._device_lengths[2]:  # advanced since: added now that they are read
+            self._device_lengths = (key, self._device_lengths[1] + self._device_lengths[2], 0)
         return self._device_lengths[1]
 
     def _set_lengths(self, lengths: list[int], on_device: torch.Tensor | None) -> None:
         """New host lengths and, when the caller computed them there, the same on the device."""
         self.lengths = lengths
-        self._device_lengths = None if on_device is None else (tuple(lengths), on_device)
+        self._device_lengths = None if on_device is None else (tuple(lengths), on_device, 0)
 
     def advance(self, n: int | list[int], on_device: torch.Tensor | None = None) -> None:
         """Commit n positions of every row (or n[b] of row b; on_device: the same counts as a LongTensor [B]) from
         what the last forward wrote."""
         counts = n if isinstance(n, list) else [n] * self.batch
-        before = self._device_lengths
-        if isinstance(n, int) and before is not None and before[0] == tuple(self.lengths):
-            on_device = before[1] + n
-        elif on_device is not None:
-            on_device = self.device_lengths() + on_device
-        self._set_lengths([length + c for length, c in zip(self.lengths, counts)], on_device)
+        before, lengths = self._device_lengths, [length + c for length, c in zip(self.lengths, counts)]
+        if isinstance(n, int) and before is not None and before[0] == tuple(self.lengths):  # added when read
+            self.lengths, self._device_lengths = lengths, (tuple(lengths), before[1], before[2] + n)
+            return
+        self._set_lengths(lengths, None if on_device is None else self.device_lengths() + on_device)
 
     def truncate(self, lengths: int | list[int], on_device: torch.Tensor | None = None) -> None:
         """Forget everything at or after lengths (one value for every row, or one per row; on_device: the same as a

@@ -100,27 +100,31 @@ class TreeFeeder:
         """top_tokens over the head's vocabulary."""
         return top_tokens(logp, k, self.head.vocab_order)
 
-    @torch.inference_mode()
     def feed(self, parents: torch.Tensor, tokens: torch.Tensor, depth: int) -> torch.Tensor:
         """Feed m nodes per row, all at `depth`, whose parents are fed slots (or -1 for the root).
 
         parents, tokens: LongTensor [B, m] on the feeder's device. The new slots are F..F+m-1 (F = nodes fed before).
         Returns [B, m, Vd] log-probabilities of their children over the draft vocabulary (`top` maps them to target
         ids)."""
+        return self.feed_below(parents + 1, tokens, depth)
+
+    @torch.inference_mode()
+    def feed_below(self, up: torch.Tensor, tokens: torch.Tensor, depth: int) -> torch.Tensor:
+        """`feed` with the parents as rows of the buffers [root, fed slot 0, 1, ...]: up = parents + 1 [B, m]."""
         b, m = tokens.shape
         f = self.fed
         if f + m > self._cap:
             self._build(max(f + m, 2 * self._cap, self._capacity))
-        up = parents + 1  # [B, m] rows of [root, fed...]
         parent_feat, rows, mask = level_inputs(self._outputs, self._masks, self._rows, up, self._own[:, f : f + m],
                                                max(self.prefix) + f + m)
         fed_tokens = self._feed.fed(self._tokens, self._rows, up, tokens, 1 + f)
-        self._masks[:, 1 + f : 1 + f + m] = rows
+        slots = constants.arange(1 + f, 1 + f + m, tokens.device)  # the new nodes' rows of the buffers
+        self._masks.index_copy_(1, slots, rows)
         out = self.head(parent_feat, fed_tokens, (self._bases + (depth - 1)).expand(b, m), self.cache, mask)
         self.cache.advance(m)
         self.levels += 1
         self.fed += m
-        self._outputs[:, 1 + f : 1 + f + m] = out
+        self._outputs.index_copy_(1, slots, out)
         return torch.log_softmax(self.head.draft_logits(out), dim=-1)
 
     def reset(self) -> None:
@@ -159,7 +163,7 @@ class ParentTokens:
     def fed(kept: torch.Tensor, rows: torch.Tensor, up: torch.Tensor, tokens: torch.Tensor, start: int) -> torch.Tensor:
         """The parents' tokens (rows `up` [B, m] of `kept`); the nodes' own `tokens` go to its slots from `start`."""
         parents = kept[rows, up]
-        kept[:, start : start + tokens.shape[1]] = tokens
+        kept.index_copy_(1, constants.arange(start, start + tokens.shape[1], tokens.device), tokens)
         return parents
 
 
@@ -194,25 +198,26 @@ def by_confidence(values: torch.Tensor, own: torch.Tensor) -> torch.Tensor:
     return own
 
 
-def best_by_value(values: torch.Tensor, fronts: list[torch.Tensor], total: int) -> torch.Tensor:
+def best_by_value(values: torch.Tensor, fronts: torch.Tensor, total: int) -> torch.Tensor:
     """EAGLE-2's rerank: the `total` candidates of best path value [B, total], ascending (ties prefer shallower,
     then earlier candidates, so every kept node's parent is kept)."""
     return torch.sort(values, dim=1, descending=True, stable=True).indices[:, :total].sort(dim=1).values
 
 
-def expanded_first(values: torch.Tensor, fronts: list[torch.Tensor], total: int) -> torch.Tensor:
+def expanded_first(values: torch.Tensor, fronts: torch.Tensor, total: int) -> torch.Tensor:
     """The ablation without rerank: the first `total` expanded candidates, level by level [B, total], ascending."""
-    return torch.cat(fronts, 1)[:, 1 : 1 + total].sort(dim=1).values
+    return fronts[:, 1 : 1 + total].sort(dim=1).values
 
 
 @dataclass(frozen=True)
 class Growth:
     """How EAGLE-2 grows and cuts its trees, chosen once per setting (`growth`), so a level runs no branch on it:
     `expand(values, own)`, the key its top_k expanded nodes per level are picked by; `keep(values, fronts, total)`,
-    the candidates kept at the end."""
+    the candidates kept at the end (fronts [B, 1 + (L - 1) k]: the root's number -1, then the numbers of the
+    candidates expanded, level by level)."""
 
     expand: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = by_value
-    keep: Callable[[torch.Tensor, list[torch.Tensor], int], torch.Tensor] = best_by_value
+    keep: Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor] = best_by_value
 
 
 EXPAND_BY = {"value": by_value, "confidence": by_confidence}  # the settings' expand_by
@@ -276,8 +281,8 @@ def draft_static(feeder: TreeFeeder, paths) -> TreeBatch:
         pick = torch.tensor(ranks, device=device)[None, :, None].expand(b, -1, 1)
         tokens[:, nodes], probs[:, nodes] = toks.gather(2, pick)[..., 0], vals.gather(2, pick)[..., 0].exp()
         if fed_nodes:
-            fed = torch.tensor(fed_parents, device=device).expand(b, -1)
-            rows = torch.cat([rows, feeder.feed(fed, tokens[:, fed_nodes], depth)], 1)
+            up = torch.tensor([p + 1 for p in fed_parents], device=device).expand(b, -1)
+            rows = torch.cat([rows, feeder.feed_below(up, tokens[:, fed_nodes], depth)], 1)
     as_rows = lambda x: torch.tensor(x, device=device).expand(b, -1)  # noqa: E731 (host constants of the plan)
     return TreeBatch.full_rows(tokens, as_rows(parents), as_rows(depths), probs, len(plan))
 
@@ -321,6 +326,19 @@ def joined(parts: list[torch.Tensor]) -> torch.Tensor:
     return parts[0] if len(parts) == 1 else torch.cat(parts, 1)
 
 
+def candidate_numbering(k: int, levels: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Constants of EAGLE-2 trees grown `levels` levels with top-k k, whose candidates are numbered level by level
+    (k at depth 1, then k² per level): LongTensor [1 + k + (levels - 1) k] added to the expanded nodes' entries
+    (the root's -1 and 0..k-1, then each level's k picks among its k² children) to number them; LongTensor
+    [k + (levels - 1) k²] every candidate's depth."""
+    device = torch.device(device)
+    offsets = constants.made(("front offsets", k, levels, device), lambda: torch.tensor(
+        [0] * (k + 1) + [k + j * k * k for j in range(levels - 1) for _ in range(k)], device=device))
+    depths = constants.made(("candidate depths", k, levels, device), lambda: torch.tensor(
+        [1] * k + [2 + j for j in range(levels - 1) for _ in range(k * k)], device=device))
+    return offsets, depths
+
+
 def draft_dynamic(feeder: TreeFeeder, depth: int, top_k: int, total_tokens: int, grow: Growth = Growth()) -> TreeBatch:
     """EAGLE-2's trees (`grow_dynamic`)."""
     return grow_dynamic(feeder, depth, top_k, total_tokens, grow).trees
@@ -349,9 +367,9 @@ def grow_dynamic(feeder: TreeFeeder, depth: int, top_k: int, total_tokens: int, 
     b, k = root_lp.shape[0], min(top_k, feeder.head.config.vocab_size)
     lp, tok = feeder.top(root_lp, k)  # [B, k]
     toks, vals, owns = [tok], [lp], [lp]  # per level: candidates' target ids, path log-values, own log-probs
-    fronts = [constants.arange(-1, k, device).expand(b, k + 1)]  # the root (-1), then per level the numbers of
-    # the k it expands: candidate c's parent is fronts[c // k] of them all
-    front_tok, front_val, parents = tok, lp, constants.filled((b, k), -1, torch.long, device)  # parents: fed slots
+    fronts = [constants.arange(-1, k, device).expand(b, k + 1)]  # the root (-1), then per level the k it expands:
+    # the depth-1 candidates, then each level's picks (numbered from the level's first candidate at the end)
+    front_tok, front_val, up = tok, lp, constants.filled((b, k), 0, torch.long, device)  # up: the parents' feeder rows
     nodes = values = None
     for d in range(2, depth + 1):
         if decide is not None:
@@ -360,19 +378,21 @@ def grow_dynamic(feeder: TreeFeeder, depth: int, top_k: int, total_tokens: int, 
             if not more:
                 break
             nodes = None  # decided before this level: asked again after the last one
-        logp = feeder.feed(parents, front_tok, d - 1)
+        logp = feeder.feed_below(up, front_tok, d - 1)
         tok, val, own, pick = expand_level(logp, front_val, k, feeder.head.vocab_order, grow.expand)
-        toks.append(tok), vals.append(val), owns.append(own)
-        fronts.append(pick + (k + (d - 2) * k * k))
-        front_tok, front_val, parents = tok.gather(1, pick), val.gather(1, pick), pick // k + (feeder.fed - k)
+        toks.append(tok), vals.append(val), owns.append(own), fronts.append(pick)
+        # the picked nodes' parents are the k just fed, feeder rows fed - k + 1 ... fed
+        front_tok, front_val, up = tok.gather(1, pick), val.gather(1, pick), pick // k + (feeder.fed - k + 1)
     if nodes is None:  # (else drafting stopped right after `values` was joined)
         values = joined(vals)
     if decide is not None:
         total_tokens = nodes if nodes is not None else decide(values, front_val, owns[-1], len(toks))[1]
-    keep = grow.keep(values, fronts, total_tokens)
-    # candidate c < k: depth 1; c >= k: depth 2 + (c - k) // k²; parents renumbered among the kept (ascending)
-    parents = torch.searchsorted(keep, joined(fronts).gather(1, keep // k), right=True) - 1
-    depths = (keep + (k * k - k)) // (k * k) + 1
+    levels = len(toks)
+    numbered = joined(fronts) if levels == 1 else joined(fronts) + candidate_numbering(k, levels, device)[0]
+    keep = grow.keep(values, numbered, total_tokens)
+    # candidate c's parent is numbered[c // k]; parents renumbered among the kept (ascending)
+    parents = torch.searchsorted(keep, numbered.gather(1, keep // k), right=True) - 1
+    depths = candidate_numbering(k, levels, device)[1][keep]
     trees = TreeBatch.full_rows(joined(toks).gather(1, keep), parents, depths, joined(owns).gather(1, keep).exp(),
                                 len(toks))
     return DynamicDraft(trees, values, owns[-1], front_val, len(toks))
