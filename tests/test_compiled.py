@@ -271,7 +271,7 @@ def test_a_draft_level_compiles_without_a_graph_break():
         out = head_step(runner.step, feats, tokens, rope, mask, cache.k, cache.v, slots)
         logp = torch.log_softmax(runner.draft_logits(out), dim=-1)
         children = expand_level(logp, values, 8, runner.vocab_order)
-        more = budget.evidence(torch.cat([children[1], others], 1), 2, values, logp.exp().sum() / 16, others).summary
+        more = budget.evidence(torch.cat([children[1], others], 1), 2, values, children[2], others).summary
         return (parents, rows, head_mask, out) + children + (more,)
 
     results = []

@@ -4,6 +4,7 @@ machine is never reused."""
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import replace
 
 import pytest
@@ -40,8 +41,10 @@ def nodes(budget: Budget, values: torch.Tensor, levels: int) -> int:
 
 
 def deeper(budget: Budget, values, frontier, levels: int, mass=1.0) -> bool:
-    """Whether the budget plans one level more than `levels`."""
-    return int(budget.next_plan(values, levels, frontier, mass)[0]) == levels + 1
+    """Whether the budget plans one level more than `levels`, the frontier's children expected to hold `mass` (one
+    frontier node's top-k children: one child of that probability)."""
+    children = None if mass == 1.0 else torch.tensor([[math.log(mass)]])
+    return int(budget.next_plan(values, levels, frontier, children)[0]) == levels + 1
 
 
 def test_plan_maximises_expected_tokens_per_ms():
@@ -191,7 +194,7 @@ def test_strong_copies_stop_the_head_sooner():
         values, older = d.values, d.older
         if extra is not None:
             values, older = torch.cat([values, extra], 1), torch.cat([older, extra], 1)
-        return int(Budget(cost(0.0, level_ms), 1, 24).next_plan(values, d.levels, d.frontier, d.mass(), older)[0])
+        return int(Budget(cost(0.0, level_ms), 1, 24).next_plan(values, d.levels, d.frontier, d.newest_own, older)[0])
 
     copies = torch.full((1, 10), 0.95).log().cumsum(-1)  # a 10-token chain, each copy accepted at 0.95
     pairs = [(levels(copies, ms), levels(None, ms)) for ms in 10.0 ** torch.arange(-8, 2).double()]

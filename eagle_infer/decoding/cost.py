@@ -81,15 +81,18 @@ class CostModel:
 @dataclass(frozen=True)
 class Evidence:
     """What an auto budget decides a plan by, gathered on the device (`Budget.evidence`) and read with a host copy
-    (the cycle's one, or a read while drafting): `summary` float64 [sets * m (+ 1)] on the device, per set of
-    candidates the sums over the rows of each row's m best path probabilities (descending), then, when `grown`
-    frontier nodes were given, their expected gain; the rest is the layout to read it by (`Budget.choose`)."""
+    (the cycle's one, or a read while drafting): `summary` float64 [m + m' + F + L] on the device, sums over the
+    `rows` rows of, per rank, each row's m best path probabilities (descending) and its m' best without the last
+    level (m' = 0: no such set), then per column the frontier's F path probabilities and the last level's L
+    children's own probabilities (F = L = 0: no frontier); the rest is the layout to read it by (`Budget.choose`)."""
 
     summary: torch.Tensor
-    sets: int
+    rows: int
     m: int
+    m_older: int
+    frontier: int
+    children: int
     levels: int
-    grown: int | None
     ahead: bool
 
 
@@ -108,24 +111,26 @@ class Budget:
         self.verify_ms.append(cost.forward(batch * (2 + max_nodes)))
 
     def evidence(self, values: torch.Tensor, levels: int, frontier: torch.Tensor | None = None,
-                 mass: torch.Tensor | float = 1.0, older: torch.Tensor | None = None, ahead: bool = True) -> Evidence:
-        """The device's part of the next plan (tensor ops only, about ten; see `choose` for what they decide).
+                 children: torch.Tensor | None = None, older: torch.Tensor | None = None, ahead: bool = True
+                 ) -> Evidence:
+        """The device's part of the next plan (tensor ops only, five or six; see `choose` for what they decide).
 
         values [B, C]: every candidate's path log-value (the head's and any other drafter's), drafted in `levels`
         levels (the head's trees' depth; 0 without a head); frontier [B, F]: the path log-values of the nodes one
-        more level would expand, whose children are expected to add `mass` x their probabilities (mass: the mean
-        probability the head gave its top-k children at the last level, at most 1); older [B, C']: the candidates
-        without the last level. Not `ahead`: a choice for the cycle that drafted these candidates."""
-        c, m = values.shape[-1], min(values.shape[-1], self.max_nodes)
-        if older is not None and levels > 1:  # [2, B, C]: these candidates, and those without the last level
-            sets = torch.stack([values, torch.nn.functional.pad(older, (0, c - older.shape[-1]), value=-torch.inf)])
-            summary = sets.double().exp().topk(m, dim=-1).values.sum(1).flatten()  # [2 m]
-        else:
-            summary = values.double().exp().topk(m, dim=-1).values.sum(0)  # [m]: the rows' m best, summed
-        if frontier is not None:  # (a float32 mass is promoted to float64 inside the product)
-            summary = torch.cat([summary, (frontier.double().exp().sum() * mass)[None]])
-        return Evidence(summary, 2 if older is not None and levels > 1 else 1, m, levels,
-                        None if frontier is None else frontier.shape[-1], ahead)
+        more level would expand; children [B, L]: the own log-probs of the last level's candidates, the top-k
+        children of L / F expanded nodes, whose mean mass scales what the frontier's children are expected to
+        add (None: 1); older [B, C']: the candidates without the last level. Not `ahead`: a choice for the cycle
+        that drafted these candidates."""
+        m = min(values.shape[-1], self.max_nodes)
+        parts = [values.topk(m, dim=-1).values]  # (exp is monotonic: the m best log-values are the m best)
+        m_older = min(older.shape[-1], m) if older is not None and levels > 1 else 0
+        if m_older:
+            parts.append(older.topk(m_older, dim=-1).values)
+        if frontier is not None:
+            parts += [frontier] if children is None else [frontier, children]
+        summary = torch.cat(parts, -1).double().exp().sum(0)  # per column, summed over the rows
+        return Evidence(summary, values.shape[0], m, m_older, 0 if frontier is None else frontier.shape[-1],
+                        0 if frontier is None or children is None else children.shape[-1], levels, ahead)
 
     def choose(self, evidence: Evidence, read: list[float]) -> tuple[int, int]:
         """(levels, nodes per row) for the next cycle from `read`, evidence.summary as host floats (see `Plan`).
@@ -139,10 +144,12 @@ class Budget:
         cheaper, beat these in tokens per ms. Ties keep fewer nodes and the same depth."""
         m, levels, level = evidence.m, evidence.levels, float(self.cost.level_ms)
         v = self.verify_ms
+        sets = [read[:m]]  # per set: the rows' m best path probabilities, summed per rank
+        if evidence.m_older:  # (fewer than m: the rest have probability 0)
+            sets.append(read[m : m + evidence.m_older] + [0.0] * (m - evidence.m_older))
         best = []  # per set: (best tokens per ms, its n - 1, expected tokens at every n)
         least = min((p for p in read[:m] if p != 0), default=0.0)  # the least likely of these candidates
-        for s in range(evidence.sets):
-            probs = read[s * m : (s + 1) * m]
+        for s, probs in enumerate(sets):
             if evidence.ahead:  # one more candidate, as likely as the least likely one
                 probs = probs + [least]
             tokens, total = [], 0.0
@@ -156,18 +163,22 @@ class Budget:
         top, n, tokens, curve = best[0]
         nodes = self.max_nodes if evidence.ahead and curve[m] > top else n + 1
         step = 0
-        if evidence.grown is not None:  # one more level: a level and a forward with its children among the n
-            grow = level * levels + v[n] + level + v[min(n + 1 + evidence.grown, self.max_nodes) - 1] - v[n]
-            step += (tokens[n] + read[evidence.sets * m]) / grow > top
-        if evidence.sets == 2:
+        if evidence.frontier:  # one more level: a level and a forward with its children among the n
+            at = m + evidence.m_older
+            gain = sum(read[at : at + evidence.frontier])  # the frontier's probability, times the children's mass
+            if evidence.children:  # (the mean over the rows' expanded nodes of their k children's probability)
+                gain *= sum(read[at + evidence.frontier :]) * evidence.frontier / (evidence.rows * evidence.children)
+            grow = level * levels + v[n] + level + v[min(n + 1 + evidence.frontier, self.max_nodes) - 1] - v[n]
+            step += (tokens[n] + gain) / grow > top
+        if len(sets) == 2:
             step -= best[1][0] > top
         return levels + step, nodes
 
     def next_plan(self, values: torch.Tensor, levels: int, frontier: torch.Tensor | None = None,
-                  mass: torch.Tensor | float = 1.0, older: torch.Tensor | None = None, ahead: bool = True
+                  children: torch.Tensor | None = None, older: torch.Tensor | None = None, ahead: bool = True
                   ) -> tuple[int, int]:
         """`choose` on this `evidence` at once, reading it from the device (a host read)."""
-        evidence = self.evidence(values, levels, frontier, mass, older, ahead)
+        evidence = self.evidence(values, levels, frontier, children, older, ahead)
         return self.choose(evidence, evidence.summary.tolist())
 
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Callable, Protocol
 import torch
 
 from ..decoding.cost import Budget, Evidence, Plan
-from .drafting import TreeFeeder, child_mass, draft_chain, draft_static, grow_dynamic
+from .drafting import TreeFeeder, draft_chain, draft_static, grow_dynamic
 from .lookup import CopyRates, copy_batch
 from .merge import cut, merge
 from .tree import DraftTree, TreeBatch
@@ -87,12 +87,11 @@ class DynamicDrafter:
         with_extra = (lambda x: x) if inp.extra is None else (lambda x: torch.cat([x, inp.extra], 1))  # noqa: E731
         if plan is None:  # decide now: one host read before each level and at the end
             def decide(values, frontier, newest_own, levels):
-                more, nodes = budget.next_plan(with_extra(values), levels, frontier,
-                                               child_mass(newest_own, frontier.shape[1]), ahead=False)
+                more, nodes = budget.next_plan(with_extra(values), levels, frontier, newest_own, ahead=False)
                 return more > levels, nodes
             return grow_dynamic(inp.feeder, c.depth, c.top_k, c.total_tokens, c.growth, decide).trees
         d = grow_dynamic(inp.feeder, plan.levels, c.top_k, plan.nodes, c.growth)
-        return Drafted(d.trees, budget.evidence(with_extra(d.values), d.levels, d.frontier, d.mass(),
+        return Drafted(d.trees, budget.evidence(with_extra(d.values), d.levels, d.frontier, d.newest_own,
                                                 with_extra(d.older)))
 
 

@@ -310,16 +310,6 @@ class DynamicDraft:
         """[B, C - L] the candidates drafted before the last level."""
         return self.values[:, : self.values.shape[1] - self.newest_own.shape[1]]
 
-    def mass(self) -> torch.Tensor:
-        """[] the mean probability the head gave its top-k children at the last level (at most 1)."""
-        return child_mass(self.newest_own, self.frontier.shape[1])
-
-
-def child_mass(own: torch.Tensor, k: int) -> torch.Tensor:
-    """[] the mean probability the head gave the top-k children of each expanded node: own [B, L] their own
-    log-probs, k children of each of L / k nodes."""
-    return own.exp().view(own.shape[0], -1, k).sum(-1).mean()
-
 
 def joined(parts: list[torch.Tensor]) -> torch.Tensor:
     """[B, ...] parts joined along dim 1 (one part as it is: no copy)."""
