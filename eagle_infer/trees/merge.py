@@ -58,8 +58,9 @@ def merge(first: TreeBatch, second: TreeBatch, budget: int,
     b, m = tokens.shape
     # Path of tokens from depth 1 to each node, [B, M, depth]: its ancestors' (and its own) tokens by depth.
     ancestors = ancestor_masks(parents, depth)[:, 1:, 1:].double()
-    by_depth = torch.nn.functional.one_hot((depths - 1).clamp(min=0), depth).double() * (tokens[:, :, None] + 1)
-    paths = ancestors @ by_depth  # token + 1 at each depth on the path (exact in float64), 0 below the node
+    at_depth = torch.nn.functional.one_hot((depths - 1).clamp(min=0), depth).double()  # [B, M, depth]
+    paths = ancestors @ (at_depth * (tokens[:, :, None] + 1))  # token + 1 at each depth on the path (exact in
+    # float64), 0 below the node
     same = (paths[:, :, None] == paths[:, None]).all(-1) & valid[:, None]
     slots = constants.arange(0, m, tokens.device)
     rep = torch.where(same, slots, m).amin(-1).clamp(max=m - 1)  # [B, M] first slot holding each node's path
@@ -70,5 +71,8 @@ def merge(first: TreeBatch, second: TreeBatch, budget: int,
     merged_copied = torch.zeros_like(copied).scatter_reduce(1, rep, copied & valid, "amax")
     union = TreeBatch(tokens, torch.where(parents < 0, -1, rep.gather(1, parents.clamp(min=0))), depths, merged_probs,
                       merged_copied, valid.sum(1), depth)
-    values = union.values(is_rep)
+    # EAGLE-2's path values of the merged nodes, exactly as union.values(is_rep) multiplies them (depth 1 down, one
+    # factor a step: cumprod is that scan on a CPU), from each node's ancestors' merged probs by depth (1 below it)
+    along = ancestors @ (at_depth * merged_probs.gather(1, rep).double()[:, :, None])  # exact: one term a depth
+    values = torch.where(is_rep, torch.where(paths > 0, along, 1.0).cumprod(-1)[..., -1], 0.0)
     return best(union, is_rep, budget if nodes is None else min(budget, nodes(values)), depth, values)

@@ -217,11 +217,13 @@ def additive_mask(allowed: torch.Tensor, prefix: int | list[int], dtype: torch.d
         return torch.nn.functional.pad(blocked, (prefixes[0], 0))[:, None]
     if prefix_ids is None:
         prefix_ids = torch.tensor(prefixes, device=device)
-    # key column c of row b: its prefix (c < prefix), new key c - prefix, or past the new block: index [T, 1 + S + 1]
-    column = (torch.arange(width, device=device) - prefix_ids[:, None]).clamp_(-1, s) + 1  # [B, W]
-    seen = torch.nn.functional.pad(torch.nn.functional.pad(allowed, (1, 0), value=True), (0, 1), value=False)
-    seen = seen.gather(-1, column[:, None, :].expand(b, t, width))
-    return torch.where(seen, constants.filled((), 0.0, dtype, device), low)[:, None]
+    # [B, T, 1 + S + 1]: a prefix key's value (seen), the new keys' (as `allowed` says), a key past them (hidden)
+    table = torch.cat([constants.filled((b, t, 1), 0.0, dtype, device),
+                       torch.where(allowed, constants.filled((), 0.0, dtype, device), low),
+                       constants.filled((b, t, 1), low, dtype, device)], -1)
+    # key column c of row b: its prefix (c < prefix: 0), new key c - prefix (1 + it), or past the block (S + 1)
+    column = (constants.arange(1, width + 1, device) - prefix_ids[:, None]).clamp_(0, s + 1)  # [B, W]
+    return table.gather(-1, column[:, None, :].expand(b, t, width))[:, None]
 
 
 def causal_mask(prefix: int | list[int], t: int, dtype, device, prefix_ids: torch.Tensor | None = None) -> torch.Tensor:
