@@ -75,11 +75,12 @@ class TreeFeeder:
         root, b = self.root, self.root.batch
         device, dtype = root.feature.device, root.feature.dtype
         width = max(self.prefix) + cap  # the head's keys when every slot is fed: row b's slot j is key prefix[b] + j
-        rel = torch.arange(width, device=device) - self._prefix_ids[:, None]  # [B, W] key's slot (< 0: prefix)
+        rel = constants.arange(0, width, device) - self._prefix_ids[:, None]  # [B, W] key's slot (< 0: prefix)
         self._own = rel[:, None, :] == constants.row_index(cap, device)  # [B, cap, W] slot j's own key
         low = torch.finfo(dtype).min
         masks = torch.empty(b, 1 + cap, width, dtype=dtype, device=device)  # a slot's row is written when it is fed
-        masks[:, 0] = torch.where(rel < 0, constants.filled((), 0.0, dtype, device), low)  # the root's row: its prefix
+        torch.where(rel < 0, constants.filled((), 0.0, dtype, device), constants.filled((), low, dtype, device),
+                    out=masks[:, 0])  # the root's row: its prefix
         outputs = root.feature.new_empty(b, 1 + cap, root.feature.shape[1])
         outputs[:, 0] = root.feature
         tokens = self._feed.kept(root.token_ids, cap, self._tokens if self._cap else None, 1 + self.fed)

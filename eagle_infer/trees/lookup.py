@@ -14,6 +14,7 @@ from __future__ import annotations
 from array import array
 from typing import TYPE_CHECKING
 
+import numpy
 import torch
 
 from .tree import TreeBatch, path_values
@@ -91,20 +92,24 @@ def copy_trie(context: list[int], conf: LookupConf, rates: CopyRates) -> tuple[l
 def copy_batch(contexts: list[list[int]], conf: LookupConf, rates: list[CopyRates], device
                ) -> tuple[TreeBatch, torch.Tensor]:
     """Every row's prompt-lookup trie as one TreeBatch (padded to the largest, at least one slot), built on the host
-    from the contexts (host data) and copied to the device in one transfer, with its path values (float64 [B, N],
+    from the contexts (host data) and copied to the device in two transfers, with its path values (float64 [B, N],
     exactly what `TreeBatch.values()` computes, multiplied on the host). A node's prob is the row's copy rate at its
     depth; every node is copied."""
     tries = [copy_trie(c, conf, r) for c, r in zip(contexts, rates)]
     width = max([len(t[0]) for t in tries] + [1])
-    fields = []  # [B, 5, width]: tokens, parents, depths, probs, values (float64 holds each exactly): one host tensor
+    fields = [[], [], [], [], []]  # tokens, parents, depths, probs, values: [B, width] each
     for (tokens, parents, depths), r in zip(tries, rates):
         pad = width - len(tokens)
         probs = list(array("f", [r.rates(max(depths, default=0))[d - 1] for d in depths]))  # as the float32 probs
-        fields.append([tokens + [0] * pad, parents + [-1] * pad, depths + [0] * pad, probs + [0.0] * pad,
-                       path_values(parents, probs) + [0.0] * pad])
-    host = torch.tensor(fields, dtype=torch.float64).to(device, non_blocking=True)  # [B, 5, width]
-    ids = host[:, :3].long()
-    copied = ids[:, 2] > 0  # the real nodes (depth >= 1)
-    trees = TreeBatch(ids[:, 0], ids[:, 1], ids[:, 2], host[:, 3].float(), copied, copied.sum(1),
+        for field, row in zip(fields, (tokens + [0] * pad, parents + [-1] * pad, depths + [0] * pad,
+                                       probs + [0.0] * pad, path_values(parents, probs) + [0.0] * pad)):
+            field.append(row)
+    # two host arrays (float64 holds each float32 prob exactly), each copied to the device in one transfer
+    tokens, parents, depths = torch.from_numpy(numpy.array(fields[:3], dtype=numpy.int64)).to(
+        device, non_blocking=True).unbind(0)
+    probs, values = torch.from_numpy(numpy.array(fields[3:], dtype=numpy.float64)).to(
+        device, non_blocking=True).unbind(0)
+    copied = depths > 0  # the real nodes (depth >= 1)
+    trees = TreeBatch(tokens, parents, depths, probs.float(), copied, copied.sum(1),
                       max([max(t[2], default=0) for t in tries] + [0]))
-    return trees, host[:, 4]
+    return trees, values
