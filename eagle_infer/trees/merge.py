@@ -19,11 +19,11 @@ from .. import constants
 from .tree import TreeBatch, ancestor_masks
 
 
-def best(tree: TreeBatch, candidates: torch.Tensor, budget: int, depth: int,
+def best(tree: TreeBatch, candidates: torch.Tensor, budget: int, depth: int, padding: int,
          values: torch.Tensor | None = None) -> TreeBatch:
     """The at most `budget` candidates (bool [B, N], parents among them) of highest path value per row, ties to the
-    shallower then the earlier slot, kept in (depth, slot) order. values: tree.values(candidates) where the caller
-    has them."""
+    shallower then the earlier slot, kept in (depth, slot) order; padding: a slot holding no node in any row, which
+    the rows' padding is read from. values: tree.values(candidates) where the caller has them."""
     b, n = tree.tokens.shape
     keep = min(budget, n)
     values = tree.values(candidates) if values is None else values
@@ -33,8 +33,9 @@ def best(tree: TreeBatch, candidates: torch.Tensor, budget: int, depth: int,
     chosen = order[:, :keep]
     sizes = candidates.sum(1).clamp(max=keep)
     real = constants.arange(0, keep, chosen.device) < sizes[:, None]
-    rank = torch.where(real, tree.depths.gather(1, chosen) * n + chosen, (depth + 1) * n)  # padding after the rest
-    return tree.select(chosen.gather(1, rank.sort(dim=1).indices), sizes, depth)
+    # (depth, slot) as one number, the padding slot after every node: sorted, its remainder is the slot
+    rank = torch.where(real, tree.depths.gather(1, chosen) * n + chosen, (depth + 1) * n + padding)
+    return tree.select(rank.sort(dim=1).values % n, sizes, depth)
 
 
 def cut(tree: TreeBatch, budget: int, values: torch.Tensor | None = None) -> TreeBatch:
@@ -42,7 +43,10 @@ def cut(tree: TreeBatch, budget: int, values: torch.Tensor | None = None) -> Tre
     tree.values() where the caller has them."""
     if tree.width <= budget:
         return tree
-    return best(tree, tree.valid(), budget, tree.depth, values)
+    n = tree.width
+    values = tree.values() if values is None else values
+    tree = tree.padded(n + 1)  # slot n: padding in every row
+    return best(tree, tree.valid(), budget, tree.depth, n, torch.nn.functional.pad(values, (0, 1)))
 
 
 def merge(first: TreeBatch, second: TreeBatch, budget: int,
@@ -52,27 +56,33 @@ def merge(first: TreeBatch, second: TreeBatch, budget: int,
     values [B, M] (0 off its nodes), how many of the best to keep per row (an auto budget's choice, at most
     `budget`): the union cut once, as `cut` would cut the merged tree."""
     n1, depth = first.width, max(first.depth, second.depth)
-    parents = torch.cat([first.parents, torch.where(second.parents < 0, -1, second.parents + n1)], 1)
-    tokens, depths = torch.cat([first.tokens, second.tokens], 1), torch.cat([first.depths, second.depths], 1)
-    valid = torch.cat([first.valid(), second.valid()], 1)
-    b, m = tokens.shape
+    b, device = first.batch, first.tokens.device
+    pad = lambda value, dtype: constants.filled((b, 1), value, dtype, device)  # noqa: E731
+    # the union's slots: first's, second's, then one padding slot (the cut trees' padding is read from it)
+    parents = torch.cat([first.parents, torch.where(second.parents < 0, -1, second.parents + n1),
+                         pad(-1, torch.long)], 1)
+    tokens = torch.cat([first.tokens, second.tokens, pad(0, torch.long)], 1)
+    depths = torch.cat([first.depths, second.depths, pad(0, torch.long)], 1)
+    valid = torch.cat([first.valid(), second.valid(), pad(False, torch.bool)], 1)
+    m = tokens.shape[1]
     # Path of tokens from depth 1 to each node, [B, M, depth]: its ancestors' (and its own) tokens by depth.
     ancestors = ancestor_masks(parents, depth)[:, 1:, 1:].double()
     at_depth = torch.nn.functional.one_hot((depths - 1).clamp(min=0), depth).double()  # [B, M, depth]
     paths = ancestors @ (at_depth * (tokens[:, :, None] + 1))  # token + 1 at each depth on the path (exact in
     # float64), 0 below the node
     same = (paths[:, :, None] == paths[:, None]).all(-1) & valid[:, None]
-    slots = constants.arange(0, m, tokens.device)
+    slots = constants.arange(0, m, device)
     rep = torch.where(same, slots, m).amin(-1).clamp(max=m - 1)  # [B, M] first slot holding each node's path
     is_rep = valid & (rep == slots)
-    probs = torch.cat([first.probs, second.probs], 1).float()
-    merged_probs = torch.zeros_like(probs).scatter_reduce(1, rep, torch.where(valid, probs, 0.0), "amax")
-    copied = torch.cat([first.copied, second.copied], 1)
-    merged_copied = torch.zeros_like(copied).scatter_reduce(1, rep, copied & valid, "amax")
+    # (padding slots hold prob 0 and are not copied: amax over them changes nothing)
+    probs = torch.cat([first.probs, second.probs, pad(0.0, torch.float32)], 1)
+    merged_probs = constants.filled((b, m), 0.0, torch.float32, device).scatter_reduce(1, rep, probs, "amax")
+    copied = torch.cat([first.copied, second.copied, pad(False, torch.bool)], 1)
+    merged_copied = constants.filled((b, m), False, torch.bool, device).scatter_reduce(1, rep, copied, "amax")
     union = TreeBatch(tokens, torch.where(parents < 0, -1, rep.gather(1, parents.clamp(min=0))), depths, merged_probs,
                       merged_copied, valid.sum(1), depth)
     # EAGLE-2's path values of the merged nodes, exactly as union.values(is_rep) multiplies them (depth 1 down, one
     # factor a step: cumprod is that scan on a CPU), from each node's ancestors' merged probs by depth (1 below it)
     along = ancestors @ (at_depth * merged_probs.gather(1, rep).double()[:, :, None])  # exact: one term a depth
     values = torch.where(is_rep, torch.where(paths > 0, along, 1.0).cumprod(-1)[..., -1], 0.0)
-    return best(union, is_rep, budget if nodes is None else min(budget, nodes(values)), depth, values)
+    return best(union, is_rep, budget if nodes is None else min(budget, nodes(values)), depth, m - 1, values)

@@ -128,8 +128,10 @@ class TreeBatch:
                          self.sizes, self.depth, False)
 
     def valid(self) -> torch.Tensor:
-        """bool [B, N]: which slots hold nodes."""
-        return constants.arange(0, self.width, self.tokens.device) < self.sizes[:, None]
+        """bool [B, N]: which slots hold nodes (a node sits at depth >= 1, padding at 0)."""
+        if self.full:
+            return constants.filled((self.batch, self.width), True, torch.bool, self.tokens.device)
+        return self.depths > 0
 
     def row(self, b: int) -> DraftTree:
         """Row b as a DraftTree (reads its size from the device: for adapters and tests, not the cycle)."""
@@ -141,22 +143,18 @@ class TreeBatch:
         return [self.row(b) for b in range(self.batch)]
 
     def select(self, index: torch.Tensor, sizes: torch.Tensor, depth: int | None = None) -> "TreeBatch":
-        """The nodes at slots index [B, M] (ascending, each row's kept nodes first, parents among them), renumbered;
-        sizes [B]: how many of each row's are real. Parents must be kept with their children."""
+        """The nodes at slots index [B, M], renumbered: row b's sizes[b] kept nodes first (ascending, parents among
+        them), then entries naming a padding slot of the row (one holding no node), which become its padding."""
         b, m = index.shape
         n = self.width
-        # slot -> new slot: column n stays -1 (the root, which parents % (n + 1) reads for -1), column n + 1 takes
-        # the padding's writes
-        renumber = torch.full((b, n + 2), -1, dtype=torch.long, device=index.device)
-        slots = constants.arange(0, m, index.device)
-        real = slots < sizes[:, None]
-        renumber.scatter_(1, torch.where(real, index, n + 1), slots.expand(b, m))
+        # slot -> new slot; column n stays -1 (the root, which parents % (n + 1) reads for -1); the padding slot
+        # takes some padding entry's number, which nothing reads (no node's parent is padding)
+        renumber = torch.full((b, n + 1), -1, dtype=torch.long, device=index.device)
+        renumber.scatter_(1, index, constants.arange(0, m, index.device).expand(b, m))
         take = lambda x: x.gather(1, index)  # noqa: E731
-        parents = renumber.gather(1, self.parents % (n + 1)).gather(1, index)
-        return TreeBatch(
-            torch.where(real, take(self.tokens), 0), torch.where(real, parents, -1),
-            torch.where(real, take(self.depths), 0), torch.where(real, take(self.probs), 0.0),
-            take(self.copied) & real, sizes, self.depth if depth is None else depth, False)
+        return TreeBatch(take(self.tokens), renumber.gather(1, self.parents % (n + 1)).gather(1, index),
+                         take(self.depths), take(self.probs), take(self.copied), sizes,
+                         self.depth if depth is None else depth, False)
 
     def values(self, valid: torch.Tensor | None = None) -> torch.Tensor:
         """float64 [B, N] EAGLE-2 path values: the product of probs from depth 1 down to each node, multiplied in
