@@ -58,22 +58,26 @@ class CyclePolicy:
 @dataclass
 class Pending:
     """The head's inputs committed by the last cycle, not yet fed: features [B, W, H or k*H], pair tokens [B, W];
-    row b's first counts[b] are real (counts: host list, on_device: the same as a LongTensor [B])."""
+    row b's first counts[b] are real (counts: host list, on_device: the same as a LongTensor [B]); newest: LongTensor
+    [B], each row's last real index (counts - 1; 0 for a row with none)."""
 
     features: torch.Tensor
     tokens: torch.Tensor
     counts: list[int]
     on_device: torch.Tensor
+    newest: torch.Tensor
 
     def select(self, rows: torch.Tensor, kept: list[int]) -> "Pending":
         """These rows only (rows: LongTensor of the kept row indices, kept: the same on the host)."""
         return Pending(self.features.index_select(0, rows), self.tokens.index_select(0, rows),
-                       [self.counts[r] for r in kept], self.on_device.index_select(0, rows))
+                       [self.counts[r] for r in kept], self.on_device.index_select(0, rows),
+                       self.newest.index_select(0, rows))
 
     def clear(self, b: int) -> None:
         """Row b has nothing to feed (a request admitted in it)."""
         self.counts[b] = 0
         self.on_device[b] = 0
+        self.newest[b] = 0
 
 
 def target_mask(run: BatchRun, lengths: list[int], allowed: torch.Tensor, causal: bool) -> torch.Tensor | None:
@@ -202,10 +206,10 @@ def commit(run: BatchRun, verdict: Verdict) -> float:
     counts = [len(r.acceptance.path) + 1 for r in verdict.rows]
     run.cache.keep_paths(c.kept, counts, c.counts)
     if run.head is not None:
-        feats = verdict.features
-        feats = feats.gather(1, c.kept[:, :, None].expand(-1, -1, feats.shape[-1]))  # [B, W, H or k*H]
+        feats = verdict.features[constants.row_index(len(counts), device), c.kept]  # [B, W, H or k*H]
         shift = run.head.config.token_shift
-        run.pending = Pending(feats, c.sequence[:, shift : shift + c.kept.shape[1]], counts, c.counts)
+        run.pending = Pending(feats, c.sequence[:, shift : shift + c.kept.shape[1]], counts, c.counts,
+                              verdict.accepted.accepted)  # (counts - 1: each row's newest pair)
     run.roots = verdict.accepted.bonus
     sync(device)
     return time.perf_counter() - verdict.started
@@ -249,7 +253,7 @@ def feed_pending(run: BatchRun) -> None:
     predicted = run.head(feats, tokens, positions, cache, mask)
     cache.advance(pending.counts, pending.on_device)
     rows = constants.arange(0, predicted.shape[0], device)
-    last = predicted[rows, (pending.on_device - 1).clamp(min=0)]  # [B, H] each row's newest prediction
+    last = predicted[rows, pending.newest]  # [B, H] each row's newest prediction
     run.features = last if min(pending.counts) > 0 else torch.where((pending.on_device > 0)[:, None], last,
                                                                     run.features)
     run.pending = None

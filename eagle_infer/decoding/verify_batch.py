@@ -73,16 +73,17 @@ def to_host(tree: TreeBatch, accepted: BatchAcceptance, summary: torch.Tensor | 
     as one float64 tensor (which holds every token id exactly), and with it `summary` (an auto budget's evidence
     for the next cycle's plan, cost.Evidence.summary: float64 [P], copied beside every row) as a list of floats."""
     n = tree.width
-    fields = [accepted.bonus[:, None], tree.sizes[:, None], accepted.on_path, accepted.tested, tree.tokens,
-              tree.probs.double(), tree.copied, tree.depths]
+    fields = [accepted.bonus[:, None], accepted.on_path, accepted.tested, tree.tokens, tree.probs.double(),
+              tree.copied, tree.depths]
     if summary is not None:
         fields.append(summary.expand(tree.batch, -1))
     host = torch.cat(fields, 1).tolist()  # (cat promotes every field to probs' float64)
     read = None if summary is None else host[0][len(host[0]) - summary.shape[0]:]
     rows = []
     for row in host:
-        size = int(row[1])
-        part = lambda i: row[2 + i * n : 2 + i * n + size]  # noqa: E731 (field i over the row's nodes)
+        depths = row[1 + 5 * n : 1 + 6 * n]
+        size = n if tree.full else next((i for i, d in enumerate(depths) if d == 0), n)  # (padding: depth 0)
+        part = lambda i: row[1 + i * n : 1 + i * n + size]  # noqa: E731 (field i over the row's nodes)
         on_path, tested = part(0), part(1)
         acceptance = Acceptance([i for i in range(size) if on_path[i]], int(row[0]),
                                 [i for i in range(size) if tested[i]])
