@@ -197,6 +197,26 @@ def one_thread():
     torch.set_num_threads(before)
 
 
+@pytest.fixture
+def distinct_checked(monkeypatch):
+    """Every verification that trusts its trees' siblings to be distinct (TreeBatch.distinct, which skips the walk's
+    search for the first of equal siblings) checks that they are; yields how many it checked."""
+    from eagle_infer.decoding import verify
+
+    follow, checked = verify.follow, []
+
+    def checking(tokens, parents, sizes, allowed, chosen, distinct=False):
+        if distinct:
+            for b in range(tokens.shape[0]):
+                n = tokens.shape[1] if sizes is None else int(sizes[b])
+                pairs = list(zip(parents[b, :n].tolist(), tokens[b, :n].tolist()))
+                assert len(set(pairs)) == len(pairs), f"row {b}: siblings repeat a token {pairs}"
+            checked.append(tokens.shape[0])
+        return follow(tokens, parents, sizes, allowed, chosen, distinct)
+    monkeypatch.setattr(verify, "follow", checking)
+    yield checked
+
+
 def chain_mask(n: int, step: int, dtype, device) -> torch.Tensor:
     """The training-time test's attention pattern as one additive mask [1, 1, n, (step + 1) n] (the oracle
     eagle_infer.head.chain_attention is checked against): query i sees real pairs j <= i - step (block 0) and, in block

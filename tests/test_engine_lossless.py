@@ -23,8 +23,8 @@ from eagle_infer.head.head_runner import HeadRunner
 from eagle_infer.trees.tree import causal_mask, check_paths
 from eagle_infer.models.kv_cache import KVCache
 from eagle_infer.models.target import compile_target
-from tests.oracles import (  # noqa: F401 (one_thread is an autouse fixture)
-    distinct_enough, one_thread, oracle_drafter, scaled_target, vanilla_tokens,
+from tests.oracles import (  # noqa: F401 (one_thread is an autouse fixture; distinct_checked a fixture)
+    distinct_checked, distinct_enough, one_thread, oracle_drafter, scaled_target, vanilla_tokens,
 )
 
 VOCAB = 96
@@ -94,7 +94,7 @@ def run(target, head, config, prompt, max_new, drafter=None, **kw):
 
 @pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("name", HEAD_CONFIGS)
-def test_random_head_drafters_match_vanilla(name, path):
+def test_random_head_drafters_match_vanilla(name, path, distinct_checked):
     config = HEAD_CONFIGS[name]
     for seed, prompt_len, max_new in cases(path):
         target, head = target_and_head(seed, path=path)
@@ -111,6 +111,7 @@ def test_random_head_drafters_match_vanilla(name, path):
         for c in result.cycles:
             assert c.tree_size <= config.tree_budget() and c.tree_depth <= max_depth(config), name
             assert sum(c.tested_hit) == c.accepted
+    assert distinct_checked  # the head drafters' trees claim distinct siblings, and have them
 
 
 def max_depth(config: InferConf) -> int:
@@ -456,7 +457,7 @@ def test_batched_greedy_verifier_equals_walking_each_tree():
 
     gen = torch.Generator().manual_seed(4)
     vocab = 3  # few tokens: siblings often repeat and logits often pick a drafted token
-    deepest = 0
+    deepest = repeats = 0
     for n in (1, 5, 17, 40):
         rows = []
         for b in range(6):
@@ -489,7 +490,14 @@ def test_batched_greedy_verifier_equals_walking_each_tree():
         alone = verify_greedy(tokens[full], parents[full], None, ancestor_masks(parents[full]), logits[full])
         for field in ("accepted", "bonus", "on_path", "tested"):
             assert torch.equal(getattr(alone, field), getattr(g, field)[full]), (n, field)
-    assert deepest >= 3  # some rows accept deep paths
+        # rows whose siblings are distinct: the same when the verifier is told so (TreeBatch.distinct)
+        distinct = [b for b, (p, t) in enumerate(rows) if len(set(zip(p, t))) == len(p)]
+        told = verify_greedy(tokens[distinct], parents[distinct], sizes[distinct], ancestor_masks(parents[distinct]),
+                             logits[distinct], distinct=True)
+        for field in ("accepted", "bonus", "on_path", "tested"):
+            assert torch.equal(getattr(told, field), getattr(g, field)[distinct]), (n, field)
+        repeats += len(rows) - len(distinct)
+    assert deepest >= 3 and repeats > 0  # some rows accept deep paths; some repeat sibling tokens
 
 
 @pytest.mark.parametrize("path", PATHS)

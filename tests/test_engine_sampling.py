@@ -361,21 +361,22 @@ def test_inverse_cdf_draws_each_token_with_its_probability():
         assert all(probs[row, t] > 0 for t in drawn)
 
 
-def broken_sampled_parent_rows(tokens, parents, sizes, allowed, logits, params, generators, draws=0):
+def broken_sampled_parent_rows(tokens, parents, sizes, allowed, logits, params, generators, draws=0, distinct=False):
     """Wrong on purpose: each node's children are judged with its parent's row."""
     return verify_sampled(tokens, parents, sizes, allowed, torch.cat([logits[:, :1], logits[:, :-1]], 1), params,
-                          generators, draws)
+                          generators, draws, distinct)
 
 
-def broken_sampled_greedy_bonus(tokens, parents, sizes, allowed, logits, params, generators, draws=0):
+def broken_sampled_greedy_bonus(tokens, parents, sizes, allowed, logits, params, generators, draws=0, distinct=False):
     """Wrong on purpose: accepts by sampling but emits the target's argmax as the bonus."""
-    g = verify_sampled(tokens, parents, sizes, allowed, logits, params, generators, draws)
+    g = verify_sampled(tokens, parents, sizes, allowed, logits, params, generators, draws, distinct)
     n = tokens.shape[1]
     leaf = torch.where(g.on_path, torch.arange(1, n + 1), 0).amax(-1, keepdim=True)
     return verify.BatchAcceptance(g.accepted, logits.argmax(-1).gather(1, leaf)[:, 0], g.on_path, g.tested)
 
 
-def broken_sampled_accept_first_child(tokens, parents, sizes, allowed, logits, params, generators, draws=0):
+def broken_sampled_accept_first_child(tokens, parents, sizes, allowed, logits, params, generators, draws=0,
+                                      distinct=False):
     """Wrong on purpose: every node draws its first child's token when it has one (never rejects)."""
     b, n = tokens.shape
     draws = inverse_cdf(target_probs(logits, params), torch.rand(b, n + 1, dtype=torch.float64))
@@ -383,7 +384,7 @@ def broken_sampled_accept_first_child(tokens, parents, sizes, allowed, logits, p
     first = torch.full((b, n + 2), n, dtype=torch.long).scatter_reduce(1, parents + 1, slot, "amin")[:, : n + 1]
     has = first < n
     draws = torch.where(has, tokens.gather(1, first.clamp(max=n - 1)), draws)
-    return follow(tokens, parents, sizes, allowed, draws)
+    return follow(tokens, parents, sizes, allowed, draws, distinct)
 
 
 def test_batched_sampler_draws_match_exact_outcomes():

@@ -19,8 +19,8 @@ from eagle_infer.trees.lookup import CopyRates, continuations, copy_batch
 from eagle_infer.trees.merge import cut, merge
 from eagle_infer.trees.tree import DraftTree, TreeBatch
 from eagle_infer.decoding.verify import SamplingParams
-from tests.oracles import (  # noqa: F401 (one_thread is an autouse fixture)
-    merge_oracle, one_thread, oracle_drafter, scaled_target, vanilla_tokens, verify_sampling,
+from tests.oracles import (  # noqa: F401 (one_thread is an autouse fixture; distinct_checked a fixture)
+    distinct_checked, merge_oracle, one_thread, oracle_drafter, scaled_target, vanilla_tokens, verify_sampling,
 )
 from tests.test_engine_errors import one_line_error
 from tests.test_engine_sampling import (
@@ -224,7 +224,7 @@ CONFIGS = {
 
 
 @pytest.mark.parametrize("name", CONFIGS)
-def test_greedy_equals_vanilla(name):
+def test_greedy_equals_vanilla(name, distinct_checked):
     config = CONFIGS[name]
     copied = 0
     for seed, prompt in ((2, copy_prompt(1)), (3, copy_prompt(2, 9)), (4, [7])):
@@ -237,6 +237,7 @@ def test_greedy_equals_vanilla(name):
             assert c.lookup_accepted <= c.accepted and sum(c.tested_hit) == c.accepted
         copied += sum(c.lookup_accepted for c in result.cycles)
     assert copied > 0
+    assert distinct_checked  # every built-in drafter's trees claim distinct siblings, and have them
 
 
 def test_long_copies_through_lookup_nodes():

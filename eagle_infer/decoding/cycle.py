@@ -188,10 +188,10 @@ def verify(run: BatchRun, rows, proposal: Proposal, policy: CyclePolicy) -> Verd
                                           feature_layers=run.feature_layers)
     sampling, sizes = run.call.sampling, None if trees.full else trees.sizes
     if sampling.greedy:
-        accepted = verify_greedy(trees.tokens, trees.parents, sizes, batch.allowed, logits)
+        accepted = verify_greedy(trees.tokens, trees.parents, sizes, batch.allowed, logits, trees.distinct)
     else:  # the exact batched sampler (tests/test_engine_sampling.py enumerates its outcomes)
         accepted = verify_sampled(trees.tokens, trees.parents, sizes, batch.allowed, logits, sampling,
-                                  [r.generator for r in rows], policy.draws)
+                                  [r.generator for r in rows], policy.draws, trees.distinct)
     commit_ = commit_paths(batch.ids, trees, accepted.on_path, accepted.accepted, accepted.bonus)
     evidence = proposal.evidence
     rows_, read = to_host(trees, accepted, None if evidence is None else evidence.summary)

@@ -134,19 +134,20 @@ class BatchAcceptance:
 
 
 def verify_greedy(
-    tokens: torch.Tensor, parents: torch.Tensor, sizes: torch.Tensor | None, allowed: torch.Tensor, logits: torch.Tensor
+    tokens: torch.Tensor, parents: torch.Tensor, sizes: torch.Tensor | None, allowed: torch.Tensor, logits: torch.Tensor,
+    distinct: bool = False,
 ) -> BatchAcceptance:
     """Follow, from the root, the child whose token is the target's argmax, in every row at once.
 
     tokens, parents: [B, N] padded trees (slots at or past sizes[b] are padding); allowed: bool [B, N+1, N+1] ancestor
     masks (tree.ancestor_masks); logits: [B, N+1, V] target logits at [root, nodes...]. Among siblings carrying the
-    same token the first is followed, as a walk down the tree would."""
-    return follow(tokens, parents, sizes, allowed, argmax(logits))
+    same token the first is followed, as a walk down the tree would (distinct: no siblings carry the same token)."""
+    return follow(tokens, parents, sizes, allowed, argmax(logits), distinct)
 
 
 def verify_sampled(tokens: torch.Tensor, parents: torch.Tensor, sizes: torch.Tensor | None, allowed: torch.Tensor,
                    logits: torch.Tensor, params: SamplingParams, generators: list[torch.Generator],
-                   draws: int = 0) -> BatchAcceptance:
+                   draws: int = 0, distinct: bool = False) -> BatchAcceptance:
     """The exact tree rejection sampler for a batch, by tensor ops: every flattened node j of row b draws y_j from
     the target's distribution there (target_probs of logits [B, N+1, V]; uniform j of `draws` >= N + 1 taken from
     generators[b] (default N + 1), inverse CDF as sample_device), and the walk follows, from the root, the first
@@ -164,7 +165,7 @@ def verify_sampled(tokens: torch.Tensor, parents: torch.Tensor, sizes: torch.Ten
     count = max(draws, probs.shape[1])
     uniforms = torch.stack([torch.rand(count, generator=g, device=probs.device, dtype=torch.float64)
                             for g in generators])[:, : probs.shape[1]]
-    return follow(tokens, parents, sizes, allowed, inverse_cdf(probs, uniforms))
+    return follow(tokens, parents, sizes, allowed, inverse_cdf(probs, uniforms), distinct)
 
 
 def inverse_cdf(probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
@@ -178,10 +179,11 @@ def inverse_cdf(probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
 
 
 def follow(tokens: torch.Tensor, parents: torch.Tensor, sizes: torch.Tensor | None, allowed: torch.Tensor,
-           chosen: torch.Tensor) -> BatchAcceptance:
+           chosen: torch.Tensor, distinct: bool = False) -> BatchAcceptance:
     """The walk from the root down the children whose token is the token chosen at their parent (chosen: [B, N+1]
     at [root, nodes...]; the first such sibling), every row at once; the bonus is the choice at its end. sizes:
-    [B] nodes per row, or None when every slot holds a node (TreeBatch.full)."""
+    [B] nodes per row, or None when every slot holds a node (TreeBatch.full); distinct: siblings carry distinct
+    tokens (TreeBatch.distinct), so every hit is the first."""
     b, n = tokens.shape
     index = constants.arange(1, n + 1, tokens.device)  # each node's flattened index
     up = parents + 1  # flattened index of each node's parent (0 = root)
@@ -189,9 +191,11 @@ def follow(tokens: torch.Tensor, parents: torch.Tensor, sizes: torch.Tensor | No
     valid = None if sizes is None else index <= sizes[:, None]  # (None: every slot holds a node)
     if valid is not None:
         hit &= valid
-    first_hit = constants.filled((b, n + 1), n + 1, torch.long, tokens.device).scatter_reduce(
-        1, up, torch.where(hit, index, n + 1), "amin")  # per parent
-    first = hit & (first_hit.gather(1, up) == index)
+    first = hit
+    if not distinct:  # the first hit among equal siblings
+        first_hit = constants.filled((b, n + 1), n + 1, torch.long, tokens.device).scatter_reduce(
+            1, up, torch.where(hit, index, n + 1), "amin")  # per parent
+        first = hit & (first_hit.gather(1, up) == index)
     on_path = (allowed[:, 1:, 1:] <= first[:, None, :]).all(-1)  # every ancestor (and itself) a first hit
     leaf = (on_path * index).amax(-1, keepdim=True) if n else on_path.new_zeros(b, 1, dtype=torch.long)  # 0 = root
     tested = torch.nn.functional.pad(on_path, (1, 0), value=True).gather(1, up)  # parent on the path

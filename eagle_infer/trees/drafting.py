@@ -285,7 +285,7 @@ def draft_static(feeder: TreeFeeder, paths) -> TreeBatch:
             up = torch.tensor([p + 1 for p in fed_parents], device=device).expand(b, -1)
             rows = torch.cat([rows, feeder.feed_below(up, tokens[:, fed_nodes], depth)], 1)
     as_rows = lambda x: torch.tensor(x, device=device).expand(b, -1)  # noqa: E731 (host constants of the plan)
-    return TreeBatch.full_rows(tokens, as_rows(parents), as_rows(depths), probs, len(plan))
+    return TreeBatch.full_rows(tokens, as_rows(parents), as_rows(depths), probs, len(plan), distinct=True)
 
 
 def draft_chain(feeder: TreeFeeder, depth: int) -> TreeBatch:
@@ -385,5 +385,5 @@ def grow_dynamic(feeder: TreeFeeder, depth: int, top_k: int, total_tokens: int, 
     parents = torch.searchsorted(keep, numbered.gather(1, keep // k), right=True) - 1
     depths = candidate_numbering(k, levels, device)[1][keep]
     trees = TreeBatch.full_rows(joined(toks).gather(1, keep), parents, depths, joined(owns).gather(1, keep).exp(),
-                                len(toks))
+                                len(toks), distinct=True)  # (top-k: a node's children are distinct)
     return DynamicDraft(trees, values, owns[-1], front_val, len(toks))

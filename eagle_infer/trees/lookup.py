@@ -111,5 +111,5 @@ def copy_batch(contexts: list[list[int]], conf: LookupConf, rates: list[CopyRate
         device, non_blocking=True).unbind(0)
     copied = depths > 0  # the real nodes (depth >= 1)
     trees = TreeBatch(tokens, parents, depths, probs.float(), copied, copied.sum(1),
-                      max([max(t[2], default=0) for t in tries] + [0]))
+                      max([max(t[2], default=0) for t in tries] + [0]), distinct=True)  # (a trie)
     return trees, values

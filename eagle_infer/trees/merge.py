@@ -20,10 +20,11 @@ from .tree import TreeBatch, ancestor_masks
 
 
 def best(tree: TreeBatch, candidates: torch.Tensor, budget: int, depth: int, padding: int,
-         values: torch.Tensor | None = None) -> TreeBatch:
+         values: torch.Tensor | None = None, distinct: bool = False) -> TreeBatch:
     """The at most `budget` candidates (bool [B, N], parents among them) of highest path value per row, ties to the
     shallower then the earlier slot, kept in (depth, slot) order; padding: a slot holding no node in any row, which
-    the rows' padding is read from. values: tree.values(candidates) where the caller has them."""
+    the rows' padding is read from. values: tree.values(candidates) where the caller has them; distinct: the
+    candidates' siblings carry distinct tokens."""
     b, n = tree.tokens.shape
     keep = min(budget, n)
     values = tree.values(candidates) if values is None else values
@@ -35,7 +36,7 @@ def best(tree: TreeBatch, candidates: torch.Tensor, budget: int, depth: int, pad
     real = constants.arange(0, keep, chosen.device) < sizes[:, None]
     # (depth, slot) as one number, the padding slot after every node: sorted, its remainder is the slot
     rank = torch.where(real, tree.depths.gather(1, chosen) * n + chosen, (depth + 1) * n + padding)
-    return tree.select(rank.sort(dim=1).values % n, sizes, depth)
+    return tree.select(rank.sort(dim=1).values % n, sizes, depth, distinct)
 
 
 def cut(tree: TreeBatch, budget: int, values: torch.Tensor | None = None) -> TreeBatch:
@@ -85,4 +86,5 @@ def merge(first: TreeBatch, second: TreeBatch, budget: int,
     # factor a step: cumprod is that scan on a CPU), from each node's ancestors' merged probs by depth (1 below it)
     along = ancestors @ (at_depth * merged_probs.gather(1, rep).double()[:, :, None])  # exact: one term a depth
     values = torch.where(is_rep, torch.where(paths > 0, along, 1.0).cumprod(-1)[..., -1], 0.0)
-    return best(union, is_rep, budget if nodes is None else min(budget, nodes(values)), depth, m - 1, values)
+    return best(union, is_rep, budget if nodes is None else min(budget, nodes(values)), depth, m - 1, values,
+                distinct=True)  # (one node per path of tokens)

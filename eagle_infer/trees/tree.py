@@ -67,8 +67,10 @@ class TreeBatch:
 
     Row b holds sizes[b] nodes in slots [0, sizes[b]), breadth-first, as a DraftTree does; the slots past it are
     padding: token 0, a child of the root at depth 0 (so verified at the root's position, seeing only the root and
-    itself), prob 0, not copied, never accepted. Two host facts come with it, so nothing reads the device: `depth`,
-    a bound on every row's depth (>= the deepest node), and `full`, True only when every row holds N nodes.
+    itself), prob 0, not copied, never accepted. Three host facts come with it, so nothing reads the device: `depth`,
+    a bound on every row's depth (>= the deepest node); `full`, True only when every row holds N nodes; `distinct`,
+    True only when siblings carry distinct tokens (every built-in drafter's trees; the verifier then skips looking
+    for the first of equal siblings).
 
     tokens, parents, depths: LongTensor [B, N]; probs: float32 [B, N] (each node's own draft probability);
     copied: bool [B, N] (nodes prompt lookup proposed); sizes: LongTensor [B]. Read-only: its tensors may be shared
@@ -82,6 +84,7 @@ class TreeBatch:
     sizes: torch.Tensor
     depth: int
     full: bool = False
+    distinct: bool = False
 
     @property
     def batch(self) -> int:
@@ -92,12 +95,13 @@ class TreeBatch:
         return self.tokens.shape[1]
 
     @classmethod
-    def full_rows(cls, tokens, parents, depths, probs, depth: int, copied=None) -> "TreeBatch":
+    def full_rows(cls, tokens, parents, depths, probs, depth: int, copied=None, distinct: bool = False
+                  ) -> "TreeBatch":
         """Trees of N nodes in every row ([B, N] tensors, no padding) drafted `depth` levels deep."""
         b, n = tokens.shape
         return cls(tokens, parents, depths, probs if probs.dtype == torch.float32 else probs.float(),
                    constants.filled((b, n), False, torch.bool, tokens.device) if copied is None else copied,
-                   constants.filled((b,), n, torch.long, tokens.device), depth, True)
+                   constants.filled((b,), n, torch.long, tokens.device), depth, True, distinct)
 
     @classmethod
     def of_trees(cls, trees: list[DraftTree], device, width: int | None = None) -> "TreeBatch":
@@ -125,7 +129,7 @@ class TreeBatch:
             return self
         pad = lambda x, value=0: torch.nn.functional.pad(x, (0, extra), value=value)  # noqa: E731
         return TreeBatch(pad(self.tokens), pad(self.parents, -1), pad(self.depths), pad(self.probs), pad(self.copied),
-                         self.sizes, self.depth, False)
+                         self.sizes, self.depth, False, self.distinct)
 
     def valid(self) -> torch.Tensor:
         """bool [B, N]: which slots hold nodes (a node sits at depth >= 1, padding at 0)."""
@@ -142,9 +146,11 @@ class TreeBatch:
     def rows(self) -> list[DraftTree]:
         return [self.row(b) for b in range(self.batch)]
 
-    def select(self, index: torch.Tensor, sizes: torch.Tensor, depth: int | None = None) -> "TreeBatch":
+    def select(self, index: torch.Tensor, sizes: torch.Tensor, depth: int | None = None, distinct: bool = False
+               ) -> "TreeBatch":
         """The nodes at slots index [B, M], renumbered: row b's sizes[b] kept nodes first (ascending, parents among
-        them), then entries naming a padding slot of the row (one holding no node), which become its padding."""
+        them), then entries naming a padding slot of the row (one holding no node), which become its padding.
+        distinct: the kept siblings carry distinct tokens (so do this tree's, or the caller knows)."""
         b, m = index.shape
         n = self.width
         # slot -> new slot; column n stays -1 (the root, which parents % (n + 1) reads for -1); the padding slot
@@ -154,7 +160,7 @@ class TreeBatch:
         take = lambda x: x.gather(1, index)  # noqa: E731
         return TreeBatch(take(self.tokens), renumber.gather(1, self.parents % (n + 1)).gather(1, index),
                          take(self.depths), take(self.probs), take(self.copied), sizes,
-                         self.depth if depth is None else depth, False)
+                         self.depth if depth is None else depth, False, distinct or self.distinct)
 
     def values(self, valid: torch.Tensor | None = None) -> torch.Tensor:
         """float64 [B, N] EAGLE-2 path values: the product of probs from depth 1 down to each node, multiplied in
