@@ -16,7 +16,7 @@ from typing import Callable
 import torch
 
 from .. import constants
-from .tree import TreeBatch, ancestor_masks
+from .tree import TreeBatch, node_ancestors
 
 
 def best(tree: TreeBatch, candidates: torch.Tensor, budget: int, depth: int, padding: int,
@@ -67,21 +67,21 @@ def merge(first: TreeBatch, second: TreeBatch, budget: int,
     valid = torch.cat([first.valid(), second.valid(), pad(False, torch.bool)], 1)
     m = tokens.shape[1]
     # Path of tokens from depth 1 to each node, [B, M, depth]: its ancestors' (and its own) tokens by depth.
-    ancestors = ancestor_masks(parents, depth)[:, 1:, 1:].double()
-    at_depth = torch.nn.functional.one_hot((depths - 1).clamp(min=0), depth).double()  # [B, M, depth]
+    ancestors = node_ancestors(parents, depth)  # float64 [B, M, M]
+    at_depth = constants.eye(depth + 1, torch.float64, device)[depths][..., 1:]  # [B, M, depth] one-hot (padding: 0)
     paths = ancestors @ (at_depth * (tokens[:, :, None] + 1))  # token + 1 at each depth on the path (exact in
     # float64), 0 below the node
     same = (paths[:, :, None] == paths[:, None]).all(-1) & valid[:, None]
     slots = constants.arange(0, m, device)
-    rep = torch.where(same, slots, m).amin(-1).clamp(max=m - 1)  # [B, M] first slot holding each node's path
+    rep = torch.where(same, slots, m - 1).amin(-1)  # [B, M] first slot holding each node's path (padding: its slot)
     is_rep = valid & (rep == slots)
     # (padding slots hold prob 0 and are not copied: amax over them changes nothing)
     probs = torch.cat([first.probs, second.probs, pad(0.0, torch.float32)], 1)
     merged_probs = constants.filled((b, m), 0.0, torch.float32, device).scatter_reduce(1, rep, probs, "amax")
     copied = torch.cat([first.copied, second.copied, pad(False, torch.bool)], 1)
     merged_copied = constants.filled((b, m), False, torch.bool, device).scatter_reduce(1, rep, copied, "amax")
-    union = TreeBatch(tokens, torch.where(parents < 0, -1, rep.gather(1, parents.clamp(min=0))), depths, merged_probs,
-                      merged_copied, valid.sum(1), depth)
+    up = torch.cat([rep, pad(-1, torch.long)], 1).gather(1, parents % (m + 1))  # each parent's slot (-1 at m)
+    union = TreeBatch(tokens, up, depths, merged_probs, merged_copied, valid.sum(1), depth)
     # EAGLE-2's path values of the merged nodes, exactly as union.values(is_rep) multiplies them (depth 1 down, one
     # factor a step: cumprod is that scan on a CPU), from each node's ancestors' merged probs by depth (1 below it)
     along = ancestors @ (at_depth * merged_probs.gather(1, rep).double()[:, :, None])  # exact: one term a depth

@@ -199,6 +199,20 @@ def ancestor_masks(parents: torch.Tensor, depth: int | None = None) -> torch.Ten
     return closure > 0
 
 
+def node_ancestors(parents: torch.Tensor, depth: int | None = None, dtype=torch.float64) -> torch.Tensor:
+    """parents: LongTensor [B, N] of breadth-first trees (-1 = child of the root) -> [B, N, N] of 0 and 1 in
+    `dtype`: (i, j) is 1 iff node j is node i or one of its ancestors (the root left out), as ancestor_masks'
+    node block [:, 1:, 1:] but in fewer operators; depth: as there."""
+    n = parents.shape[1]
+    device = parents.device
+    below = constants.made(("parent rows", n, dtype, torch.device(device)),  # row n (a root's child's): zeros
+                           lambda: torch.eye(n + 1, dtype=dtype, device=device)[:, :n].contiguous())
+    closure = below[parents] + constants.eye(n, dtype, device)  # each node's parent and itself
+    for _ in range(max(min(n, n if depth is None else depth), 1).bit_length()):  # 2^steps > depth
+        closure = (closure @ closure).clamp_(max=1)
+    return closure
+
+
 def additive_mask(allowed: torch.Tensor, prefix: int | list[int], dtype: torch.dtype, device,
                   prefix_ids: torch.Tensor | None = None) -> torch.Tensor:
     """Attention mask [B, 1, T, max(prefix) + S] over a cache whose row b holds prefix[b] committed positions and
