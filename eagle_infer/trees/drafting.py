@@ -372,8 +372,10 @@ def grow_dynamic(feeder: TreeFeeder, depth: int, top_k: int, total_tokens: int, 
         logp = feeder.feed_below(up, front_tok, d - 1)
         tok, val, own, pick = expand_level(logp, front_val, k, feeder.head.vocab_order, grow.expand)
         toks.append(tok), vals.append(val), owns.append(own), fronts.append(pick)
-        # the picked nodes' parents are the k just fed, feeder rows fed - k + 1 ... fed
-        front_tok, front_val, up = tok.gather(1, pick), val.gather(1, pick), pick // k + (feeder.fed - k + 1)
+        # the picked nodes' parents are the k just fed, feeder rows fed - k + 1 ... fed: child c's is c // k of them
+        rows = constants.made(("rows of picks' parents", k, feeder.fed, device),
+                              lambda: torch.arange(k * k, device=device) // k + (feeder.fed - k + 1))
+        front_tok, front_val, up = tok.gather(1, pick), val.gather(1, pick), rows[pick]
     if nodes is None:  # (else drafting stopped right after `values` was joined)
         values = joined(vals)
     if decide is not None:
