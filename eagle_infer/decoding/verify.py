@@ -196,9 +196,11 @@ def follow(tokens: torch.Tensor, parents: torch.Tensor, sizes: torch.Tensor | No
         first_hit = constants.filled((b, n + 1), n + 1, torch.long, tokens.device).scatter_reduce(
             1, up, torch.where(hit, index, n + 1), "amin")  # per parent
         first = hit & (first_hit.gather(1, up) == index)
-    on_path = (allowed[:, 1:, 1:] <= first[:, None, :]).all(-1)  # every ancestor (and itself) a first hit
+    # [B, 1 + N]: the root, and every node whose ancestors (and itself) are first hits
+    reached = (allowed <= torch.nn.functional.pad(first, (1, 0), value=True)[:, None, :]).all(-1)
+    on_path = reached[:, 1:]
     leaf = (on_path * index).amax(-1, keepdim=True) if n else on_path.new_zeros(b, 1, dtype=torch.long)  # 0 = root
-    tested = torch.nn.functional.pad(on_path, (1, 0), value=True).gather(1, up)  # parent on the path
+    tested = reached.gather(1, up)  # parent on the path
     if valid is not None:
         tested &= valid
     return BatchAcceptance(on_path.sum(-1), chosen.gather(1, leaf)[:, 0], on_path, tested)
