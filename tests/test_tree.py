@@ -20,6 +20,7 @@ from eagle_infer.errors import EagleError
 from eagle_infer.models.kv_cache import KVCache
 from eagle_infer.trees.tree import (
     DEFAULT_STATIC_PATHS, DraftTree, additive_mask, ancestor_masks, causal_mask, chain_paths, check_paths,
+    node_ancestors,
 )
 from tests.oracles import one_thread  # noqa: F401 (autouse fixture)
 from tests.tiny import tiny_target
@@ -328,6 +329,17 @@ def test_additive_mask_per_row_prefixes():
     assert seen[1, :, :5].all() and torch.equal(seen[1, :, 5:8], allowed[1])
 
 
+def test_causal_mask_is_the_lower_triangle_over_each_rows_prefix():
+    """causal_mask's comparison for rows of unequal prefixes gives additive_mask's table of the lower triangle, value
+    for value (0 where seen, the dtype's lowest elsewhere)."""
+    triangle = lambda t: torch.ones(t, t, dtype=torch.bool).tril()  # noqa: E731
+    for prefix in ([3, 5, 1], [0, 4], [7, 2, 2, 9], [4, 4]):
+        for t in (1, 2, 5):
+            for dtype in (torch.float32, torch.bfloat16):
+                want = additive_mask(triangle(t), prefix, dtype, "cpu")
+                assert torch.equal(causal_mask(prefix, t, dtype, "cpu"), want), (prefix, t, dtype)
+
+
 def test_ancestor_masks_batch_equals_each_tree():
     trees = [hand_tree(), DraftTree(torch.arange(6), torch.tensor([-1, -1, -1, 2, 3, 3]), torch.tensor([1, 1, 1, 2, 3, 3]),
                                     torch.ones(6))]
@@ -431,6 +443,7 @@ def test_ancestor_masks_match_walking_up_the_parents():
                     j = row[j]
                 assert set(masks[b, i + 1].nonzero()[:, 0].tolist()) == expected
             assert masks[b, 0].nonzero()[:, 0].tolist() == [0]
+        assert torch.equal(node_ancestors(parents, depth), masks[:, 1:, 1:].double())  # the nodes' block, as 0/1
 
 
 def test_padded_width_is_a_capped_power_of_two():

@@ -245,8 +245,16 @@ def additive_mask(allowed: torch.Tensor, prefix: int | list[int], dtype: torch.d
 
 
 def causal_mask(prefix: int | list[int], t: int, dtype, device, prefix_ids: torch.Tensor | None = None) -> torch.Tensor:
-    """Additive [B, 1, t, max(prefix) + t]: new token i sees its row's prefix and new tokens <= i."""
-    return additive_mask(constants.lower_triangle(t, device), prefix, dtype, device, prefix_ids)
+    """Additive [B, 1, t, max(prefix) + t]: new token i sees its row's prefix and new tokens <= i (as
+    additive_mask(lower triangle, ...) builds it; rows of unequal prefixes by one comparison: key c is seen by new
+    token i of row b iff c - prefix[b] <= i)."""
+    if isinstance(prefix, int) or min(prefix) == max(prefix):
+        return additive_mask(constants.lower_triangle(t, device), prefix, dtype, device, prefix_ids)
+    if prefix_ids is None:
+        prefix_ids = torch.tensor(prefix, device=device)
+    rel = constants.arange(0, max(prefix) + t, device) - prefix_ids[:, None]  # [B, W]: key c's new index
+    seen = rel[:, None, :] <= constants.row_index(t, device)  # [B, t, W]
+    return torch.where(seen, constants.filled((), 0.0, dtype, device), torch.finfo(dtype).min)[:, None]
 
 
 # EAGLE-1 style static tree: each path lists child ranks from the root (rank 0 = the head's top-1). A CPU-sized
