@@ -193,6 +193,14 @@ def test_copy_rates_count_tested_copied_nodes():
     assert chain.tokens.tolist() == [3, 1, 2] and chain.parents.tolist() == [-1, 0, 1]
     assert chain.probs.tolist() == pytest.approx(rates.rates(3)) and chain.copied.all()
     assert torch.equal(values, batch.values())  # the host's path values are the device's, bit for bit
+    # Rows without a continuation are padding (one slot, depth 0); when no row has one, the same from constants.
+    batch, values = copy_batch([[1, 2, 3, 1, 2], [5, 6, 7]], LookupConf(num_tokens=3), [rates, CopyRates(3)], "cpu")
+    assert batch.sizes.tolist() == [3, 0] and batch.depth == 3
+    assert batch.tokens[1].tolist() == [0] * 3 and batch.parents[1].tolist() == [-1] * 3 and values[1].sum() == 0
+    empty, nothing = copy_batch([[5, 6, 7], [8]], LookupConf(num_tokens=3), [rates, CopyRates(3)], "cpu")
+    assert (empty.width, empty.depth, empty.sizes.tolist(), nothing.tolist()) == (1, 0, [0, 0], [[0.0], [0.0]])
+    for field in ("tokens", "parents", "depths", "probs", "copied"):
+        assert getattr(empty, field).tolist() == getattr(batch, field)[1:, :1].expand(2, 1).tolist(), field
 
 
 # ----------------------------------------------------------------------------------------------------------------

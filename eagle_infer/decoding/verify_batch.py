@@ -73,11 +73,11 @@ def to_host(tree: TreeBatch, accepted: BatchAcceptance, summary: torch.Tensor | 
     as one float64 tensor (which holds every token id exactly), and with it `summary` (an auto budget's evidence
     for the next cycle's plan, cost.Evidence.summary: float64 [P], copied beside every row) as a list of floats."""
     n = tree.width
-    fields = [accepted.bonus[:, None], accepted.on_path, accepted.tested, tree.tokens, tree.probs.double(),
-              tree.copied, tree.depths]
+    fields = [accepted.bonus[:, None], accepted.on_path, accepted.tested, tree.tokens,
+              tree.probs if summary is not None else tree.probs.double(), tree.copied, tree.depths]
     if summary is not None:
         fields.append(summary.expand(tree.batch, -1))
-    host = torch.cat(fields, 1).tolist()  # (cat promotes every field to probs' float64)
+    host = torch.cat(fields, 1).tolist()  # (cat promotes every field to float64: the summary's, or probs')
     read = None if summary is None else host[0][len(host[0]) - summary.shape[0]:]
     rows = []
     for row in host:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 import numpy
 import torch
 
+from .. import constants
 from .tree import TreeBatch, path_values
 
 if TYPE_CHECKING:  # type-only: config imports the method registry, whose drafters use this module
@@ -97,6 +98,8 @@ def copy_batch(contexts: list[list[int]], conf: LookupConf, rates: list[CopyRate
     depth; every node is copied."""
     tries = [copy_trie(c, conf, r) for c, r in zip(contexts, rates)]
     width = max([len(t[0]) for t in tries] + [1])
+    if not any(t[0] for t in tries):  # nothing found: no transfer
+        return no_copies(len(tries), device)
     fields = [[], [], [], [], []]  # tokens, parents, depths, probs, values: [B, width] each
     for (tokens, parents, depths), r in zip(tries, rates):
         pad = width - len(tokens)
@@ -113,3 +116,13 @@ def copy_batch(contexts: list[list[int]], conf: LookupConf, rates: list[CopyRate
     trees = TreeBatch(tokens, parents, depths, probs.float(), copied, copied.sum(1),
                       max([max(t[2], default=0) for t in tries] + [0]), distinct=True)  # (a trie)
     return trees, values
+
+
+def no_copies(batch: int, device) -> tuple[TreeBatch, torch.Tensor]:
+    """copy_batch's answer when no row found a continuation: one padding slot a row, and its value 0, as shared
+    read-only constants (eagle_infer/constants.py)."""
+    def filled(value, dtype, shape=(batch, 1)):
+        return constants.filled(shape, value, dtype, device)
+    trees = TreeBatch(filled(0, torch.long), filled(-1, torch.long), filled(0, torch.long), filled(0.0, torch.float32),
+                      filled(False, torch.bool), filled(0, torch.long, (batch,)), 0, distinct=True)
+    return trees, filled(0.0, torch.float64)
