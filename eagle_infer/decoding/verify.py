@@ -199,8 +199,8 @@ def follow(tokens: torch.Tensor, parents: torch.Tensor, sizes: torch.Tensor | No
     # [B, 1 + N]: the root, and every node whose ancestors (and itself) are first hits
     reached = (allowed <= torch.nn.functional.pad(first, (1, 0), value=True)[:, None, :]).all(-1)
     on_path = reached[:, 1:]
-    leaf = (on_path * index).amax(-1, keepdim=True) if n else on_path.new_zeros(b, 1, dtype=torch.long)  # 0 = root
+    leaf = (on_path * index).amax(-1) if n else on_path.new_zeros(b, dtype=torch.long)  # [B], 0 = root
     tested = reached.gather(1, up)  # parent on the path
     if valid is not None:
         tested &= valid
-    return BatchAcceptance(on_path.sum(-1), chosen.gather(1, leaf)[:, 0], on_path, tested)
+    return BatchAcceptance(on_path.sum(-1), chosen[constants.arange(0, b, tokens.device), leaf], on_path, tested)

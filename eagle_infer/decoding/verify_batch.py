@@ -50,7 +50,7 @@ def commit_paths(ids: torch.Tensor, tree: TreeBatch, on_path: torch.Tensor, acce
     kept = torch.nn.functional.pad(path, (1, 0)).sort(dim=1).values[:, :w]  # the root, the path ascending, then n
     counts = accepted + 1
     sequence = torch.nn.functional.pad(ids.gather(1, kept), (0, 1))
-    sequence.scatter_(1, counts[:, None], bonus[:, None])
+    sequence.index_put_((constants.arange(0, ids.shape[0], ids.device), counts), bonus)  # the bonus after the path
     return Commit(kept, sequence, counts)
 
 

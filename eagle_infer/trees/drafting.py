@@ -75,12 +75,12 @@ class TreeFeeder:
         root, b = self.root, self.root.batch
         device, dtype = root.feature.device, root.feature.dtype
         width = max(self.prefix) + cap  # the head's keys when every slot is fed: row b's slot j is key prefix[b] + j
-        rel = constants.arange(0, width, device) - self._prefix_ids[:, None]  # [B, W] key's slot (< 0: prefix)
-        self._own = rel[:, None, :] == constants.row_index(cap, device)  # [B, cap, W] slot j's own key
+        rel = constants.arange(0, width, device) - self._prefix_ids.view(b, 1, 1)  # [B, 1, W] key's slot (< 0: prefix)
+        self._own = rel == constants.row_index(cap, device)  # [B, cap, W] slot j's own key
         low = torch.finfo(dtype).min
         masks = torch.empty(b, 1 + cap, width, dtype=dtype, device=device)  # a slot's row is written when it is fed
         torch.where(rel < 0, constants.filled((), 0.0, dtype, device), constants.filled((), low, dtype, device),
-                    out=masks[:, 0])  # the root's row: its prefix
+                    out=masks[:, :1])  # the root's row: its prefix
         outputs = root.feature.new_empty(b, 1 + cap, root.feature.shape[1])
         outputs[:, 0] = root.feature
         tokens = self._feed.kept(root.token_ids, cap, self._tokens if self._cap else None, 1 + self.fed)
@@ -358,7 +358,8 @@ def grow_dynamic(feeder: TreeFeeder, depth: int, top_k: int, total_tokens: int, 
     b, k = root_lp.shape[0], min(top_k, feeder.head.config.vocab_size)
     lp, tok = feeder.top(root_lp, k)  # [B, k]
     toks, vals, owns = [tok], [lp], [lp]  # per level: candidates' target ids, path log-values, own log-probs
-    fronts = [constants.arange(-1, k, device).expand(b, k + 1)]  # the root (-1), then per level the k it expands:
+    fronts = [constants.made(("root's front", b, k, device),  # the root (-1), then per level the k it expands:
+                             lambda: torch.arange(-1, k, device=device).expand(b, k + 1).contiguous())]
     # the depth-1 candidates, then each level's picks (numbered from the level's first candidate at the end)
     front_tok, front_val, up = tok, lp, constants.filled((b, k), 0, torch.long, device)  # up: the parents' feeder rows
     nodes = values = None
