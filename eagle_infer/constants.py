@@ -51,6 +51,7 @@ def eye(n: int, dtype: torch.dtype, device) -> torch.Tensor:
 
 
 def lower_triangle(n: int, device) -> torch.Tensor:
-    """bool [n, n]: True at and below the diagonal (each of n new tokens sees itself and those before it)."""
+    """bool [1, n, n]: True at and below the diagonal (each of n new tokens sees itself and those before it), for
+    a batch of one (it broadcasts)."""
     device = torch.device(device)
-    return made(("tril", n, device), lambda: torch.ones(n, n, dtype=torch.bool, device=device).tril())
+    return made(("tril", n, device), lambda: torch.ones(1, n, n, dtype=torch.bool, device=device).tril())

@@ -12,7 +12,7 @@ def test_a_constant_is_built_once_and_shared():
     assert torch.equal(first, torch.tensor([2, 3, 4, 5])) and constants.arange(2, 6, "cpu") is first
     assert torch.equal(constants.row_index(3, "cpu"), torch.tensor([[0], [1], [2]]))
     assert torch.equal(constants.filled((2, 3), -1, torch.long, "cpu"), torch.full((2, 3), -1))
-    assert torch.equal(constants.lower_triangle(3, "cpu"), torch.ones(3, 3, dtype=torch.bool).tril())
+    assert torch.equal(constants.lower_triangle(3, "cpu"), torch.ones(1, 3, 3, dtype=torch.bool).tril())
     assert constants.filled((2,), 1, torch.float32, "cpu").dtype == torch.float32  # the dtype is part of the key
     assert constants.filled((2,), 1, torch.long, "cpu").dtype == torch.long
 
