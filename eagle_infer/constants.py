@@ -41,7 +41,7 @@ def filled(shape: tuple[int, ...], value, dtype: torch.dtype, device) -> torch.T
     """[*shape] of `value`."""
     device = torch.device(device)
     return made(("full", tuple(shape), value, dtype, device),
-                   lambda: torch.full(shape, value, dtype=dtype, device=device))
+                lambda: torch.full(shape, value, dtype=dtype, device=device))
 
 
 def eye(n: int, dtype: torch.dtype, device) -> torch.Tensor:

@@ -82,12 +82,11 @@ class CostModel:
 class Evidence:
     """What an auto budget decides a plan by, gathered on the device (`Budget.evidence`) and read with a host copy
     (the cycle's one, or a read while drafting): `summary` float64 [m + m' + F + L] on the device, sums over the
-    `rows` rows of, per rank, each row's m best path probabilities (descending) and its m' best without the last
+    batch's rows of, per rank, each row's m best path probabilities (descending) and its m' best without the last
     level (m' = 0: no such set), then per column the frontier's F path probabilities and the last level's L
     children's own probabilities (F = L = 0: no frontier); the rest is the layout to read it by (`Budget.choose`)."""
 
     summary: torch.Tensor
-    rows: int
     m: int
     m_older: int
     frontier: int
@@ -115,12 +114,12 @@ class Budget:
                  ) -> Evidence:
         """The device's part of the next plan (tensor ops only, five or six; see `choose` for what they decide).
 
-        values [B, C]: every candidate's path log-value (the head's and any other drafter's), drafted in `levels`
-        levels (the head's trees' depth; 0 without a head); frontier [B, F]: the path log-values of the nodes one
-        more level would expand; children [B, L]: the own log-probs of the last level's candidates, the top-k
-        children of L / F expanded nodes, whose mean mass scales what the frontier's children are expected to
-        add (None: 1); older [B, C']: the candidates without the last level. Not `ahead`: a choice for the cycle
-        that drafted these candidates."""
+        values [B, C] (B: the budget's batch): every candidate's path log-value (the head's and any other
+        drafter's), drafted in `levels` levels (the head's trees' depth; 0 without a head); frontier [B, F]: the
+        path log-values of the nodes one more level would expand; children [B, L]: the own log-probs of the last
+        level's candidates, the top-k children of L / F expanded nodes, whose mean mass scales what the frontier's
+        children are expected to add (None: 1); older [B, C']: the candidates without the last level. Not `ahead`:
+        a choice for the cycle that drafted these candidates."""
         m = min(values.shape[-1], self.max_nodes)
         parts = [values.topk(m, dim=-1).values]  # (exp is monotonic: the m best log-values are the m best)
         m_older = min(older.shape[-1], m) if older is not None and levels > 1 else 0
@@ -129,7 +128,7 @@ class Budget:
         if frontier is not None:
             parts += [frontier] if children is None else [frontier, children]
         summary = torch.cat(parts, -1).double().exp().sum(0)  # per column, summed over the rows
-        return Evidence(summary, values.shape[0], m, m_older, 0 if frontier is None else frontier.shape[-1],
+        return Evidence(summary, m, m_older, 0 if frontier is None else frontier.shape[-1],
                         0 if frontier is None or children is None else children.shape[-1], levels, ahead)
 
     def choose(self, evidence: Evidence, read: list[float]) -> tuple[int, int]:
@@ -167,7 +166,7 @@ class Budget:
             at = m + evidence.m_older
             gain = sum(read[at : at + evidence.frontier])  # the frontier's probability, times the children's mass
             if evidence.children:  # (the mean over the rows' expanded nodes of their k children's probability)
-                gain *= sum(read[at + evidence.frontier :]) * evidence.frontier / (evidence.rows * evidence.children)
+                gain *= sum(read[at + evidence.frontier :]) * evidence.frontier / (self.batch * evidence.children)
             grow = level * levels + v[n] + level + v[min(n + 1 + evidence.frontier, self.max_nodes) - 1] - v[n]
             step += (tokens[n] + gain) / grow > top
         if len(sets) == 2:

@@ -74,7 +74,8 @@ class Pending:
                        self.newest.index_select(0, rows))
 
     def clear(self, b: int) -> None:
-        """Row b has nothing to feed (a request admitted in it)."""
+        """Row b has nothing to feed (a request admitted in it). (on_device and newest are the commit's counts and
+        acceptance counts themselves, written here in place: nothing reads those after the commit.)"""
         self.counts[b] = 0
         self.on_device[b] = 0
         self.newest[b] = 0

@@ -20,7 +20,7 @@ import torch
 from .. import constants
 from ..head.head_runner import HeadRunner
 from ..models.kv_cache import KVCache
-from .tree import TreeBatch, chain_paths, check_paths
+from .tree import TreeBatch, additive, chain_paths, check_paths
 
 
 @dataclass
@@ -77,17 +77,15 @@ class TreeFeeder:
         width = max(self.prefix) + cap  # the head's keys when every slot is fed: row b's slot j is key prefix[b] + j
         rel = constants.arange(0, width, device) - self._prefix_ids.view(b, 1, 1)  # [B, 1, W] key's slot (< 0: prefix)
         self._own = rel == constants.row_index(cap, device)  # [B, cap, W] slot j's own key
-        low = torch.finfo(dtype).min
         masks = torch.empty(b, 1 + cap, width, dtype=dtype, device=device)  # a slot's row is written when it is fed
-        torch.where(rel < 0, constants.filled((), 0.0, dtype, device), constants.filled((), low, dtype, device),
-                    out=masks[:, :1])  # the root's row: its prefix
+        additive(rel < 0, dtype, out=masks[:, :1])  # the root's row: its prefix
         outputs = root.feature.new_empty(b, 1 + cap, root.feature.shape[1])
         outputs[:, 0] = root.feature
         tokens = self._feed.kept(root.token_ids, cap, self._tokens if self._cap else None, 1 + self.fed)
         if self._cap:  # growing: keep what earlier levels wrote
             n = 1 + self.fed
             masks[:, :n, : self._masks.shape[2]] = self._masks[:, :n]
-            masks[:, :n, self._masks.shape[2] :] = low  # keys past every fed row's own
+            masks[:, :n, self._masks.shape[2] :] = torch.finfo(dtype).min  # keys past every fed row's own
             outputs[:, :n] = self._outputs[:, :n]
         self._masks, self._outputs, self._tokens, self._cap = masks, outputs, tokens, cap
         self._rows = constants.row_index(b, device)  # [B, 1]: row index beside a [B, m] slot index
@@ -382,11 +380,12 @@ def grow_dynamic(feeder: TreeFeeder, depth: int, top_k: int, total_tokens: int, 
     if decide is not None:
         total_tokens = nodes if nodes is not None else decide(values, front_val, owns[-1], len(toks))[1]
     levels = len(toks)
-    numbered = joined(fronts) if levels == 1 else joined(fronts) + candidate_numbering(k, levels, device)[0]
+    offsets, depth_of = candidate_numbering(k, levels, device)
+    numbered = joined(fronts) if levels == 1 else joined(fronts) + offsets
     keep = grow.keep(values, numbered, total_tokens)
     # candidate c's parent is numbered[c // k]; parents renumbered among the kept (ascending)
     parents = torch.searchsorted(keep, numbered.gather(1, keep // k), right=True) - 1
-    depths = candidate_numbering(k, levels, device)[1][keep]
+    depths = depth_of[keep]
     trees = TreeBatch.full_rows(joined(toks).gather(1, keep), parents, depths, joined(owns).gather(1, keep).exp(),
                                 len(toks), distinct=True)  # (top-k: a node's children are distinct)
     return DynamicDraft(trees, values, owns[-1], front_val, len(toks))

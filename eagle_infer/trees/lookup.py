@@ -108,10 +108,10 @@ def copy_batch(contexts: list[list[int]], conf: LookupConf, rates: list[CopyRate
                                        probs + [0.0] * pad, path_values(parents, probs) + [0.0] * pad)):
             field.append(row)
     # two host arrays (float64 holds each float32 prob exactly), each copied to the device in one transfer
-    tokens, parents, depths = torch.from_numpy(numpy.array(fields[:3], dtype=numpy.int64)).to(
+    on_device = lambda rows, dtype: torch.from_numpy(numpy.array(rows, dtype=dtype)).to(  # noqa: E731
         device, non_blocking=True).unbind(0)
-    probs, values = torch.from_numpy(numpy.array(fields[3:], dtype=numpy.float64)).to(
-        device, non_blocking=True).unbind(0)
+    tokens, parents, depths = on_device(fields[:3], numpy.int64)
+    probs, values = on_device(fields[3:], numpy.float64)
     copied = depths > 0  # the real nodes (depth >= 1)
     trees = TreeBatch(tokens, parents, depths, probs.float(), copied, copied.sum(1),
                       max([max(t[2], default=0) for t in tries] + [0]), distinct=True)  # (a trie)

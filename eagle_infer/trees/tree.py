@@ -186,23 +186,18 @@ def path_values(parents: list[int], probs: list[float]) -> list[float]:
 
 def ancestor_masks(parents: torch.Tensor, depth: int | None = None) -> torch.Tensor:
     """parents: LongTensor [B, N] of breadth-first trees (-1 = child of the root) -> bool [B, N+1, N+1] ancestor
-    masks over flattened indices (0 = root, node i = i + 1), each row its own tree, on parents' device.
-
-    Tensor ops only (no per-node loop, no host sync): the reflexive parent relation closed transitively by boolean
-    squarings, enough for paths of `depth` steps (a bound on every tree's depth; default N)."""
-    n = parents.shape[1]
-    eye = constants.eye(n + 1, torch.float32, parents.device)
-    up = torch.nn.functional.pad(parents + 1, (1, 0))  # flattened parent of each flattened index (root: 0)
-    closure = eye[up] + eye  # > 0 at each index's parent and itself
-    for _ in range(max(min(n, n if depth is None else depth), 1).bit_length()):  # 2^steps > depth
-        closure = (closure @ closure).clamp_(max=1)
-    return closure > 0
+    masks over flattened indices (0 = root, node i = i + 1), each row its own tree, on parents' device: the nodes'
+    closure (`node_ancestors`) with the root's row (itself only) and column (seen by all) around it."""
+    closure = node_ancestors(parents, depth, torch.float32)
+    return torch.nn.functional.pad(torch.nn.functional.pad(closure, (0, 0, 1, 0)), (1, 0), value=1.0) > 0
 
 
 def node_ancestors(parents: torch.Tensor, depth: int | None = None, dtype=torch.float64) -> torch.Tensor:
     """parents: LongTensor [B, N] of breadth-first trees (-1 = child of the root) -> [B, N, N] of 0 and 1 in
-    `dtype`: (i, j) is 1 iff node j is node i or one of its ancestors (the root left out), as ancestor_masks'
-    node block [:, 1:, 1:] but in fewer operators; depth: as there."""
+    `dtype`: (i, j) is 1 iff node j is node i or one of its ancestors (the root left out).
+
+    Tensor ops only (no per-node loop, no host sync): the reflexive parent relation closed transitively by
+    squarings, enough for paths of `depth` steps (a bound on every tree's depth; default N)."""
     n = parents.shape[1]
     device = parents.device
     below = constants.made(("parent rows", n, dtype, torch.device(device)),  # row n (a root's child's): zeros
@@ -211,6 +206,14 @@ def node_ancestors(parents: torch.Tensor, depth: int | None = None, dtype=torch.
     for _ in range(max(min(n, n if depth is None else depth), 1).bit_length()):  # 2^steps > depth
         closure = (closure @ closure).clamp_(max=1)
     return closure
+
+
+def additive(seen: torch.Tensor, dtype: torch.dtype, out: torch.Tensor | None = None) -> torch.Tensor:
+    """An additive attention mask from bool `seen`: 0 where seen, the dtype's lowest value elsewhere (one operator;
+    written into `out` when given)."""
+    device = seen.device
+    return torch.where(seen, constants.filled((), 0.0, dtype, device),
+                       constants.filled((), torch.finfo(dtype).min, dtype, device), out=out)
 
 
 def additive_mask(allowed: torch.Tensor, prefix: int | list[int], dtype: torch.dtype, device,
@@ -231,13 +234,12 @@ def additive_mask(allowed: torch.Tensor, prefix: int | list[int], dtype: torch.d
     width = max(prefixes) + s
     low = torch.finfo(dtype).min
     if min(prefixes) == max(prefixes):  # every row's prefix visible, then `allowed`: a few ops
-        blocked = torch.where(allowed, constants.filled((), 0.0, dtype, device), low)  # one operator, in dtype
-        return torch.nn.functional.pad(blocked, (prefixes[0], 0))[:, None]
+        return torch.nn.functional.pad(additive(allowed, dtype), (prefixes[0], 0))[:, None]
     if prefix_ids is None:
         prefix_ids = torch.tensor(prefixes, device=device)
     # [B, T, 1 + S + 1]: a prefix key's value (seen), the new keys' (as `allowed` says), a key past them (hidden)
     table = torch.cat([constants.filled((b, t, 1), 0.0, dtype, device),
-                       torch.where(allowed, constants.filled((), 0.0, dtype, device), low),
+                       additive(allowed, dtype),
                        constants.filled((b, t, 1), low, dtype, device)], -1)
     # key column c of row b: its prefix (c < prefix: 0), new key c - prefix (1 + it), or past the block (S + 1)
     column = (constants.arange(1, width + 1, device) - prefix_ids[:, None]).clamp_(0, s + 1)  # [B, W]
@@ -253,8 +255,7 @@ def causal_mask(prefix: int | list[int], t: int, dtype, device, prefix_ids: torc
     if prefix_ids is None:
         prefix_ids = torch.tensor(prefix, device=device)
     rel = constants.arange(0, max(prefix) + t, device) - prefix_ids[:, None]  # [B, W]: key c's new index
-    seen = rel[:, None, :] <= constants.row_index(t, device)  # [B, t, W]
-    return torch.where(seen, constants.filled((), 0.0, dtype, device), torch.finfo(dtype).min)[:, None]
+    return additive(rel[:, None, :] <= constants.row_index(t, device), dtype)[:, None]  # [B, 1, t, W]
 
 
 # EAGLE-1 style static tree: each path lists child ranks from the root (rank 0 = the head's top-1). A CPU-sized
