@@ -215,7 +215,7 @@ def test_verification_and_acceptance_compile_without_a_graph_break():
 
     gen = torch.Generator().manual_seed(0)
     tree = _random_batch(gen, 3, 8).padded(8)
-    roots, bases = torch.randint(0, VOCAB, (3,), generator=gen), torch.tensor([5, 9, 7])
+    roots, bases = torch.randint(0, VOCAB, (3,), generator=gen), torch.tensor([[5], [9], [7]])
     logits = torch.randn(3, 9, VOCAB, generator=gen) * 3
     uniforms = torch.rand(3, 9, generator=gen, dtype=torch.float64)
     params = SamplingParams(temperature=0.8, sampling_top_k=5)
@@ -226,7 +226,7 @@ def test_verification_and_acceptance_compile_without_a_graph_break():
         batch = verification_input(trees, roots, bases)
         greedy = verify_greedy(tokens, parents, sizes, batch.allowed, logits)
         sampled = follow(tokens, parents, sizes, batch.allowed, inverse_cdf(target_probs(logits, params), uniforms))
-        commit = commit_paths(batch.ids, trees, greedy.on_path, greedy.accepted, greedy.bonus)
+        commit = commit_paths(batch.ids, trees, greedy.reached, greedy.accepted, greedy.bonus)
         return (batch.positions, greedy.on_path, greedy.bonus, greedy.tested, sampled.on_path, sampled.bonus,
                 commit.kept, commit.sequence)
 
@@ -261,13 +261,13 @@ def test_a_draft_level_compiles_without_a_graph_break():
     # the feeder's buffers: 2 rows x [root, 8 fed slots] of features and attention rows over 11 + 9 keys
     outputs = torch.randn(2, 9, target.hidden_size, generator=gen)
     masks = torch.where(torch.rand(2, 9, 20, generator=gen) < 0.5, 0.0, torch.finfo(feats.dtype).min)
-    up, own = torch.randint(0, 9, (2, 8), generator=gen), torch.rand(2, 8, 20, generator=gen) < 0.1
+    up, keys = torch.randint(0, 9, (2, 8), generator=gen), torch.randint(0, 20, (2, 8), generator=gen)
     sizes = [1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128]
     budget = Budget(CostModel({}, sizes, [25 + 0.4 * t for t in sizes], 3.0), 2, 24)
     others = torch.randn(2, 5, generator=gen).clamp(max=0)
 
-    def level(cache, feats, tokens, rope, mask, slots, values, outputs, masks, up, own):
-        parents, rows, head_mask = level_inputs(outputs, masks, torch.arange(2)[:, None], up, own, 19)
+    def level(cache, feats, tokens, rope, mask, slots, values, outputs, masks, up, keys):
+        parents, rows, head_mask = level_inputs(outputs, masks, torch.arange(2)[:, None], up, keys, 19)
         out = head_step(runner.step, feats, tokens, rope, mask, cache.k, cache.v, slots)
         logp = torch.log_softmax(runner.draft_logits(out), dim=-1)
         children = expand_level(logp, values, 8, runner.vocab_order)
@@ -286,7 +286,7 @@ def test_a_draft_level_compiles_without_a_graph_break():
         mask = cache.attention_mask(causal_mask([11, 14], 8, feats.dtype, "cpu"), 8, feats.dtype)
         rope = runner.rope.take(positions, feats.dtype, cache.max_len)
         with torch.inference_mode():
-            results.append(fn(cache, feats, tokens, rope, mask, cache.slots(8), values, outputs, masks.clone(), up, own))
+            results.append(fn(cache, feats, tokens, rope, mask, cache.slots(8), values, outputs, masks.clone(), up, keys))
     torch._dynamo.reset()
     for got, want in zip(*results):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)

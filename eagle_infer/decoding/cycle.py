@@ -87,7 +87,7 @@ def target_mask(run: BatchRun, lengths: list[int], allowed: torch.Tensor, causal
     causal mask itself, its own fastest path (scripts/bench_engine.py times bare forwards that way)."""
     if causal and min(lengths) == max(lengths):
         return None
-    return additive_mask(allowed, lengths, run.target.dtype, run.target.device, run.cache.device_lengths())
+    return additive_mask(allowed, lengths, run.target.dtype, run.target.device, run.cache.length_column())
 
 
 def vanilla_cycle(run: BatchRun) -> list[list[int]]:
@@ -95,7 +95,7 @@ def vanilla_cycle(run: BatchRun) -> list[list[int]]:
     target, rows = run.target, list(run.rows)
     t0 = time.perf_counter()
     lengths = list(run.cache.lengths)
-    positions = run.cache.device_lengths()[:, None]
+    positions = run.cache.length_column()
     mask = target_mask(run, lengths, torch.ones(1, 1, dtype=torch.bool), causal=True)
     logits, _ = target.forward(run.roots[:, None], positions, run.cache, mask, last_only=True)
     run.cache.advance(1)
@@ -156,7 +156,7 @@ def propose(run: BatchRun, rows, policy: CyclePolicy) -> Proposal:
     lengths, config, budget = list(run.cache.lengths), policy.config, policy.budget
     features = run.features if run.head else torch.zeros(batch, 0, device=device)
     root = DraftRoot(features, [r.root for r in rows], lengths, [r.index for r in rows], run.roots,
-                     run.cache.device_lengths())
+                     run.cache.length_column())
     feeder = TreeFeeder(run.head, run.head_cache, root)
     plan = None
     if budget is not None and policy.plan_ahead:
@@ -182,7 +182,7 @@ def verify(run: BatchRun, rows, proposal: Proposal, policy: CyclePolicy) -> Verd
     trees, lengths = proposal.trees, proposal.lengths
     if policy.pad_trees:
         trees = trees.padded(padded_width(trees.width, proposal.config.tree_size()))
-    batch = verification_input(trees, run.roots, run.cache.device_lengths())
+    batch = verification_input(trees, run.roots, run.cache.length_column())
     causal = run.chains and trees.full  # no padding slots: a chain attends causally
     mask = target_mask(run, lengths, batch.allowed, causal=causal)
     logits, features = run.target.forward(batch.ids, batch.positions, run.cache, mask,
@@ -193,7 +193,7 @@ def verify(run: BatchRun, rows, proposal: Proposal, policy: CyclePolicy) -> Verd
     else:  # the exact batched sampler (tests/test_engine_sampling.py enumerates its outcomes)
         accepted = verify_sampled(trees.tokens, trees.parents, sizes, batch.allowed, logits, sampling,
                                   [r.generator for r in rows], policy.draws, trees.distinct)
-    commit_ = commit_paths(batch.ids, trees, accepted.on_path, accepted.accepted, accepted.bonus)
+    commit_ = commit_paths(batch.ids, trees, accepted.reached, accepted.accepted, accepted.bonus)
     evidence = proposal.evidence
     rows_, read = to_host(trees, accepted, None if evidence is None else evidence.summary)
     plan = None if evidence is None else policy.budget.choose(evidence, read)
@@ -248,8 +248,8 @@ def feed_pending(run: BatchRun) -> None:
     t0 = time.perf_counter()
     feats, tokens = pending.features[:, :width], pending.tokens[:, :width]
     cache = run.head_cache
-    lengths, starts = list(cache.lengths), cache.device_lengths()
-    positions = starts[:, None] + constants.arange(0, width, device)
+    lengths, starts = list(cache.lengths), cache.length_column()
+    positions = starts + constants.arange(0, width, device)
     mask = causal_mask(lengths, width, feats.dtype, device, starts)
     predicted = run.head(feats, tokens, positions, cache, mask)
     cache.advance(pending.counts, pending.on_device)

@@ -125,12 +125,14 @@ class BatchAcceptance:
 
     accepted: [B] draft tokens kept; bonus: [B] the target's token after them; on_path: bool [B, N] nodes accepted
     (their indices ascending are the path, root to leaf); tested: bool [B, N] nodes whose parent is the root or on
-    the path (compared against the target)."""
+    the path (compared against the target); reached: bool [B, 1 + N], the root (True) then on_path, over the
+    verified positions."""
 
     accepted: torch.Tensor
     bonus: torch.Tensor
     on_path: torch.Tensor
     tested: torch.Tensor
+    reached: torch.Tensor
 
 
 def verify_greedy(
@@ -203,4 +205,5 @@ def follow(tokens: torch.Tensor, parents: torch.Tensor, sizes: torch.Tensor | No
     tested = reached.gather(1, up)  # parent on the path
     if valid is not None:
         tested &= valid
-    return BatchAcceptance(on_path.sum(-1), chosen[constants.arange(0, b, tokens.device), leaf], on_path, tested)
+    return BatchAcceptance(on_path.sum(-1), chosen[constants.arange(0, b, tokens.device), leaf], on_path, tested,
+                           reached)

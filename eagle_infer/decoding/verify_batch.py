@@ -24,9 +24,9 @@ class VerifyInput:
 
 
 def verification_input(tree: TreeBatch, roots: torch.Tensor, bases: torch.Tensor) -> VerifyInput:
-    """roots, bases: LongTensor [B], each row's root token and its sequence position."""
+    """roots: LongTensor [B], each row's root token; bases: LongTensor [B, 1], its sequence position."""
     ids = torch.cat([roots[:, None], tree.tokens], 1)
-    positions = bases[:, None] + torch.nn.functional.pad(tree.depths, (1, 0))
+    positions = bases + torch.nn.functional.pad(tree.depths, (1, 0))
     return VerifyInput(ids, positions, ancestor_masks(tree.parents, tree.depth))
 
 
@@ -41,13 +41,13 @@ class Commit:
     counts: torch.Tensor
 
 
-def commit_paths(ids: torch.Tensor, tree: TreeBatch, on_path: torch.Tensor, accepted: torch.Tensor,
+def commit_paths(ids: torch.Tensor, tree: TreeBatch, reached: torch.Tensor, accepted: torch.Tensor,
                  bonus: torch.Tensor) -> Commit:
-    """ids [B, 1 + N] verified tokens; on_path bool [B, N]; accepted, bonus [B]."""
+    """ids [B, 1 + N] verified tokens; reached bool [B, 1 + N] (BatchAcceptance.reached); accepted, bonus [B]."""
     n = tree.width
     w = 1 + min(tree.depth, n)
-    path = torch.where(on_path, constants.arange(1, n + 1, ids.device), n)  # accepted nodes, then n
-    kept = torch.nn.functional.pad(path, (1, 0)).sort(dim=1).values[:, :w]  # the root, the path ascending, then n
+    path = torch.where(reached, constants.arange(0, n + 1, ids.device), n)  # the root, the accepted nodes, then n
+    kept = path.sort(dim=1).values[:, :w]  # the root, the path ascending, then n
     counts = accepted + 1
     sequence = torch.nn.functional.pad(ids.gather(1, kept), (0, 1))
     sequence.index_put_((constants.arange(0, ids.shape[0], ids.device), counts), bonus)  # the bonus after the path

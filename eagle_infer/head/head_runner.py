@@ -88,7 +88,8 @@ class HeadRunner:
     @torch.inference_mode()
     def __call__(self, features: torch.Tensor, tokens: torch.Tensor, positions: torch.Tensor, cache: KVCache,
                  mask: torch.Tensor | None) -> torch.Tensor:
-        """features [B, T, H] (or [B, T, k*H] fused target features), tokens [B, T], positions [B, T] -> predicted
+        """features [B, T, H] (or [B, T, k*H] fused target features), tokens [B, T], positions [B, T] (or [B, 1]:
+        one position for a row's every token, as a tree level's siblings share) -> predicted
         features [B, T, H]; the T new keys/values are written after what `cache` holds (not committed). mask:
         additive [B or 1, 1, T, held + T]. Inference only: it runs under torch.inference_mode, as Target.forward
         does (the caches' per-layer views share one tensor, which autograd could not write in place)."""

@@ -76,6 +76,7 @@ class KVCache:
         k, v = self.k, self.v
         # (lengths, a LongTensor [B] on the device, n): the lengths on the device are that tensor + n (added when read)
         self._device_lengths: tuple[tuple[int, ...], torch.Tensor, int] | None = None
+        self._column: tuple[torch.Tensor, torch.Tensor] | None = None  # (device lengths, the same as [B, 1])
         if static:  # one compiled graph serves every cache length
             for x in k + v:
                 torch._dynamo.maybe_mark_dynamic(x, 2)
@@ -128,7 +129,7 @@ class KVCache:
                 plan = Slots(self.lengths[0], None, None, self.span(n))
             else:
                 device = self.k[0].device
-                index = self.device_lengths()[:, None] + torch.arange(n, device=device)
+                index = self.length_column() + constants.arange(0, n, device)
                 if self.static and n > 1:  # one compiled graph for any number of new tokens (as for the inputs)
                     torch._dynamo.maybe_mark_dynamic(index, 1)
                 span = None if self.static else self.span(n)
@@ -144,6 +145,14 @@ class KVCache:
         elif self._device_lengths[2]:  # advanced since: added now that they are read
             self._device_lengths = (key, self._device_lengths[1] + self._device_lengths[2], 0)
         return self._device_lengths[1]
+
+    def length_column(self) -> torch.Tensor:
+        """LongTensor [B, 1]: device_lengths() as a column, one view for as long as they stay (a cycle reads it
+        several times: positions, masks, the commit)."""
+        lengths = self.device_lengths()
+        if self._column is None or self._column[0] is not lengths:
+            self._column = (lengths, lengths[:, None])
+        return self._column[1]
 
     def _set_lengths(self, lengths: list[int], on_device: torch.Tensor | None) -> None:
         """New host lengths and, when the caller computed them there, the same on the device."""
@@ -171,8 +180,7 @@ class KVCache:
         on_device: counts as a LongTensor [B]. One gather and one write over every layer's keys and values, every
         row at once (slots past a row's count receive what kept[b] names there: they lie past the new length, so
         nothing reads them before a forward writes them again)."""
-        starts = self.device_lengths()
-        column = starts[:, None]
+        starts, column = self.device_lengths(), self.length_column()
         dst, src = column + constants.arange(0, kept.shape[1], kept.device), column + kept
         rows = constants.row_index(kept.shape[0], kept.device)
         self.store[:, :, rows, :, dst] = self.store[:, :, rows, :, src]

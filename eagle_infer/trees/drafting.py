@@ -27,8 +27,8 @@ from .tree import TreeBatch, additive, chain_paths, check_paths
 class DraftRoot:
     """Where this cycle's trees start, one per batch row: the head's predicted feature after the accepted context,
     the root token (last emitted, at sequence position base), and which request of the batch call the row serves.
-    token_ids, positions: the same roots and bases as LongTensors [B] on the device (built from the lists when not
-    given; the engine passes the ones it keeps on the device)."""
+    token_ids, positions: the same roots and bases as LongTensors [B] and [B, 1] on the device (built from the lists
+    when not given; the engine passes the ones it keeps on the device)."""
 
     feature: torch.Tensor  # [B, H], predicts the distribution of the tokens at depth 1 ([B, 0] without a head)
     tokens: list[int]
@@ -42,7 +42,7 @@ class DraftRoot:
         if self.token_ids is None:
             self.token_ids = torch.tensor(self.tokens, dtype=torch.long, device=device)
         if self.positions is None:
-            self.positions = torch.tensor(self.bases, dtype=torch.long, device=device)
+            self.positions = torch.tensor(self.bases, dtype=torch.long, device=device)[:, None]
 
     @property
     def batch(self) -> int:
@@ -71,14 +71,14 @@ class TreeFeeder:
         self._feed = OwnTokens if head is None or head.config.token_shift == 1 else ParentTokens
 
     def _build(self, cap: int) -> None:
-        """Buffers for `cap` fed slots: [B, 1 + cap, ...] rows (root, then slots) and each slot's own key column."""
+        """Buffers for `cap` fed slots: [B, 1 + cap, ...] rows (root, then slots)."""
         root, b = self.root, self.root.batch
         device, dtype = root.feature.device, root.feature.dtype
         width = max(self.prefix) + cap  # the head's keys when every slot is fed: row b's slot j is key prefix[b] + j
-        rel = constants.arange(0, width, device) - self._prefix_ids.view(b, 1, 1)  # [B, 1, W] key's slot (< 0: prefix)
-        self._own = rel == constants.row_index(cap, device)  # [B, cap, W] slot j's own key
+        if not self._cap:  # the first build comes before any feed: the cache holds the prefixes
+            self._keys = self.cache.length_column()  # [B, 1]: each row's slot 0's key
         masks = torch.empty(b, 1 + cap, width, dtype=dtype, device=device)  # a slot's row is written when it is fed
-        additive(rel < 0, dtype, out=masks[:, :1])  # the root's row: its prefix
+        additive(constants.arange(0, width, device) < self._keys, dtype, out=masks[:, 0])  # the root's row: its prefix
         outputs = root.feature.new_empty(b, 1 + cap, root.feature.shape[1])
         outputs[:, 0] = root.feature
         tokens = self._feed.kept(root.token_ids, cap, self._tokens if self._cap else None, 1 + self.fed)
@@ -89,7 +89,6 @@ class TreeFeeder:
             outputs[:, :n] = self._outputs[:, :n]
         self._masks, self._outputs, self._tokens, self._cap = masks, outputs, tokens, cap
         self._rows = constants.row_index(b, device)  # [B, 1]: row index beside a [B, m] slot index
-        self._bases = root.positions[:, None]
 
     def root_logp(self) -> torch.Tensor:
         """[B, Vd] log-probabilities of depth-1 tokens over the head's draft vocabulary (see `top`)."""
@@ -114,12 +113,12 @@ class TreeFeeder:
         f = self.fed
         if f + m > self._cap:
             self._build(max(f + m, 2 * self._cap, self._capacity))
-        parent_feat, rows, mask = level_inputs(self._outputs, self._masks, self._rows, up, self._own[:, f : f + m],
-                                               max(self.prefix) + f + m)
+        keys = self._keys + constants.arange(f, f + m, tokens.device)  # [B, m] the new nodes' own keys
+        parent_feat, rows, mask = level_inputs(self._outputs, self._masks, self._rows, up, keys, max(self.prefix) + f + m)
         fed_tokens = self._feed.fed(self._tokens, self._rows, up, tokens, 1 + f)
         slots = constants.arange(1 + f, 1 + f + m, tokens.device)  # the new nodes' rows of the buffers
         self._masks.index_copy_(1, slots, rows)
-        out = self.head(parent_feat, fed_tokens, (self._bases + (depth - 1)).expand(b, m), self.cache, mask)
+        out = self.head(parent_feat, fed_tokens, self.root.positions + (depth - 1), self.cache, mask)  # (one position a row)
         self.cache.advance(m)
         self.levels += 1
         self.fed += m
@@ -166,13 +165,15 @@ class ParentTokens:
         return parents
 
 
-def level_inputs(outputs: torch.Tensor, masks: torch.Tensor, rows: torch.Tensor, up: torch.Tensor, own: torch.Tensor,
+def level_inputs(outputs: torch.Tensor, masks: torch.Tensor, rows: torch.Tensor, up: torch.Tensor, keys: torch.Tensor,
                  width: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """What a level of nodes below rows `up` [B, m] of a feeder's buffers (outputs [B, R, H], masks [B, R, W]; rows:
     arange(B) [B, 1]) feeds the head, by index ops: their parents' predicted features [B, m, H], their attention rows
-    [B, m, W] (the parent's, with each node's own key `own` bool [B, m, W] seen) and the head's mask, those rows cut
-    to the keys a forward attends [B, 1, m, width]. Static shapes, tensor ops only (tests/test_compiled.py)."""
-    attention = masks[rows, up].masked_fill_(own, 0.0)
+    [B, m, W] (the parent's, with each node's own key `keys` [B, m] seen) and the head's mask, those rows cut to the
+    keys a forward attends [B, 1, m, width]. Static shapes, tensor ops only (tests/test_compiled.py)."""
+    attention = masks[rows, up]
+    seen = constants.filled((), 0.0, attention.dtype, attention.device)
+    attention.index_put_((rows, constants.arange(0, up.shape[1], up.device), keys), seen)
     return outputs[rows, up], attention, attention[:, None, :, :width]
 
 

@@ -217,11 +217,11 @@ def additive(seen: torch.Tensor, dtype: torch.dtype, out: torch.Tensor | None = 
 
 
 def additive_mask(allowed: torch.Tensor, prefix: int | list[int], dtype: torch.dtype, device,
-                  prefix_ids: torch.Tensor | None = None) -> torch.Tensor:
+                  prefix_column: torch.Tensor | None = None) -> torch.Tensor:
     """Attention mask [B, 1, T, max(prefix) + S] over a cache whose row b holds prefix[b] committed positions and
     then this forward's S new ones: row b's queries see its whole prefix, its new block as `allowed` says, and
     nothing past that (other rows' longer prefixes). allowed: bool [T, S] (shared) or [B, T, S]; an int prefix
-    means every row has it (B = 1 for a shared allowed); prefix_ids: the prefixes as a LongTensor [B] on the device
+    means every row has it (B = 1 for a shared allowed); prefix_column: the prefixes as a LongTensor [B, 1] on the device
     where the caller has them (else they are copied there when rows differ)."""
     if allowed.device != torch.device(device):
         allowed = allowed.to(device)
@@ -235,26 +235,26 @@ def additive_mask(allowed: torch.Tensor, prefix: int | list[int], dtype: torch.d
     low = torch.finfo(dtype).min
     if min(prefixes) == max(prefixes):  # every row's prefix visible, then `allowed`: a few ops
         return torch.nn.functional.pad(additive(allowed, dtype), (prefixes[0], 0))[:, None]
-    if prefix_ids is None:
-        prefix_ids = torch.tensor(prefixes, device=device)
+    if prefix_column is None:
+        prefix_column = torch.tensor(prefixes, device=device)[:, None]
     # [B, T, 1 + S + 1]: a prefix key's value (seen), the new keys' (as `allowed` says), a key past them (hidden)
     table = torch.cat([constants.filled((b, t, 1), 0.0, dtype, device),
                        additive(allowed, dtype),
                        constants.filled((b, t, 1), low, dtype, device)], -1)
     # key column c of row b: its prefix (c < prefix: 0), new key c - prefix (1 + it), or past the block (S + 1)
-    column = (constants.arange(1, width + 1, device) - prefix_ids[:, None]).clamp_(0, s + 1)  # [B, W]
+    column = (constants.arange(1, width + 1, device) - prefix_column).clamp_(0, s + 1)  # [B, W]
     return table.gather(-1, column[:, None, :].expand(b, t, width))[:, None]
 
 
-def causal_mask(prefix: int | list[int], t: int, dtype, device, prefix_ids: torch.Tensor | None = None) -> torch.Tensor:
+def causal_mask(prefix: int | list[int], t: int, dtype, device, prefix_column: torch.Tensor | None = None) -> torch.Tensor:
     """Additive [B, 1, t, max(prefix) + t]: new token i sees its row's prefix and new tokens <= i (as
     additive_mask(lower triangle, ...) builds it; rows of unequal prefixes by one comparison: key c is seen by new
-    token i of row b iff c - prefix[b] <= i)."""
+    token i of row b iff c - prefix[b] <= i; prefix_column as in additive_mask)."""
     if isinstance(prefix, int) or min(prefix) == max(prefix):
-        return additive_mask(constants.lower_triangle(t, device), prefix, dtype, device, prefix_ids)
-    if prefix_ids is None:
-        prefix_ids = torch.tensor(prefix, device=device)
-    rel = constants.arange(0, max(prefix) + t, device) - prefix_ids[:, None]  # [B, W]: key c's new index
+        return additive_mask(constants.lower_triangle(t, device), prefix, dtype, device, prefix_column)
+    if prefix_column is None:
+        prefix_column = torch.tensor(prefix, device=device)[:, None]
+    rel = constants.arange(0, max(prefix) + t, device) - prefix_column  # [B, W]: key c's new index
     return additive(rel[:, None, :] <= constants.row_index(t, device), dtype)[:, None]  # [B, 1, t, W]
 
 
