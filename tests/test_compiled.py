@@ -286,7 +286,8 @@ def test_a_draft_level_compiles_without_a_graph_break():
         mask = cache.attention_mask(causal_mask([11, 14], 8, feats.dtype, "cpu"), 8, feats.dtype)
         rope = runner.rope.take(positions, feats.dtype, cache.max_len)
         with torch.inference_mode():
-            results.append(fn(cache, feats, tokens, rope, mask, cache.slots(8), values, outputs, masks.clone(), up, keys))
+            results.append(fn(cache, feats, tokens, rope, mask, cache.slots(8), values, outputs, masks.clone(), up,
+                              keys))
     torch._dynamo.reset()
     for got, want in zip(*results):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)

@@ -109,16 +109,18 @@ class TreeFeeder:
     @torch.inference_mode()
     def feed_below(self, up: torch.Tensor, tokens: torch.Tensor, depth: int) -> torch.Tensor:
         """`feed` with the parents as rows of the buffers [root, fed slot 0, 1, ...]: up = parents + 1 [B, m]."""
-        b, m = tokens.shape
+        m = tokens.shape[1]
         f = self.fed
         if f + m > self._cap:
             self._build(max(f + m, 2 * self._cap, self._capacity))
         keys = self._keys + constants.arange(f, f + m, tokens.device)  # [B, m] the new nodes' own keys
-        parent_feat, rows, mask = level_inputs(self._outputs, self._masks, self._rows, up, keys, max(self.prefix) + f + m)
+        parent_feat, rows, mask = level_inputs(self._outputs, self._masks, self._rows, up, keys,
+                                               max(self.prefix) + f + m)
         fed_tokens = self._feed.fed(self._tokens, self._rows, up, tokens, 1 + f)
         slots = constants.arange(1 + f, 1 + f + m, tokens.device)  # the new nodes' rows of the buffers
         self._masks.index_copy_(1, slots, rows)
-        out = self.head(parent_feat, fed_tokens, self.root.positions + (depth - 1), self.cache, mask)  # (one position a row)
+        positions = self.root.positions + (depth - 1)  # [B, 1]: the level's nodes share their row's position
+        out = self.head(parent_feat, fed_tokens, positions, self.cache, mask)
         self.cache.advance(m)
         self.levels += 1
         self.fed += m

@@ -221,8 +221,8 @@ def additive_mask(allowed: torch.Tensor, prefix: int | list[int], dtype: torch.d
     """Attention mask [B, 1, T, max(prefix) + S] over a cache whose row b holds prefix[b] committed positions and
     then this forward's S new ones: row b's queries see its whole prefix, its new block as `allowed` says, and
     nothing past that (other rows' longer prefixes). allowed: bool [T, S] (shared) or [B, T, S]; an int prefix
-    means every row has it (B = 1 for a shared allowed); prefix_column: the prefixes as a LongTensor [B, 1] on the device
-    where the caller has them (else they are copied there when rows differ)."""
+    means every row has it (B = 1 for a shared allowed); prefix_column: the prefixes as a LongTensor [B, 1] on the
+    device where the caller has them (else they are copied there when rows differ)."""
     if allowed.device != torch.device(device):
         allowed = allowed.to(device)
     if allowed.dim() == 2:
@@ -246,7 +246,8 @@ def additive_mask(allowed: torch.Tensor, prefix: int | list[int], dtype: torch.d
     return table.gather(-1, column[:, None, :].expand(b, t, width))[:, None]
 
 
-def causal_mask(prefix: int | list[int], t: int, dtype, device, prefix_column: torch.Tensor | None = None) -> torch.Tensor:
+def causal_mask(prefix: int | list[int], t: int, dtype, device, prefix_column: torch.Tensor | None = None
+                ) -> torch.Tensor:
     """Additive [B, 1, t, max(prefix) + t]: new token i sees its row's prefix and new tokens <= i (as
     additive_mask(lower triangle, ...) builds it; rows of unequal prefixes by one comparison: key c is seen by new
     token i of row b iff c - prefix[b] <= i; prefix_column as in additive_mask)."""
