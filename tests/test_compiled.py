@@ -227,7 +227,7 @@ def test_verification_and_acceptance_compile_without_a_graph_break():
         greedy = verify_greedy(tokens, parents, sizes, batch.allowed, logits)
         sampled = follow(tokens, parents, sizes, batch.allowed, inverse_cdf(target_probs(logits, params), uniforms))
         commit = commit_paths(batch.ids, trees, greedy.reached, greedy.accepted, greedy.bonus)
-        return (batch.positions, greedy.on_path, greedy.bonus, greedy.tested, sampled.on_path, sampled.bonus,
+        return (batch.positions, greedy.on_path, greedy.bonus, greedy.reached, sampled.on_path, sampled.bonus,
                 commit.kept, commit.sequence)
 
     args = (tree.tokens, tree.parents, tree.depths, tree.sizes, roots, bases, logits, uniforms)

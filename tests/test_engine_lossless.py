@@ -453,7 +453,7 @@ def test_batched_greedy_verifier_equals_walking_each_tree():
     the tensor verifier gives each row exactly the walk's path, bonus and tested nodes; the full rows give the same
     without sizes (sizes=None, as for TreeBatch.full)."""
     from eagle_infer.trees.tree import ancestor_masks
-    from eagle_infer.decoding.verify import verify_greedy
+    from eagle_infer.decoding.verify import tested_nodes, verify_greedy
 
     gen = torch.Generator().manual_seed(4)
     vocab = 3  # few tokens: siblings often repeat and logits often pick a drafted token
@@ -484,17 +484,17 @@ def test_batched_greedy_verifier_equals_walking_each_tree():
             path, bonus, tested = reference_walk(t, p, best[b])
             assert g.on_path[b].nonzero()[:, 0].tolist() == path, (n, b)
             assert int(g.accepted[b]) == len(path) and int(g.bonus[b]) == bonus
-            assert g.tested[b].nonzero()[:, 0].tolist() == tested
+            assert tested_nodes(path, p) == tested  # what the host reads off the path and the parents
         deepest = max(deepest, int(g.accepted.max()))
         full = [b for b, (p, _) in enumerate(rows) if len(p) == n]  # rows of n nodes: sizes may be left out
         alone = verify_greedy(tokens[full], parents[full], None, ancestor_masks(parents[full]), logits[full])
-        for field in ("accepted", "bonus", "on_path", "tested"):
+        for field in ("accepted", "bonus", "on_path", "reached"):
             assert torch.equal(getattr(alone, field), getattr(g, field)[full]), (n, field)
         # rows whose siblings are distinct: the same when the verifier is told so (TreeBatch.distinct)
         distinct = [b for b, (p, t) in enumerate(rows) if len(set(zip(p, t))) == len(p)]
         told = verify_greedy(tokens[distinct], parents[distinct], sizes[distinct], ancestor_masks(parents[distinct]),
                              logits[distinct], distinct=True)
-        for field in ("accepted", "bonus", "on_path", "tested"):
+        for field in ("accepted", "bonus", "on_path", "reached"):
             assert torch.equal(getattr(told, field), getattr(g, field)[distinct]), (n, field)
         repeats += len(rows) - len(distinct)
     assert deepest >= 3 and repeats > 0  # some rows accept deep paths; some repeat sibling tokens

@@ -372,7 +372,7 @@ def broken_sampled_greedy_bonus(tokens, parents, sizes, allowed, logits, params,
     g = verify_sampled(tokens, parents, sizes, allowed, logits, params, generators, draws, distinct)
     n = tokens.shape[1]
     leaf = torch.where(g.on_path, torch.arange(1, n + 1), 0).amax(-1, keepdim=True)
-    return verify.BatchAcceptance(g.accepted, logits.argmax(-1).gather(1, leaf)[:, 0], g.on_path, g.tested, g.reached)
+    return verify.BatchAcceptance(g.accepted, logits.argmax(-1).gather(1, leaf)[:, 0], g.on_path, g.reached)
 
 
 def broken_sampled_accept_first_child(tokens, parents, sizes, allowed, logits, params, generators, draws=0,

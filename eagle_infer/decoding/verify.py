@@ -124,14 +124,13 @@ class BatchAcceptance:
     row in Python).
 
     accepted: [B] draft tokens kept; bonus: [B] the target's token after them; on_path: bool [B, N] nodes accepted
-    (their indices ascending are the path, root to leaf); tested: bool [B, N] nodes whose parent is the root or on
-    the path (compared against the target); reached: bool [B, 1 + N], the root (True) then on_path, over the
-    verified positions."""
+    (their indices ascending are the path, root to leaf); reached: bool [B, 1 + N], the root (True) then on_path,
+    over the verified positions. (Which nodes were tested, those whose parent is the root or on the path, the host
+    reads off the path and the parents: `tested_nodes`.)"""
 
     accepted: torch.Tensor
     bonus: torch.Tensor
     on_path: torch.Tensor
-    tested: torch.Tensor
     reached: torch.Tensor
 
 
@@ -202,8 +201,11 @@ def follow(tokens: torch.Tensor, parents: torch.Tensor, sizes: torch.Tensor | No
     reached = (allowed <= torch.nn.functional.pad(first, (1, 0), value=True)[:, None, :]).all(-1)
     on_path = reached[:, 1:]
     leaf = (on_path * index).amax(-1) if n else on_path.new_zeros(b, dtype=torch.long)  # [B], 0 = root
-    tested = reached.gather(1, up)  # parent on the path
-    if valid is not None:
-        tested &= valid
-    return BatchAcceptance(on_path.sum(-1), chosen[constants.arange(0, b, tokens.device), leaf], on_path, tested,
-                           reached)
+    return BatchAcceptance(on_path.sum(-1), chosen[constants.arange(0, b, tokens.device), leaf], on_path, reached)
+
+
+def tested_nodes(path: list[int], parents: list[int]) -> list[int]:
+    """A tree's nodes whose parent is the root or on the accepted `path` (so they were compared against the
+    target), ascending; parents: the tree's, over its nodes (-1: a child of the root)."""
+    on = set(path)
+    return [i for i, p in enumerate(parents) if p < 0 or p in on]

@@ -9,7 +9,7 @@ import torch
 
 from .. import constants
 from ..trees.tree import TreeBatch, ancestor_masks
-from .verify import Acceptance, BatchAcceptance
+from .verify import Acceptance, BatchAcceptance, tested_nodes
 
 
 @dataclass
@@ -69,11 +69,12 @@ class HostRow:
 
 def to_host(tree: TreeBatch, accepted: BatchAcceptance, summary: torch.Tensor | None = None
             ) -> tuple[list[HostRow], list[float] | None]:
-    """The cycle's one device-to-host copy: every row's acceptance (bonus, accepted and tested nodes) and its tree,
-    as one float64 tensor (which holds every token id exactly), and with it `summary` (an auto budget's evidence
-    for the next cycle's plan, cost.Evidence.summary: float64 [P], copied beside every row) as a list of floats."""
+    """The cycle's one device-to-host copy: every row's acceptance (bonus and accepted nodes; the tested ones are
+    read off the tree's parents, `tested_nodes`) and its tree, as one float64 tensor (which holds every token id
+    exactly), and with it `summary` (an auto budget's evidence for the next cycle's plan, cost.Evidence.summary:
+    float64 [P], copied beside every row) as a list of floats."""
     n = tree.width
-    fields = [accepted.bonus[:, None], accepted.on_path, accepted.tested, tree.tokens,
+    fields = [accepted.bonus[:, None], accepted.on_path, tree.parents, tree.tokens,
               tree.probs if summary is not None else tree.probs.double(), tree.copied, tree.depths]
     if summary is not None:
         fields.append(summary.expand(tree.batch, -1))
@@ -84,9 +85,9 @@ def to_host(tree: TreeBatch, accepted: BatchAcceptance, summary: torch.Tensor | 
         depths = row[1 + 5 * n : 1 + 6 * n]
         size = n if tree.full else next((i for i, d in enumerate(depths) if d == 0), n)  # (padding: depth 0)
         part = lambda i: row[1 + i * n : 1 + i * n + size]  # noqa: E731 (field i over the row's nodes)
-        on_path, tested = part(0), part(1)
-        acceptance = Acceptance([i for i in range(size) if on_path[i]], int(row[0]),
-                                [i for i in range(size) if tested[i]])
+        on_path = part(0)
+        path = [i for i in range(size) if on_path[i]]
+        acceptance = Acceptance(path, int(row[0]), tested_nodes(path, [int(p) for p in part(1)]))
         rows.append(HostRow(acceptance, size, [int(x) for x in part(2)], part(3), [bool(x) for x in part(4)],
                             [int(x) for x in part(5)]))
     return rows, read
