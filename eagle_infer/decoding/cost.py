@@ -81,7 +81,7 @@ class CostModel:
 @dataclass(frozen=True)
 class Evidence:
     """What an auto budget decides a plan by, gathered on the device (`Budget.evidence`) and read with a host copy
-    (the cycle's one, or a read while drafting): `summary` float64 [m + m' + F + L] on the device, sums over the
+    (the cycle's one, or a read while drafting): `summary` float64 [1, m + m' + F + L] on the device, sums over the
     batch's rows of, per rank, each row's m best path probabilities (descending) and its m' best without the last
     level (m' = 0: no such set), then per column the frontier's F path probabilities and the last level's L
     children's own probabilities (F = L = 0: no frontier); the rest is the layout to read it by (`Budget.choose`)."""
@@ -127,7 +127,7 @@ class Budget:
             parts.append(older.topk(m_older, dim=-1).values)
         if frontier is not None:
             parts += [frontier] if children is None else [frontier, children]
-        summary = torch.cat(parts, -1).double().exp().sum(0)  # per column, summed over the rows
+        summary = torch.cat(parts, -1).double().exp().sum(0, keepdim=True)  # per column, summed over the rows
         return Evidence(summary, m, m_older, 0 if frontier is None else frontier.shape[-1],
                         0 if frontier is None or children is None else children.shape[-1], levels, ahead)
 
@@ -178,7 +178,7 @@ class Budget:
                   ) -> tuple[int, int]:
         """`choose` on this `evidence` at once, reading it from the device (a host read)."""
         evidence = self.evidence(values, levels, frontier, children, older, ahead)
-        return self.choose(evidence, evidence.summary.tolist())
+        return self.choose(evidence, evidence.summary.tolist()[0])
 
 
 @dataclass(frozen=True)

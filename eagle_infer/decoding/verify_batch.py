@@ -72,14 +72,14 @@ def to_host(tree: TreeBatch, accepted: BatchAcceptance, summary: torch.Tensor | 
     """The cycle's one device-to-host copy: every row's acceptance (bonus and accepted nodes; the tested ones are
     read off the tree's parents, `tested_nodes`) and its tree, as one float64 tensor (which holds every token id
     exactly), and with it `summary` (an auto budget's evidence for the next cycle's plan, cost.Evidence.summary:
-    float64 [P], copied beside every row) as a list of floats."""
+    float64 [1, P], copied beside every row) as a list of floats."""
     n = tree.width
     fields = [accepted.bonus[:, None], accepted.on_path, tree.parents, tree.tokens,
               tree.probs if summary is not None else tree.probs.double(), tree.copied, tree.depths]
     if summary is not None:
-        fields.append(summary.expand(tree.batch, -1))
+        fields.append(summary if tree.batch == 1 else summary.expand(tree.batch, -1))
     host = torch.cat(fields, 1).tolist()  # (cat promotes every field to float64: the summary's, or probs')
-    read = None if summary is None else host[0][len(host[0]) - summary.shape[0]:]
+    read = None if summary is None else host[0][len(host[0]) - summary.shape[1]:]
     rows = []
     for row in host:
         depths = row[1 + 5 * n : 1 + 6 * n]
