@@ -21,7 +21,7 @@ eagle_infer functions whose own lines dispatch the most operators elsewhere, per
 timings: they do not depend on what else runs on the machine.
 
 usage: python scripts/profile_decode.py [--model smollm2-135m] [--batch 256] [--new-tokens 32] [--rows 15]
-       [--threads 4] [--compiled] [--rounds 2]
+       [--threads N] [--compiled] [--rounds 2]
        python scripts/profile_decode.py --cycles [--baseline DIR] [--by-function] [--new-tokens 32]
 """
 from __future__ import annotations
@@ -66,7 +66,8 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--new-tokens", type=int, default=32)
     ap.add_argument("--rows", type=int, default=15, help="operators listed per table")
-    ap.add_argument("--threads", type=int, default=4)
+    ap.add_argument("--threads", type=int, default=torch.get_num_threads(),
+                    help="torch threads (default: this machine's, as torch counts them)")
     ap.add_argument("--compiled", action="store_true", help="then time the compiled target against the eager one")
     ap.add_argument("--rounds", type=int, default=2, help="timed rounds of --compiled")
     ap.add_argument("--cycles", action="store_true", help="count operators and host syncs per EAGLE cycle instead")
