@@ -450,7 +450,8 @@ def reference_walk(tokens: list[int], parents: list[int], best: list[int]) -> tu
 
 def test_batched_greedy_verifier_equals_walking_each_tree():
     """Random padded breadth-first trees (repeated sibling tokens, empty and full rows, long chains) in one batch:
-    the tensor verifier gives each row exactly the walk's path, bonus and tested nodes; the full rows give the same
+    the tensor verifier gives each row exactly the walk's path and bonus, with the root reached before the path
+    (what the commit sorts), and the host's tested_nodes the walk's tested nodes; the full rows give the same
     without sizes (sizes=None, as for TreeBatch.full)."""
     from eagle_infer.trees.tree import ancestor_masks
     from eagle_infer.decoding.verify import tested_nodes, verify_greedy
@@ -480,6 +481,7 @@ def test_batched_greedy_verifier_equals_walking_each_tree():
             logits[3, row, chain[row]] += 10
         g = verify_greedy(tokens, parents, sizes, ancestor_masks(parents), logits)
         best = logits.argmax(-1).tolist()
+        assert g.reached[:, 0].all() and torch.equal(g.reached[:, 1:], g.on_path)
         for b, (p, t) in enumerate(rows):
             path, bonus, tested = reference_walk(t, p, best[b])
             assert g.on_path[b].nonzero()[:, 0].tolist() == path, (n, b)
