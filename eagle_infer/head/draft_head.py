@@ -37,6 +37,7 @@ from torch import nn
 
 from . import chain_attention
 from ..errors import EagleError
+from ..models.lean_layer import cast
 from ..trees.tree import causal_mask
 
 INPUT_MODES = ("feature+shifted_token", "feature+token", "token", "feature")
@@ -299,7 +300,7 @@ def head_inputs(halves, hidden_size: int, features: torch.Tensor, tokens: torch.
                 "a fused head needs fused target features"
             )
         features = fuse(features)
-    return halves(features, embed(tokens).to(features.dtype))
+    return halves(features, cast(embed(tokens), features.dtype))
 
 
 def full_vocabulary(sub: torch.Tensor, draft_vocab: torch.Tensor | None, vocab_size: int) -> torch.Tensor:

@@ -17,7 +17,7 @@ from torch import nn
 from ..models.compiled import CompiledForward, mark_dynamic_step, static_length
 from .draft_head import INPUT_HALVES, DraftHead, full_vocabulary, head_inputs
 from ..models.kv_cache import KVCache
-from ..models.lean_layer import RopeTable, lean_layer
+from ..models.lean_layer import RopeTable, cast, lean_layer
 from ..models.lean_layer import run as lean_run
 from ..models.packed import PackedLinear
 
@@ -110,9 +110,8 @@ class HeadRunner:
         if self.vocab_packed is not None and predicted.dtype == weight.dtype:
             logits = self.vocab_packed(predicted)
         else:
-            logits = torch.nn.functional.linear(predicted, weight if weight.dtype == predicted.dtype else
-                                                weight.to(predicted.dtype))
-        return logits if logits.dtype == torch.float32 else logits.float()  # (a no-op .float() still dispatches)
+            logits = torch.nn.functional.linear(predicted, cast(weight, predicted.dtype))
+        return cast(logits, torch.float32)
 
     def logits(self, predicted: torch.Tensor) -> torch.Tensor:
         """Predicted features [..., H] -> float32 logits [..., V]; -inf outside the draft vocabulary."""

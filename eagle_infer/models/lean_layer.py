@@ -175,9 +175,15 @@ class RopeTable:
         return self.table[:, positions]
 
 
+def cast(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """x in `dtype`: x itself when it already is (Tensor.to would still dispatch an operator: two per norm of a
+    float32 forward)."""
+    return x if x.dtype == dtype else x.to(dtype)
+
+
 def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """transformers' LlamaRMSNorm: normalised in float32, scaled in x's dtype (the same bits)."""
-    return weight * F.rms_norm(x.float(), (x.shape[-1],), eps=eps).to(x.dtype)
+    return weight * cast(F.rms_norm(cast(x, torch.float32), (x.shape[-1],), eps=eps), x.dtype)
 
 
 def step(layer: LeanLayer, hidden: torch.Tensor, rope: torch.Tensor, k: torch.Tensor, v: torch.Tensor,

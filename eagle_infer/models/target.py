@@ -25,7 +25,7 @@ from .config_limits import check_model_config, not_plain_tensors
 from ..errors import EagleError
 from .hub import unreachable_reason
 from .kv_cache import KVCache, Slots
-from .lean_layer import LeanLayer, RopeTable, fused_bytes, lean_layer
+from .lean_layer import LeanLayer, RopeTable, cast, fused_bytes, lean_layer
 from .lean_layer import run as lean_run
 from .packed import linear_bytes, pack_linears, resolve_pack
 from ..platform import available_memory, cache_root, resolve_device, resolve_dtype, writable_cache
@@ -146,7 +146,7 @@ def decode(decoder: "Decoder", input_ids: torch.Tensor, rope: torch.Tensor, mask
     head_in = last[:, -1:] if last_only else last
     # Flattened to 2-D: a [1, 1, H] input after a multi-token forward sends the LM head through a batched matmul
     # that first copies the whole weight (seen: +0.5 s per prefill on a CPU).
-    logits = decoder.lm_head(head_in.reshape(-1, head_in.shape[-1])).view(*head_in.shape[:-1], -1).float()
+    logits = cast(decoder.lm_head(head_in.reshape(-1, head_in.shape[-1])).view(*head_in.shape[:-1], -1), torch.float32)
     return logits, torch.cat([taps[i] for i in feature_layers], -1) if feature_layers else last
 
 
