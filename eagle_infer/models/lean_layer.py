@@ -186,9 +186,10 @@ def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return weight * cast(F.rms_norm(cast(x, torch.float32), (x.shape[-1],), eps=eps), x.dtype)
 
 
-def step(layer: LeanLayer, hidden: torch.Tensor, rope: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-         slots: Slots, mask: torch.Tensor | None, embeds: torch.Tensor | None = None) -> torch.Tensor:
-    """hidden [B, T, H], rope [2, B, T, D] (RopeTable.take), k, v: the layer's cache views [B, kvh, max_len, D],
+def step(layer: LeanLayer, hidden: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], k: torch.Tensor,
+         v: torch.Tensor, slots: Slots, mask: torch.Tensor | None, embeds: torch.Tensor | None = None) -> torch.Tensor:
+    """hidden [B, T, H], rope: (cos, signed sin) [B, T, 1, D] each (`run` splits RopeTable.take's once for every
+    layer), k, v: the layer's cache views [B, kvh, max_len, D],
     written at `slots` (kv_cache.write), mask additive [B or 1, 1, T, S] over the S keys the slots attend, or None:
     causal over T new tokens and nothing before them; embeds [B, T, H]: the token embeddings an EAGLE-3 layer
     (norm_embed) reads beside hidden -> hidden [B, T, H]."""
@@ -201,7 +202,7 @@ def step(layer: LeanLayer, hidden: torch.Tensor, rope: torch.Tensor, k: torch.Te
     qk = qkv[:, :, : nh + kvh]
     if layer.q_norm is not None:  # Qwen3: queries and keys normalised per head before the rotary embedding
         qk = torch.cat([_rms(qk[:, :, :nh], layer.q_norm, layer.qk_eps), _rms(qk[:, :, nh:], layer.k_norm, layer.qk_eps)], 2)
-    cos, sin = rope[0][:, :, None], rope[1][:, :, None]
+    cos, sin = rope
     qk = (qk * cos + qk.unflatten(-1, (2, d // 2)).flip(-2).flatten(-2) * sin).transpose(1, 2)  # [B, nh+kvh, T, D]
     keys, values = write(k, v, qk[:, nh:], qkv[:, :, nh + kvh :].transpose(1, 2), slots)
     # Grouped-query attention as transformers' SDPA path takes it: without a mask, SDPA's own grouped-query support
@@ -227,11 +228,12 @@ def run(layers, hidden: torch.Tensor, rope: torch.Tensor, k: list[torch.Tensor],
         mask: torch.Tensor | None, taps: tuple[int, ...] = (), embeds: torch.Tensor | None = None
         ) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
     """A decoder stack's lean steps: hidden [B, T, H] through every layer, layer i writing and reading cache views
-    k[i], v[i] at `slots` (rope, mask and embeds as in `step`) -> (hidden [B, T, H], {i: the hidden after layer i}
-    for i in taps)."""
+    k[i], v[i] at `slots` (rope [2, B, T, D] from RopeTable.take; mask and embeds as in `step`) -> (hidden [B, T, H],
+    {i: the hidden after layer i} for i in taps)."""
     tapped = {}
+    split = rope.unsqueeze(3).unbind(0)  # (cos, signed sin) [B, T, 1, D]: broadcast over the heads, made once
     for index, layer in enumerate(layers):
-        hidden = step(layer, hidden, rope, k[index], v[index], slots, mask, embeds)
+        hidden = step(layer, hidden, split, k[index], v[index], slots, mask, embeds)
         if index in taps:
             tapped[index] = hidden
     return hidden, tapped
