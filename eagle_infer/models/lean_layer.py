@@ -155,7 +155,7 @@ def fused_bytes(model: nn.Module) -> int:
 class RopeTable:
     """cos and sign-folded sin of a rotary module for positions 0..n-1, [2, n, D], grown on demand: `take` is one
     index op instead of the module's per-call trigonometry. sin's first half is negated, so that rotating x is
-    flip(x's halves) * sin instead of cat(-x2, x1) * sin (the same products: negation is exact)."""
+    x rolled by half its width (x2, x1) * sin instead of cat(-x2, x1) * sin (the same products: negation is exact)."""
 
     def __init__(self, rotary: nn.Module):
         self.rotary, self.table = rotary, None
@@ -203,7 +203,7 @@ def step(layer: LeanLayer, hidden: torch.Tensor, rope: tuple[torch.Tensor, torch
     if layer.q_norm is not None:  # Qwen3: queries and keys normalised per head before the rotary embedding
         qk = torch.cat([_rms(qk[:, :, :nh], layer.q_norm, layer.qk_eps), _rms(qk[:, :, nh:], layer.k_norm, layer.qk_eps)], 2)
     cos, sin = rope
-    qk = (qk * cos + qk.unflatten(-1, (2, d // 2)).flip(-2).flatten(-2) * sin).transpose(1, 2)  # [B, nh+kvh, T, D]
+    qk = (qk * cos + qk.roll(d // 2, -1) * sin).transpose(1, 2)  # [B, nh+kvh, T, D]
     keys, values = write(k, v, qk[:, nh:], qkv[:, :, nh + kvh :].transpose(1, 2), slots)
     # Grouped-query attention as transformers' SDPA path takes it: without a mask, SDPA's own grouped-query support
     # (causal over several new tokens: an empty cache's prefill); one masked query's nh / kvh heads attend as their
