@@ -66,6 +66,7 @@ class TreeFeeder:
         self.fed = 0  # nodes fed so far
         self.prefix = list(cache.lengths) if cache is not None else []
         self._prefix_ids = cache.device_lengths() if cache is not None else None
+        self._keys = cache.length_column() if cache is not None else None  # [B, 1]: each row's slot 0's key
         self._capacity = capacity
         self._cap = 0  # fed slots the buffers hold (0: not built yet)
         self._feed = OwnTokens if head is None or head.config.token_shift == 1 else ParentTokens
@@ -75,8 +76,6 @@ class TreeFeeder:
         root, b = self.root, self.root.batch
         device, dtype = root.feature.device, root.feature.dtype
         width = max(self.prefix) + cap  # the head's keys when every slot is fed: row b's slot j is key prefix[b] + j
-        if not self._cap:  # the first build comes before any feed: the cache holds the prefixes
-            self._keys = self.cache.length_column()  # [B, 1]: each row's slot 0's key
         masks = torch.empty(b, 1 + cap, width, dtype=dtype, device=device)  # a slot's row is written when it is fed
         additive(constants.arange(0, width, device) < self._keys, dtype, out=masks[:, 0])  # the root's row: its prefix
         outputs = root.feature.new_empty(b, 1 + cap, root.feature.shape[1])
