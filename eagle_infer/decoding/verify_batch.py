@@ -27,7 +27,7 @@ def verification_input(tree: TreeBatch, roots: torch.Tensor, bases: torch.Tensor
     """roots: LongTensor [B], each row's root token; bases: LongTensor [B, 1], its sequence position."""
     ids = torch.cat([roots[:, None], tree.tokens], 1)
     positions = bases + torch.nn.functional.pad(tree.depths, (1, 0))
-    return VerifyInput(ids, positions, ancestor_masks(tree.parents, tree.depth))
+    return VerifyInput(ids, positions, ancestor_masks(tree.parents))
 
 
 @dataclass

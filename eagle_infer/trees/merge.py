@@ -67,7 +67,7 @@ def merge(first: TreeBatch, second: TreeBatch, budget: int,
     valid = torch.cat([first.valid(), second.valid(), pad(False, torch.bool)], 1)
     m = tokens.shape[1]
     # Path of tokens from depth 1 to each node, [B, M, depth]: its ancestors' (and its own) tokens by depth.
-    ancestors = node_ancestors(parents, depth)  # float64 [B, M, M]
+    ancestors = node_ancestors(parents)  # float64 [B, M, M]
     at_depth = constants.eye(depth + 1, torch.float64, device)[depths][..., 1:]  # [B, M, depth] one-hot (padding: 0)
     paths = ancestors @ (at_depth * (tokens[:, :, None] + 1))  # token + 1 at each depth on the path (exact in
     # float64), 0 below the node

@@ -184,28 +184,29 @@ def path_values(parents: list[int], probs: list[float]) -> list[float]:
     return values
 
 
-def ancestor_masks(parents: torch.Tensor, depth: int | None = None) -> torch.Tensor:
+def ancestor_masks(parents: torch.Tensor) -> torch.Tensor:
     """parents: LongTensor [B, N] of breadth-first trees (-1 = child of the root) -> bool [B, N+1, N+1] ancestor
     masks over flattened indices (0 = root, node i = i + 1), each row its own tree, on parents' device: the nodes'
     closure (`node_ancestors`) with the root's row (itself only) and column (seen by all) around it."""
-    closure = node_ancestors(parents, depth, torch.float32)
+    closure = node_ancestors(parents, torch.float32)
     return torch.nn.functional.pad(torch.nn.functional.pad(closure, (0, 0, 1, 0)), (1, 0), value=1.0) > 0
 
 
-def node_ancestors(parents: torch.Tensor, depth: int | None = None, dtype=torch.float64) -> torch.Tensor:
+def node_ancestors(parents: torch.Tensor, dtype=torch.float64) -> torch.Tensor:
     """parents: LongTensor [B, N] of breadth-first trees (-1 = child of the root) -> [B, N, N] of 0 and 1 in
-    `dtype`: (i, j) is 1 iff node j is node i or one of its ancestors (the root left out).
+    `dtype` (float32 or float64): (i, j) is 1 iff node j is node i or one of its ancestors (the root left out).
 
-    Tensor ops only (no per-node loop, no host sync): the reflexive parent relation closed transitively by
-    squarings, enough for paths of `depth` steps (a bound on every tree's depth; default N)."""
+    Three operators whatever the depth, no host sync: with P the parent relation (P[i, parents[i]] = 1), strictly
+    lower triangular since parents precede children, the closure is I + P + P^2 + ... = (I - P)^-1, one unit
+    triangular solve. Exact: each row of I - P holds one off-diagonal -1, and each entry of the inverse counts the
+    paths from i up to j, 0 or 1 in a tree, so every sum a solver forms is of small integers."""
     n = parents.shape[1]
-    device = parents.device
-    below = constants.made(("parent rows", n, dtype, torch.device(device)),  # row n (a root's child's): zeros
-                           lambda: torch.eye(n + 1, dtype=dtype, device=device)[:, :n].contiguous())
-    closure = below[parents] + constants.eye(n, dtype, device)  # each node's parent and itself
-    for _ in range(max(min(n, n if depth is None else depth), 1).bit_length()):  # 2^steps > depth
-        closure = (closure @ closure).clamp_(max=1)
-    return closure
+    device = torch.device(parents.device)
+    # row p < n: -e_p (the parent's column), row n (a child of the root's): zeros
+    minus_parent = constants.made(("minus parent rows", n, dtype, device),
+                                  lambda: -torch.eye(n + 1, dtype=dtype, device=device)[:, :n].contiguous())
+    eye = constants.eye(n, dtype, device)
+    return torch.linalg.solve_triangular(minus_parent[parents] + eye, eye, upper=False, unitriangular=True)
 
 
 def additive(seen: torch.Tensor, dtype: torch.dtype, out: torch.Tensor | None = None) -> torch.Tensor:
