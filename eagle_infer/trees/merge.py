@@ -56,19 +56,23 @@ def merge(first: TreeBatch, second: TreeBatch, budget: int,
     over the trees holding a node; copied: True where any of them marks it copied. nodes: given the union's path
     values [B, M] (0 off its nodes), how many of the best to keep per row (an auto budget's choice, at most
     `budget`): the union cut once, as `cut` would cut the merged tree."""
-    n1, depth = first.width, max(first.depth, second.depth)
+    n1, n2, depth = first.width, second.width, max(first.depth, second.depth)
     b, device = first.batch, first.tokens.device
     pad = lambda value, dtype: constants.filled((b, 1), value, dtype, device)  # noqa: E731
+    # second's parent p as a union slot: n1 + p, and -1 (the root, indexing the last entry) stays -1
+    shifted = constants.made(("shifted parents", n1, n2, torch.device(device)), lambda: torch.nn.functional.pad(
+        torch.arange(n1, n1 + n2, device=device), (0, 1), value=-1))
     # the union's slots: first's, second's, then one padding slot (the cut trees' padding is read from it)
-    parents = torch.cat([first.parents, torch.where(second.parents < 0, -1, second.parents + n1),
-                         pad(-1, torch.long)], 1)
+    parents = torch.cat([first.parents, shifted[second.parents], pad(-1, torch.long)], 1)
     tokens = torch.cat([first.tokens, second.tokens, pad(0, torch.long)], 1)
     depths = torch.cat([first.depths, second.depths, pad(0, torch.long)], 1)
-    valid = torch.cat([first.valid(), second.valid(), pad(False, torch.bool)], 1)
+    valid = depths > 0  # (nodes sit at depth >= 1, padding at 0)
     m = tokens.shape[1]
     # Path of tokens from depth 1 to each node, [B, M, depth]: its ancestors' (and its own) tokens by depth.
     ancestors = node_ancestors(parents)  # float64 [B, M, M]
-    at_depth = constants.eye(depth + 1, torch.float64, device)[depths][..., 1:]  # [B, M, depth] one-hot (padding: 0)
+    one_hot = constants.made(("depth one-hot", depth, torch.device(device)), lambda: torch.eye(
+        depth + 1, dtype=torch.float64, device=device)[:, 1:].contiguous())  # row d: depth d's column (row 0: none)
+    at_depth = one_hot[depths]  # [B, M, depth] one-hot (padding: 0)
     paths = ancestors @ (at_depth * (tokens[:, :, None] + 1))  # token + 1 at each depth on the path (exact in
     # float64), 0 below the node
     same = (paths[:, :, None] == paths[:, None]).all(-1) & valid[:, None]
