@@ -205,11 +205,13 @@ def commit(run: BatchRun, verdict: Verdict) -> float:
     tokens the next roots, all rows at once on the device. -> seconds since verification began."""
     device, c = run.target.device, verdict.commit
     counts = [len(r.acceptance.path) + 1 for r in verdict.rows]
-    run.cache.keep_paths(c.kept, counts, c.counts)
+    width = max(counts)  # the longest path kept: the columns past it hold nothing any row keeps
+    kept = c.kept if width == c.kept.shape[1] else c.kept[:, :width]
+    run.cache.keep_paths(kept, counts, c.counts)
     if run.head is not None:
-        feats = verdict.features[constants.row_index(len(counts), device), c.kept]  # [B, W, H or k*H]
+        feats = verdict.features[constants.row_index(len(counts), device), kept]  # [B, width, H or k*H]
         shift = run.head.config.token_shift
-        run.pending = Pending(feats, c.sequence[:, shift : shift + c.kept.shape[1]], counts, c.counts,
+        run.pending = Pending(feats, c.sequence[:, shift : shift + width], counts, c.counts,
                               verdict.accepted.accepted)  # (counts - 1: each row's newest pair)
     run.roots = verdict.accepted.bonus
     sync(device)
@@ -246,7 +248,9 @@ def feed_pending(run: BatchRun) -> None:
     if width == 0:
         return
     t0 = time.perf_counter()
-    feats, tokens = pending.features[:, :width], pending.tokens[:, :width]
+    feats, tokens = pending.features, pending.tokens
+    if width < feats.shape[1]:  # rows admitted since the commit hold nothing: the longest left
+        feats, tokens = feats[:, :width], tokens[:, :width]
     cache = run.head_cache
     lengths, starts = list(cache.lengths), cache.length_column()
     positions = starts + constants.arange(0, width, device)

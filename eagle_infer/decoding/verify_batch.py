@@ -47,7 +47,7 @@ def commit_paths(ids: torch.Tensor, tree: TreeBatch, reached: torch.Tensor, acce
     n = tree.width
     w = 1 + min(tree.depth, n)
     path = torch.where(reached, constants.arange(0, n + 1, ids.device), n)  # the root, the accepted nodes, then n
-    kept = path.sort(dim=1).values[:, :w]  # the root, the path ascending, then n
+    kept = path.topk(w, dim=1, largest=False).values  # the w smallest ascending: the root, the path, then n
     counts = accepted + 1
     sequence = torch.nn.functional.pad(ids.gather(1, kept), (0, 1))
     sequence.index_put_((constants.arange(0, ids.shape[0], ids.device), counts), bonus)  # the bonus after the path
