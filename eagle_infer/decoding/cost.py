@@ -112,7 +112,7 @@ class Budget:
     def evidence(self, values: torch.Tensor, levels: int, frontier: torch.Tensor | None = None,
                  children: torch.Tensor | None = None, older: torch.Tensor | None = None, ahead: bool = True
                  ) -> Evidence:
-        """The device's part of the next plan (tensor ops only, five or six; see `choose` for what they decide).
+        """The device's part of the next plan (tensor ops only, at most six; see `choose` for what they decide).
 
         values [B, C] (B: the budget's batch): every candidate's path log-value (the head's and any other
         drafter's), drafted in `levels` levels (the head's trees' depth; 0 without a head); frontier [B, F]: the
@@ -127,7 +127,8 @@ class Budget:
             parts.append(older.topk(m_older, dim=-1).values)
         if frontier is not None:
             parts += [frontier] if children is None else [frontier, children]
-        summary = torch.cat(parts, -1).double().exp().sum(0, keepdim=True)  # per column, summed over the rows
+        probs = (parts[0] if len(parts) == 1 else torch.cat(parts, -1)).double().exp()
+        summary = probs if probs.shape[0] == 1 else probs.sum(0, keepdim=True)  # per column, summed over the rows
         return Evidence(summary, m, m_older, 0 if frontier is None else frontier.shape[-1],
                         0 if frontier is None or children is None else children.shape[-1], levels, ahead)
 
