@@ -33,7 +33,7 @@ def best(tree: TreeBatch, candidates: torch.Tensor, budget: int, depth: int, pad
     order = order.gather(1, key.gather(1, order).sort(dim=1, stable=True).indices)
     chosen = order[:, :keep]
     sizes = candidates.sum(1).clamp(max=keep)
-    real = constants.arange(0, keep, chosen.device) < sizes[:, None]
+    real = candidates.gather(1, chosen)  # (the candidates come first in `order`)
     # (depth, slot) as one number, the padding slot after every node: sorted, its remainder is the slot
     rank = torch.where(real, tree.depths.gather(1, chosen) * n + chosen, (depth + 1) * n + padding)
     return tree.select(rank.sort(dim=1).values % n, sizes, depth, distinct)
@@ -73,11 +73,11 @@ def merge(first: TreeBatch, second: TreeBatch, budget: int,
     one_hot = constants.made(("depth one-hot", depth, torch.device(device)), lambda: torch.eye(
         depth + 1, dtype=torch.float64, device=device)[:, 1:].contiguous())  # row d: depth d's column (row 0: none)
     at_depth = one_hot[depths]  # [B, M, depth] one-hot (padding: 0)
-    paths = ancestors @ (at_depth * (tokens[:, :, None] + 1))  # token + 1 at each depth on the path (exact in
-    # float64), 0 below the node
-    same = (paths[:, :, None] == paths[:, None]).all(-1) & valid[:, None]
+    # token + 1 at each depth on the path (exact in float64), 0 below the node: a padding slot's path is all 0
+    paths = ancestors @ torch.addcmul(at_depth, at_depth, tokens[:, :, None])
+    same = (paths[:, :, None] == paths[:, None]).all(-1)
     slots = constants.arange(0, m, device)
-    rep = torch.where(same, slots, m - 1).amin(-1)  # [B, M] first slot holding each node's path (padding: its slot)
+    rep = torch.where(same, slots, m - 1).amin(-1)  # [B, M] first slot holding each node's path (padding: padding's)
     is_rep = valid & (rep == slots)
     # (padding slots hold prob 0 and are not copied: amax over them changes nothing)
     probs = torch.cat([first.probs, second.probs, pad(0.0, torch.float32)], 1)

@@ -155,8 +155,9 @@ class TreeBatch:
         n = self.width
         # slot -> new slot; column n stays -1 (the root, which parents % (n + 1) reads for -1); the padding slot
         # takes some padding entry's number, which nothing reads (no node's parent is padding)
-        renumber = torch.full((b, n + 1), -1, dtype=torch.long, device=index.device)
-        renumber.scatter_(1, index, constants.arange(0, m, index.device).expand(b, m))
+        numbers = constants.made(("slot numbers", b, m, index.device),
+                                 lambda: torch.arange(m, device=index.device).expand(b, m).contiguous())
+        renumber = constants.filled((b, n + 1), -1, torch.long, index.device).scatter(1, index, numbers)
         take = lambda x: x.gather(1, index)  # noqa: E731
         return TreeBatch(take(self.tokens), renumber.gather(1, self.parents % (n + 1)).gather(1, index),
                          take(self.depths), take(self.probs), take(self.copied), sizes,
