@@ -1,7 +1,8 @@
 """Drafters: what proposes a cycle's trees. One protocol, `Drafter.propose(DraftInput) -> TreeBatch` (a tree per
-batch row as [B, N] tensors on the device, at most the cycle's tree budget), whatever builds them: the head's chain, EAGLE-1's static tree,
-EAGLE-2's dynamic tree, prompt lookup, a hybrid of a head drafter and lookup, or any object with a `propose`
-method handed to the engine (`Engine(..., drafter=...)`; tests pass oracles that know the target's answer).
+batch row as [B, N] tensors on the device, at most the cycle's tree budget), whatever builds them: the head's
+chain, EAGLE-1's static tree, EAGLE-2's dynamic tree, prompt lookup, a hybrid of a head drafter and lookup, or any
+object with a `propose` method handed to the engine (`Engine(..., drafter=...)`; tests pass oracles that know the
+target's answer).
 
 Every built-in drafter picks candidates deterministically (top-k, copies), which is what the verifier assumes; the
 tree is fixed before the cycle's random draws, so sampling stays exact. Writing a drafter: a class with
@@ -32,10 +33,10 @@ class DraftInput:
 
     feeder: the head over its cache and the rows' roots (feeder.root: predicted features [B, H], root tokens, their
     positions, request indices); contexts[b]: row b's prompt and emitted tokens, ending with the root (built only
-    when the config uses lookup); rates[b]: its
-    measured acceptance of copied tokens per depth (lookup only); config: the settings at this batch size; budget:
-    the auto budget for this batch (None: fixed trees) and plan: what it decided for this cycle (levels, nodes), to
-    be followed without reading the device (None beside a budget: decide now, reading the device); extra: [B, E] path log-values of candidates another drafter proposes
+    when the config uses lookup); rates[b]: its measured acceptance of copied tokens per depth (lookup only);
+    config: the settings at this batch size; budget: the auto budget for this batch (None: fixed trees) and plan:
+    what it decided for this cycle (levels, nodes), to be followed without reading the device (None beside a
+    budget: decide now, reading the device); extra: [B, E] path log-values of candidates another drafter proposes
     for the same verification (a hybrid's copies, -inf padding), which the budget counts beside the head's when it
     plans the next cycle."""
 

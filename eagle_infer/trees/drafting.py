@@ -1,5 +1,6 @@
-"""Drafting with the draft head: grow a TreeBatch, one tree per row. `static` (EAGLE-1; `chain` is its one-path case) and `dynamic`
-(EAGLE-2). Every drafter picks candidates deterministically (top-k), which is what the verifier assumes.
+"""Drafting with the draft head: grow a TreeBatch, one tree per row. `static` (EAGLE-1; `chain` is its one-path
+case) and `dynamic` (EAGLE-2). Every drafter picks candidates deterministically (top-k), which is what the verifier
+assumes.
 
 Batches: every drafter drafts one tree per batch row in lockstep (the same number of nodes fed per level, so each
 level is one batched head forward) and returns one TreeBatch ([B, N] tensors on the device). Nothing here reads the
