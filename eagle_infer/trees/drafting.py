@@ -239,8 +239,8 @@ def expand_level(logp: torch.Tensor, parent_values: torch.Tensor, k: int, order:
     [B, k]: their path log-values. -> the children's target ids, path values and own log-probs [B, k*k] (parent
     by parent), and which k of them expand next [B, k] (best by `key` of (values, own); ties: earlier)."""
     own, tokens = top_tokens(logp, k, order)
-    values = (parent_values[:, :, None] + own).flatten(1)
     own = own.flatten(1)
+    values = parent_values.repeat_interleave(k, dim=1) + own  # (each parent's value beside its k children's)
     pick = torch.sort(key(values, own), dim=1, descending=True, stable=True).indices[:, :k]
     return tokens.flatten(1), values, own, pick
 
