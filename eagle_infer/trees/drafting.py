@@ -119,7 +119,8 @@ class TreeFeeder:
         fed_tokens = self._feed.fed(self._tokens, self._rows, up, tokens, 1 + f)
         slots = constants.arange(1 + f, 1 + f + m, tokens.device)  # the new nodes' rows of the buffers
         self._masks.index_copy_(1, slots, rows)
-        positions = self.root.positions + (depth - 1)  # [B, 1]: the level's nodes share their row's position
+        # [B, 1]: the level's nodes share their row's head position, base + depth - 1 (see the module's docstring)
+        positions = self.root.positions if depth == 1 else self.root.positions + (depth - 1)
         out = self.head(parent_feat, fed_tokens, positions, self.cache, mask)
         self.cache.advance(m)
         self.levels += 1
