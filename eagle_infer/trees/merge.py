@@ -29,8 +29,8 @@ def best(tree: TreeBatch, candidates: torch.Tensor, budget: int, depth: int, pad
     keep = min(budget, n)
     values = tree.values(candidates) if values is None else values
     order = tree.depths.sort(dim=1, stable=True).indices  # stable sorts: the last key is the first criterion
-    key = torch.where(candidates, -values, 1.0)  # by value, every other slot after the candidates (-values <= 0)
-    order = order.gather(1, key.gather(1, order).sort(dim=1, stable=True).indices)
+    key = torch.where(candidates, values, -1.0)  # by value, every other slot after the candidates (values >= 0)
+    order = order.gather(1, key.gather(1, order).sort(dim=1, descending=True, stable=True).indices)
     chosen = order[:, :keep]
     sizes = candidates.sum(1).clamp(max=keep)
     real = candidates.gather(1, chosen)  # (the candidates come first in `order`)
