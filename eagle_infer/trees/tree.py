@@ -188,36 +188,28 @@ def path_values(parents: list[int], probs: list[float]) -> list[float]:
 def ancestor_masks(parents: torch.Tensor) -> torch.Tensor:
     """parents: LongTensor [B, N] of breadth-first trees (-1 = child of the root) -> bool [B, N+1, N+1] ancestor
     masks over flattened indices (0 = root, node i = i + 1), each row its own tree, on parents' device: row j sees
-    j and its ancestors, the root's row itself only. The closure of the flattened tree, as `node_ancestors` builds
-    the nodes'."""
-    n = parents.shape[1]
-    device = torch.device(parents.device)
-    # row p: -e_(p + 1), the flattened parent's column; row n (what -1 reads): -e_0, the root's
-    up_rows = constants.made(("flat parent rows", n, device), lambda: -torch.eye(n + 1, device=device).roll(-1, 0))
-    return _closure(torch.nn.functional.pad(up_rows[parents], (0, 0, 1, 0))) > 0  # (the root's row: no parent)
+    j and its ancestors, the root's row itself only. The closure (`node_ancestors`) of the flattened tree."""
+    flat = torch.nn.functional.pad(parents + 1, (1, 0), value=-1)  # [B, 1 + N] flattened parents (the root: none)
+    return node_ancestors(flat, torch.float32) > 0
 
 
 def node_ancestors(parents: torch.Tensor, dtype=torch.float64) -> torch.Tensor:
-    """parents: LongTensor [B, N] of breadth-first trees (-1 = child of the root) -> [B, N, N] of 0 and 1 in
-    `dtype` (float32 or float64): (i, j) is 1 iff node j is node i or one of its ancestors (the root left out)."""
+    """parents: LongTensor [B, N] of breadth-first trees (-1 = child of the root, a node without a parent among
+    them) -> [B, N, N] of 0 and 1 in `dtype` (float32 or float64): (i, j) is 1 iff node j is node i or one of its
+    ancestors (the root left out).
+
+    Two operators whatever the depth, no host sync: with P the parent relation, strictly lower triangular since
+    parents precede children, the closure I + P + P^2 + ... is (I - P)^-1, one unit lower triangular solve (whose
+    diagonal is taken as 1, not read: its input is one index into a constant table). Exact: each row of I - P holds
+    one off-diagonal -1, and each entry of the inverse counts the paths from i up to j, 0 or 1 in a tree, so every
+    sum a solver forms is of small integers."""
     n = parents.shape[1]
     device = torch.device(parents.device)
     # row p < n: -e_p, the parent's column; row n (what -1 reads, a child of the root's): zeros
-    up_rows = constants.made(("parent rows", n, dtype, device),
-                             lambda: -torch.eye(n + 1, dtype=dtype, device=device)[:, :n].contiguous())
-    return _closure(up_rows[parents])
-
-
-def _closure(minus_parent: torch.Tensor) -> torch.Tensor:
-    """minus_parent [B, M, M]: -1 at (i, parent of i), parents before children, 0 elsewhere (diagonal included) ->
-    the reflexive transitive closure of the parent relation P, 0 and 1 in its dtype. Two operators with the index
-    whatever the depth, no host sync: with P strictly lower triangular, the closure I + P + P^2 + ... is
-    (I - P)^-1, one unit lower triangular solve (whose diagonal is taken as 1, not read). Exact: each row of I - P
-    holds one off-diagonal -1, and each entry of the inverse counts the paths from i up to j, 0 or 1 in a tree, so
-    every sum a solver forms is of small integers."""
-    m = minus_parent.shape[-1]
-    eye = constants.eye(m, minus_parent.dtype, minus_parent.device)
-    return torch.linalg.solve_triangular(minus_parent, eye, upper=False, unitriangular=True)
+    minus_parent = constants.made(("parent rows", n, dtype, device),
+                                  lambda: -torch.eye(n + 1, dtype=dtype, device=device)[:, :n].contiguous())
+    eye = constants.eye(n, dtype, device)
+    return torch.linalg.solve_triangular(minus_parent[parents], eye, upper=False, unitriangular=True)
 
 
 def additive(seen: torch.Tensor, dtype: torch.dtype, out: torch.Tensor | None = None) -> torch.Tensor:
