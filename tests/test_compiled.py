@@ -128,12 +128,26 @@ def test_feature_layers_outside_the_target_are_one_line_errors(pair):
             target.forward(torch.tensor([[1, 2]]), torch.arange(2)[None], cache, feature_layers=(1, 6))
 
 
+class Recorded:
+    """A HeadRunner's compiled step, recording the `then` (head_runner.Then) of every call."""
+
+    def __init__(self, inner):
+        self.inner, self.thens = inner, []
+
+    def __call__(self, *args):
+        self.thens.append(args[7])
+        return self.inner(*args)
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
 @pytest.mark.skipif(not HAS_COMPILER, reason="no C++ compiler: inductor falls back to eager")
 def test_compiled_head_step_drafts_losslessly_with_no_graph_after_warm_up(pair):
     """The head's step compiled (what a HeadRunner does for a target compiled on a GPU, forced here on the CPU): it
-    predicts what the eager head does over a static cache, every drafter's greedy output is vanilla's, and more
-    requests compile no graph."""
-    from eagle_infer.trees.drafting import DraftRoot, TreeFeeder
+    predicts what the eager head does over a static cache, every drafter's greedy output is vanilla's, EAGLE-2's
+    levels run their bookkeeping in the compiled call, and more requests compile no graph."""
+    from eagle_infer.trees.drafting import DraftRoot, TreeFeeder, expanded
     from eagle_infer.head.head_runner import HeadRunner
 
     eager, fast = pair
@@ -154,6 +168,7 @@ def test_compiled_head_step_drafts_losslessly_with_no_graph_after_warm_up(pair):
     configs = [InferConf(method="eagle2", depth=3, top_k=4, total_tokens=10), InferConf(method="eagle1"),
                InferConf(method="chain", depth=4)]
     engines = [Engine(fast, head, c) for c in configs]
+    head.compiled = Recorded(head.compiled)
     for engine in engines:
         for prompt in ([5, 6, 7], list(range(20, 45))):
             engine.generate(prompt, 12)
@@ -163,6 +178,7 @@ def test_compiled_head_step_drafts_losslessly_with_no_graph_after_warm_up(pair):
     for engine in engines:
         assert [engine.generate(p, 15).tokens for p in prompts] == [vanilla_tokens(eager, p, 15) for p in prompts]
     assert head.compiled.compiles == warm
+    assert expanded in head.compiled.thens and None in head.compiled.thens  # EAGLE-2 expands in the compiled call
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -241,11 +257,11 @@ def test_verification_and_acceptance_compile_without_a_graph_break():
 
 def test_a_draft_level_compiles_without_a_graph_break():
     """One EAGLE-2 level of a head with a draft vocabulary smaller than top-k: the level's inputs read from the
-    feeder's buffers, the head's step over a static cache (head_step: the one forward a head runs at inference),
-    draft logits, log-softmax, top-k over the vocabulary, the level's bookkeeping and the auto budget's plan,
-    traced as one graph, give what the eager level gives."""
+    feeder's buffers, the head's step over a static cache with the level's draft logits, log-softmax, top-k over the
+    vocabulary and bookkeeping in the same call (head_step with `expanded`, as the engine runs it), and the auto
+    budget's plan, traced as one graph, give what the eager level gives."""
     from eagle_infer.decoding.cost import Budget, CostModel
-    from eagle_infer.trees.drafting import expand_level, level_inputs
+    from eagle_infer.trees.drafting import by_value, expanded, level_inputs
     from eagle_infer.head.head_runner import HeadRunner, head_step
     from eagle_infer.models.kv_cache import KVCache
     from eagle_infer.trees.tree import causal_mask
@@ -268,9 +284,9 @@ def test_a_draft_level_compiles_without_a_graph_break():
 
     def level(cache, feats, tokens, rope, mask, slots, values, outputs, masks, up, keys):
         parents, rows, head_mask = level_inputs(outputs, masks, torch.arange(2)[:, None], up, keys, 19)
-        out = head_step(runner.step, feats, tokens, rope, mask, cache.k, cache.v, slots)
-        logp = torch.log_softmax(runner.draft_logits(out), dim=-1)
-        children = expand_level(logp, values, 8, runner.vocab_order)
+        out, *children = head_step(runner.step, feats, tokens, rope, mask, cache.k, cache.v, slots, expanded,
+                                   (values, 8, runner.vocab_order, by_value))
+        children = tuple(children)
         more = budget.evidence(torch.cat([children[1], others], 1), 2, values, children[2], others).summary
         return (parents, rows, head_mask, out) + children + (more,)
 

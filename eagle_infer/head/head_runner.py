@@ -11,6 +11,8 @@ Nothing here is rebuilt behind the caller's back: a head whose weights change (t
 """
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 from torch import nn
 
@@ -24,24 +26,45 @@ from ..models.packed import PackedLinear
 
 class HeadStep(nn.Module):
     """What one drafting step of a head runs (head_step): [its fuse,] the target's embedding, [its fc,] and its
-    layers as lean steps (eagle_infer.models.lean_layer), packed or not; a module, so that a compiled step reaches
-    the weights as its own. Its input mode's halves (draft_head.INPUT_HALVES) are chosen here, once."""
+    layers as lean steps (eagle_infer.models.lean_layer), packed or not, and what turns its predictions into draft
+    logits (step_logits: [its norm,] the products over the draft vocabulary, vocab_weight [Vd, H], packed for oneDNN
+    as vocab_packed or None); a module, so that a compiled step reaches the weights as its own. Its input mode's
+    halves (draft_head.INPUT_HALVES) are chosen here, once."""
 
-    def __init__(self, config, embed: nn.Module, fuse: nn.Module | None, fc: nn.Module | None, layers: list):
+    def __init__(self, config, embed: nn.Module, fuse: nn.Module | None, fc: nn.Module | None, layers: list,
+                 norm: nn.Module | None, vocab_weight: torch.Tensor, vocab_packed: PackedLinear | None):
         super().__init__()
         self.embed, self.fuse, self.fc, self.layers = embed, fuse, fc, nn.ModuleList(layers)
+        self.norm, self.vocab_weight, self.vocab_packed = norm, vocab_weight, vocab_packed
         self.halves, self.hidden_size = INPUT_HALVES[config.input_mode], config.hidden_size
 
 
+# then(step, predicted [B, T, H], *extra) -> tuple: what a caller computes from a step's predicted features in the
+# same call, compiled with the step where it is compiled (drafting.expanded: an EAGLE-2 level's bookkeeping)
+Then = Callable[..., tuple]
+
+
 def head_step(step: HeadStep, features: torch.Tensor, tokens: torch.Tensor, rope: torch.Tensor,
-              mask: torch.Tensor | None, k: list, v: list, slots) -> torch.Tensor:
+              mask: torch.Tensor | None, k: list, v: list, slots, then: Then | None = None, extra: tuple = ()):
     """The head's forward at inference, eager and compiled alike (arguments as in HeadRunner.__call__; rope, k, v,
-    slots as in lean_layer.run) -> predicted features [B, T, H]."""
+    slots as in lean_layer.run) -> predicted features [B, T, H], or then(step, them, *extra) when given."""
     features, embeds = head_inputs(step.halves, step.hidden_size, features, tokens, step.embed, step.fuse)
     if step.fc is None:  # EAGLE-3's layer reads the embeddings beside the feature
-        return lean_run(step.layers, features, rope, k, v, slots, mask, embeds=embeds)[0]
-    hidden = step.fc(torch.cat((embeds, features), dim=-1))
-    return lean_run(step.layers, hidden, rope, k, v, slots, mask)[0]
+        out = lean_run(step.layers, features, rope, k, v, slots, mask, embeds=embeds)[0]
+    else:
+        out = lean_run(step.layers, step.fc(torch.cat((embeds, features), dim=-1)), rope, k, v, slots, mask)[0]
+    return out if then is None else then(step, out, *extra)
+
+
+def step_logits(step: HeadStep, predicted: torch.Tensor) -> torch.Tensor:
+    """Predicted features [..., H] -> float32 logits [..., Vd] over the draft vocabulary."""
+    if step.norm is not None:
+        predicted = step.norm(predicted)
+    if step.vocab_packed is not None and predicted.dtype == step.vocab_weight.dtype:
+        logits = step.vocab_packed(predicted)
+    else:
+        logits = torch.nn.functional.linear(predicted, cast(step.vocab_weight, predicted.dtype))
+    return cast(logits, torch.float32)
 
 
 class HeadRunner:
@@ -57,14 +80,14 @@ class HeadRunner:
             compile_step = target.compiled_forward is not None and target.device.type == "cuda"
         fc, fuse = (PackedLinear.of(module.fc), PackedLinear.of(module.fuse)) if self.packed else (module.fc, module.fuse)
         layers = [lean_layer(x, target.config, self.packed) for x in module.layers]
-        self.step = HeadStep(self.config, target.embed_tokens, fuse, fc, layers)
-        self.rope = RopeTable(module.rotary)
         if module.lm_head is None:  # the target's LM-head rows of the draft vocabulary
             sub = target.lm_head.weight.detach()
             self.vocab_weight = sub if module.draft_vocab is None else sub[module.draft_vocab]  # [Vd, H]
         else:  # an EAGLE-3 head drafts with its own norm and LM head
             self.vocab_weight = module.lm_head.weight.detach()
-        self.vocab_packed = PackedLinear(self.vocab_weight) if self.packed else None
+        self.step = HeadStep(self.config, target.embed_tokens, fuse, fc, layers, module.norm, self.vocab_weight,
+                             PackedLinear(self.vocab_weight) if self.packed else None)
+        self.rope = RopeTable(module.rotary)
         self.vocab_order = None  # [V]: the draft vocabulary's target ids, then every other id (drafting.top_tokens)
         if module.draft_vocab is not None:
             outside = torch.ones(self.config.vocab_size, dtype=torch.bool, device=module.draft_vocab.device)
@@ -87,31 +110,25 @@ class HeadRunner:
 
     @torch.inference_mode()
     def __call__(self, features: torch.Tensor, tokens: torch.Tensor, positions: torch.Tensor, cache: KVCache,
-                 mask: torch.Tensor | None) -> torch.Tensor:
+                 mask: torch.Tensor | None, then: Then | None = None, extra: tuple = ()):
         """features [B, T, H] (or [B, T, k*H] fused target features), tokens [B, T], positions [B, T] (or [B, 1]:
         one position for a row's every token, as a tree level's siblings share) -> predicted
         features [B, T, H]; the T new keys/values are written after what `cache` holds (not committed). mask:
-        additive [B or 1, 1, T, held + T]. Inference only: it runs under torch.inference_mode, as Target.forward
+        additive [B or 1, 1, T, held + T]. then: what to compute from the predicted features in the same call
+        (head_step; compiled with the step where it is compiled), returned in their place. Inference only: it runs under torch.inference_mode, as Target.forward
         does (the caches' per-layer views share one tensor, which autograd could not write in place)."""
         t = tokens.shape[1]
         mask, slots = cache.attention_mask(mask, t, features.dtype), cache.slots(t)
         rope = self.rope.take(positions, features.dtype, cache.max_len)
-        args = (features, tokens, rope, mask, cache.k, cache.v, slots)
+        args = (features, tokens, rope, mask, cache.k, cache.v, slots, then, extra)
         if self.compiled is not None and cache.static:
             mark_dynamic_step(mask, rope, features, tokens)
             return self.compiled(*args)
         return head_step(self.step, *args)
 
     def draft_logits(self, predicted: torch.Tensor) -> torch.Tensor:
-        """Predicted features [..., H] -> float32 logits [..., Vd] over the draft vocabulary."""
-        if self.module.norm is not None:
-            predicted = self.module.norm(predicted)
-        weight = self.vocab_weight
-        if self.vocab_packed is not None and predicted.dtype == weight.dtype:
-            logits = self.vocab_packed(predicted)
-        else:
-            logits = torch.nn.functional.linear(predicted, cast(weight, predicted.dtype))
-        return cast(logits, torch.float32)
+        """Predicted features [..., H] -> float32 logits [..., Vd] over the draft vocabulary (step_logits)."""
+        return step_logits(self.step, predicted)
 
     def logits(self, predicted: torch.Tensor) -> torch.Tensor:
         """Predicted features [..., H] -> float32 logits [..., V]; -inf outside the draft vocabulary."""

@@ -19,7 +19,7 @@ from typing import Callable
 import torch
 
 from .. import constants
-from ..head.head_runner import HeadRunner
+from ..head.head_runner import HeadRunner, HeadStep, Then, step_logits
 from ..models.kv_cache import KVCache
 from .tree import TreeBatch, additive, chain_paths, check_paths
 
@@ -107,8 +107,11 @@ class TreeFeeder:
         return self.feed_below(parents + 1, tokens, depth)
 
     @torch.inference_mode()
-    def feed_below(self, up: torch.Tensor, tokens: torch.Tensor, depth: int) -> torch.Tensor:
-        """`feed` with the parents as rows of the buffers [root, fed slot 0, 1, ...]: up = parents + 1 [B, m]."""
+    def feed_below(self, up: torch.Tensor, tokens: torch.Tensor, depth: int, then: Then | None = None,
+                   extra: tuple = ()):
+        """`feed` with the parents as rows of the buffers [root, fed slot 0, 1, ...]: up = parents + 1 [B, m]. then:
+        computed from the nodes' predicted features in the head's call instead of the log-probs (head_runner.Then:
+        `expanded`, an EAGLE-2 level), returned without the features it returns first."""
         m = tokens.shape[1]
         f = self.fed
         if f + m > self._cap:
@@ -121,12 +124,14 @@ class TreeFeeder:
         self._masks.index_copy_(1, slots, rows)
         # [B, 1]: the level's nodes share their row's head position, base + depth - 1 (see the module's docstring)
         positions = self.root.positions if depth == 1 else self.root.positions + (depth - 1)
-        out = self.head(parent_feat, fed_tokens, positions, self.cache, mask)
+        out = self.head(parent_feat, fed_tokens, positions, self.cache, mask, then, extra)
+        if then is not None:
+            out, *rest = out
         self.cache.advance(m)
         self.levels += 1
         self.fed += m
         self._outputs.index_copy_(1, slots, out)
-        return torch.log_softmax(self.head.draft_logits(out), dim=-1)
+        return torch.log_softmax(self.head.draft_logits(out), dim=-1) if then is None else rest
 
     def reset(self) -> None:
         """Drop every fed node from the head's cache."""
@@ -244,6 +249,14 @@ def expand_level(logp: torch.Tensor, parent_values: torch.Tensor, k: int, order:
     values = parent_values.repeat_interleave(k, dim=1) + own  # (each parent's value beside its k children's)
     pick = torch.sort(key(values, own), dim=1, descending=True, stable=True).indices[:, :k]
     return tokens.flatten(1), values, own, pick
+
+
+def expanded(step: HeadStep, out: torch.Tensor, parent_values: torch.Tensor, k: int, order: torch.Tensor | None,
+             key: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> tuple[torch.Tensor, ...]:
+    """A fed EAGLE-2 level in the head's call (TreeFeeder.feed_below's `then`, so that it compiles with the head's
+    step where the step is compiled): the predicted features [B, k, H], then expand_level over their children's
+    draft log-probs."""
+    return (out,) + expand_level(torch.log_softmax(step_logits(step, out), dim=-1), parent_values, k, order, key)
 
 
 @lru_cache(maxsize=64)
@@ -372,8 +385,8 @@ def grow_dynamic(feeder: TreeFeeder, depth: int, top_k: int, total_tokens: int, 
             if not more:
                 break
             nodes = None  # decided before this level: asked again after the last one
-        logp = feeder.feed_below(up, front_tok, d - 1)
-        tok, val, own, pick = expand_level(logp, front_val, k, feeder.head.vocab_order, grow.expand)
+        tok, val, own, pick = feeder.feed_below(up, front_tok, d - 1, expanded,
+                                                (front_val, k, feeder.head.vocab_order, grow.expand))
         toks.append(tok), vals.append(val), owns.append(own), fronts.append(pick)
         # the picked nodes' parents are the k just fed, feeder rows fed - k + 1 ... fed: child c's is c // k of them
         rows = constants.made(("rows of picks' parents", k, feeder.fed, device),
