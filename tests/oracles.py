@@ -201,7 +201,7 @@ def one_thread():
 def distinct_checked(monkeypatch):
     """Every verification that trusts its trees' siblings to be distinct (TreeBatch.distinct, which skips the walk's
     search for the first of equal siblings) checks that they are; yields how many it checked."""
-    from eagle_infer.decoding import verify
+    from eagle_infer.decoding import verify, verify_batch
 
     follow, checked = verify.follow, []
 
@@ -213,7 +213,7 @@ def distinct_checked(monkeypatch):
                 assert len(set(pairs)) == len(pairs), f"row {b}: siblings repeat a token {pairs}"
             checked.append(tokens.shape[0])
         return follow(tokens, parents, sizes, allowed, chosen, distinct)
-    monkeypatch.setattr(verify, "follow", checking)
+    monkeypatch.setattr(verify_batch, "follow", checking)  # (the engine's acceptance step walks with it)
     yield checked
 
 

@@ -223,11 +223,11 @@ def _random_batch(gen: torch.Generator, b: int, n: int):
 
 
 def test_verification_and_acceptance_compile_without_a_graph_break():
-    """The verification input, greedy and sampled acceptance and the commit's index ops, traced as one graph at a
-    padded width, give what the eager functions give."""
+    """The verification input, greedy and sampled acceptance and the commit's index ops (accept_and_commit, the
+    step the engine runs), traced as one graph at a padded width, give what the eager functions give."""
     from eagle_infer.trees.tree import TreeBatch
-    from eagle_infer.decoding.verify import SamplingParams, follow, inverse_cdf, target_probs, verify_greedy
-    from eagle_infer.decoding.verify_batch import commit_paths, verification_input
+    from eagle_infer.decoding.verify import SamplingParams, argmax, inverse_cdf, target_probs
+    from eagle_infer.decoding.verify_batch import accept_and_commit, kept_columns, verification_input
 
     gen = torch.Generator().manual_seed(0)
     tree = _random_batch(gen, 3, 8).padded(8)
@@ -240,11 +240,12 @@ def test_verification_and_acceptance_compile_without_a_graph_break():
         trees = TreeBatch(tokens, parents, depths, torch.zeros(tokens.shape), torch.zeros_like(tokens, dtype=torch.bool),
                           sizes, tree.depth)
         batch = verification_input(trees, roots, bases)
-        greedy = verify_greedy(tokens, parents, sizes, batch.allowed, logits)
-        sampled = follow(tokens, parents, sizes, batch.allowed, inverse_cdf(target_probs(logits, params), uniforms))
-        commit = commit_paths(batch.ids, trees, greedy.reached, greedy.accepted, greedy.bonus)
-        return (batch.positions, greedy.on_path, greedy.bonus, greedy.reached, sampled.on_path, sampled.bonus,
-                commit.kept, commit.sequence)
+        greedy = accept_and_commit(tokens, parents, sizes, batch.allowed, argmax(logits), batch.ids,
+                                   kept_columns(trees, static=True), False)
+        draws = inverse_cdf(target_probs(logits, params), uniforms)
+        sampled = accept_and_commit(tokens, parents, sizes, batch.allowed, draws, batch.ids,
+                                    kept_columns(trees, static=False), False)
+        return (batch.positions, batch.allowed) + greedy + sampled
 
     args = (tree.tokens, tree.parents, tree.depths, tree.sizes, roots, bases, logits, uniforms)
     torch._dynamo.reset()
@@ -253,6 +254,36 @@ def test_verification_and_acceptance_compile_without_a_graph_break():
         eager = step(*args)
     for got, want in zip(compiled(*args), eager):
         assert torch.equal(got, want)
+
+
+@pytest.mark.skipif(not HAS_COMPILER, reason="no C++ compiler: inductor falls back to eager")
+def test_compiled_acceptance_decodes_as_the_eager_one(pair):
+    """Acceptance + commit compiled (what an engine over a target compiled on a GPU runs, captured per width; forced
+    here on the CPU): greedy output is vanilla's, sampled output and batches are the eager engine's, and more requests
+    compile no graph."""
+    from eagle_infer.decoding.verify import SamplingParams
+    from eagle_infer.decoding.verify_batch import accept_and_commit
+    from eagle_infer.models.compiled import CompiledForward
+
+    eager, _ = pair
+    head = random_head(eager, seed=3)
+    config = InferConf(method="eagle2", depth=3, top_k=4, total_tokens=10, pad_trees="on")
+    plain, captured = Engine(eager, head, config), Engine(eager, head, config)
+    assert plain.accept is accept_and_commit  # a CPU target: acceptance runs eagerly
+    captured.accept = CompiledForward(None, accept_and_commit, torch.device("cpu"), "acceptance")
+    sampled = SamplingParams(temperature=0.9)
+    prompts = [[5, 6, 7], list(range(20, 45)), [9]]
+    for p in prompts[:2]:
+        captured.generate(p, 12), captured.generate(p, 12, sampled)
+    captured.generate_batch(prompts, 12, batch_size=3)
+    warm = captured.accept.compiles
+    assert warm >= 1 and not captured.accept.failed
+    for p in prompts:
+        assert captured.generate(p, 15).tokens == vanilla_tokens(eager, p, 15)
+        assert captured.generate(p, 15, sampled, seed=4).tokens == plain.generate(p, 15, sampled, seed=4).tokens
+    both = [e.generate_batch(prompts, 15, sampled, seed=2, batch_size=3) for e in (captured, plain)]
+    assert [r.tokens for r in both[0].results] == [r.tokens for r in both[1].results]
+    assert captured.accept.compiles == warm
 
 
 def test_a_draft_level_compiles_without_a_graph_break():

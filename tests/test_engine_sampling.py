@@ -21,7 +21,8 @@ from functools import lru_cache
 import pytest
 import torch
 
-import eagle_infer.decoding.cycle as engine_module
+import eagle_infer.decoding.cycle as cycle_module
+import eagle_infer.decoding.engine as engine_module
 import eagle_infer.decoding.verify as verify
 import tests.oracles as oracles
 from eagle_infer.head.draft_head import random_head
@@ -30,6 +31,7 @@ from eagle_infer.decoding.engine import Engine
 from eagle_infer.models.target import compile_target
 from eagle_infer.trees.tree import DraftTree, TreeBatch, ancestor_masks
 from eagle_infer.decoding.verify import SamplingParams, follow, inverse_cdf, target_probs, verify_sampled
+from eagle_infer.decoding.verify_batch import accept_and_commit
 from tests.oracles import one_thread, oracle_drafter, scaled_target, vanilla_tokens, verify_sampling  # noqa: F401
 
 
@@ -361,30 +363,27 @@ def test_inverse_cdf_draws_each_token_with_its_probability():
         assert all(probs[row, t] > 0 for t in drawn)
 
 
-def broken_sampled_parent_rows(tokens, parents, sizes, allowed, logits, params, generators, draws=0, distinct=False):
-    """Wrong on purpose: each node's children are judged with its parent's row."""
-    return verify_sampled(tokens, parents, sizes, allowed, torch.cat([logits[:, :1], logits[:, :-1]], 1), params,
-                          generators, draws, distinct)
+def broken_sampled_parent_rows(logits, params, generators, draws=0):
+    """Wrong on purpose (in place of verify.sampled_choices): each node's children are judged with its parent's
+    row."""
+    return verify.sampled_choices(torch.cat([logits[:, :1], logits[:, :-1]], 1), params, generators, draws)
 
 
-def broken_sampled_greedy_bonus(tokens, parents, sizes, allowed, logits, params, generators, draws=0, distinct=False):
-    """Wrong on purpose: accepts by sampling but emits the target's argmax as the bonus."""
-    g = verify_sampled(tokens, parents, sizes, allowed, logits, params, generators, draws, distinct)
-    n = tokens.shape[1]
-    leaf = torch.where(g.on_path, torch.arange(1, n + 1), 0).amax(-1, keepdim=True)
-    return verify.BatchAcceptance(g.accepted, logits.argmax(-1).gather(1, leaf)[:, 0], g.on_path, g.reached)
+def broken_sampled_greedy_root(logits, params, generators, draws=0):
+    """Wrong on purpose (in place of verify.sampled_choices): the root's draw is the target's argmax."""
+    chosen = verify.sampled_choices(logits, params, generators, draws)
+    return torch.cat([logits[:, :1].argmax(-1), chosen[:, 1:]], 1)
 
 
-def broken_sampled_accept_first_child(tokens, parents, sizes, allowed, logits, params, generators, draws=0,
-                                      distinct=False):
-    """Wrong on purpose: every node draws its first child's token when it has one (never rejects)."""
+def broken_sampled_accept_first_child(tokens, parents, sizes, allowed, chosen, ids, columns, distinct):
+    """Wrong on purpose (in place of verify_batch.accept_and_commit): every node draws its first child's token when
+    it has one (never rejects)."""
     b, n = tokens.shape
-    draws = inverse_cdf(target_probs(logits, params), torch.rand(b, n + 1, dtype=torch.float64))
     slot = torch.arange(n).expand(b, n)
     first = torch.full((b, n + 2), n, dtype=torch.long).scatter_reduce(1, parents + 1, slot, "amin")[:, : n + 1]
     has = first < n
-    draws = torch.where(has, tokens.gather(1, first.clamp(max=n - 1)), draws)
-    return follow(tokens, parents, sizes, allowed, draws, distinct)
+    chosen = torch.where(has, tokens.gather(1, first.clamp(max=n - 1)), chosen)
+    return accept_and_commit(tokens, parents, sizes, allowed, chosen, ids, columns, distinct)
 
 
 def test_batched_sampler_draws_match_exact_outcomes():
@@ -567,11 +566,13 @@ def test_engine_samples_follow_the_target(name, params, path):
         assert all(exact.get(k, 0) > 0 for k in counts)  # nothing outside the filtered support
 
 
-@pytest.mark.parametrize("broken", [broken_sampled_accept_first_child, broken_sampled_greedy_bonus,
-                                    broken_sampled_parent_rows])
-def test_engine_check_detects_a_broken_verifier(monkeypatch, broken):
+@pytest.mark.parametrize("module,name,broken", [
+    (engine_module, "accept_and_commit", broken_sampled_accept_first_child),
+    (cycle_module, "sampled_choices", broken_sampled_greedy_root),
+    (cycle_module, "sampled_choices", broken_sampled_parent_rows)], ids=["first-child", "greedy-root", "parent-rows"])
+def test_engine_check_detects_a_broken_verifier(monkeypatch, module, name, broken):
     params = SamplingParams(temperature=0.7)
-    monkeypatch.setattr(engine_module, "verify_sampled", broken)
+    monkeypatch.setattr(module, name, broken)
     counts, _ = engine_counts("oracle", params)
     same, p_value, _ = same_distribution(counts, exact_joint(params))
     assert not same and p_value < ALPHA * 1e-3, p_value

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 import torch
 
@@ -32,8 +32,8 @@ from ..platform import sync
 from .cost import Budget, Evidence, Plan
 from .records import CycleStats
 from ..trees.tree import TreeBatch, additive_mask, causal_mask, padded_width
-from .verify import BatchAcceptance, sample_device, verify_greedy, verify_sampled
-from .verify_batch import Commit, HostRow, commit_paths, to_host, verification_input
+from .verify import BatchAcceptance, argmax, sample_device, sampled_choices
+from .verify_batch import Commit, HostRow, accept_and_commit, as_verdict, kept_columns, to_host, verification_input
 
 if TYPE_CHECKING:  # type-only: the scheduler runs these cycles
     from .scheduler import BatchRun
@@ -43,8 +43,9 @@ if TYPE_CHECKING:  # type-only: the scheduler runs these cycles
 class CyclePolicy:
     """What the engine decided for cycles of a batch size (Engine.policy_at): the config with its tree cut to the
     batch's budget, the drafter, the auto budget's chooser (None: a fixed tree), whether trees are padded to bucket
-    widths and whether the auto budget plans ahead, the tree budget a drafter's trees may not exceed, and the
-    uniforms a sampled verification draws per row (the largest tree + 1, whatever the batch size)."""
+    widths and whether the auto budget plans ahead, the tree budget a drafter's trees may not exceed, the
+    uniforms a sampled verification draws per row (the largest tree + 1, whatever the batch size), and the
+    acceptance step (verify_batch.accept_and_commit, or the same compiled: Engine)."""
 
     config: InferConf
     drafter: Drafter
@@ -53,6 +54,7 @@ class CyclePolicy:
     plan_ahead: bool
     tree_budget: int
     draws: int
+    accept: Callable[..., tuple[torch.Tensor, ...]] = accept_and_commit
 
 
 @dataclass
@@ -187,13 +189,14 @@ def verify(run: BatchRun, rows, proposal: Proposal, policy: CyclePolicy) -> Verd
     mask = target_mask(run, lengths, batch.allowed, causal=causal)
     logits, features = run.target.forward(batch.ids, batch.positions, run.cache, mask,
                                           feature_layers=run.feature_layers)
-    sampling, sizes = run.call.sampling, None if trees.full else trees.sizes
-    if sampling.greedy:
-        accepted = verify_greedy(trees.tokens, trees.parents, sizes, batch.allowed, logits, trees.distinct)
-    else:  # the exact batched sampler (tests/test_engine_sampling.py enumerates its outcomes)
-        accepted = verify_sampled(trees.tokens, trees.parents, sizes, batch.allowed, logits, sampling,
-                                  [r.generator for r in rows], policy.draws, trees.distinct)
-    commit_ = commit_paths(batch.ids, trees, accepted.reached, accepted.accepted, accepted.bonus)
+    sampling = run.call.sampling
+    # greedy: the target's argmax at every node; sampling: the exact batched sampler's draws (verify.sampled_choices;
+    # tests/test_engine_sampling.py enumerates its outcomes)
+    chosen = argmax(logits) if sampling.greedy else sampled_choices(logits, sampling, [r.generator for r in rows],
+                                                                    policy.draws)
+    accepted, commit_ = as_verdict(policy.accept(
+        trees.tokens, trees.parents, None if trees.full else trees.sizes, batch.allowed, chosen, batch.ids,
+        kept_columns(trees, policy.pad_trees), trees.distinct))
     evidence = proposal.evidence
     rows_, read = to_host(trees, accepted, None if evidence is None else evidence.summary)
     plan = None if evidence is None else policy.budget.choose(evidence, read)

@@ -34,6 +34,8 @@ from ..head.head_runner import HeadRunner, runner_for
 from ..models.kv_cache import KVCache
 from ..platform import available_memory, sync
 from .cycle import CyclePolicy
+from ..models.compiled import CompiledForward
+from .verify_batch import accept_and_commit
 from .records import BatchResult, GenerationResult
 from .scheduler import BatchRun, Call
 from ..trees.tree import DraftTree, TreeBatch
@@ -73,8 +75,11 @@ class Engine:
         self.target, self.config = target, config
         self.head = runner_for(head, target) if config.spec.head else None
         self.drafter, self.cost = drafter_for(config, drafter), cost
-        self.pad_trees = config.pad_trees == "on" or (
-            config.pad_trees == "auto" and target.compiled_forward is not None and target.device.type == "cuda")
+        captured = target.compiled_forward is not None and target.device.type == "cuda"  # CUDA graphs
+        self.pad_trees = config.pad_trees == "on" or (config.pad_trees == "auto" and captured)
+        # acceptance + commit: one static-shape step, captured beside the target's forward (one graph per width)
+        self.accept = (CompiledForward(None, accept_and_commit, target.device, "acceptance") if captured
+                       else accept_and_commit)
         self.plan_ahead = config.plan_ahead == "on" or (config.plan_ahead == "auto" and target.device.type == "cuda")
         self._policies: dict[int, CyclePolicy] = {}  # per batch size (policy_at)
 
@@ -170,5 +175,6 @@ class Engine:
             config = self.config.at_batch(batch)
             budget = Budget(self.cost, batch, config.tree_size(), self.pad_trees) if config.budget == "auto" else None
             self._policies[batch] = CyclePolicy(config, self.drafter, budget, self.pad_trees, self.plan_ahead,
-                                                self.config.tree_budget(batch), 1 + self.config.tree_size())
+                                                self.config.tree_budget(batch), 1 + self.config.tree_size(),
+                                                self.accept)
         return self._policies[batch]

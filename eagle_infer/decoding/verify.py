@@ -149,12 +149,18 @@ def verify_greedy(
 def verify_sampled(tokens: torch.Tensor, parents: torch.Tensor, sizes: torch.Tensor | None, allowed: torch.Tensor,
                    logits: torch.Tensor, params: SamplingParams, generators: list[torch.Generator],
                    draws: int = 0, distinct: bool = False) -> BatchAcceptance:
-    """The exact tree rejection sampler for a batch, by tensor ops: every flattened node j of row b draws y_j from
-    the target's distribution there (target_probs of logits [B, N+1, V]; uniform j of `draws` >= N + 1 taken from
-    generators[b] (default N + 1), inverse CDF as sample_device), and the walk follows, from the root, the first
-    child whose token is its parent's draw; the bonus is the draw at the last accepted node. The engine takes the
-    same number of uniforms every cycle (its largest tree + 1), so a row's draws never depend on the other rows'
-    trees and a request samples in a batch what it samples alone.
+    """The exact tree rejection sampler for a batch: `follow` down the nodes' draws (sampled_choices)."""
+    return follow(tokens, parents, sizes, allowed, sampled_choices(logits, params, generators, draws), distinct)
+
+
+def sampled_choices(logits: torch.Tensor, params: SamplingParams, generators: list[torch.Generator],
+                    draws: int = 0) -> torch.Tensor:
+    """What the exact tree rejection sampler follows, by tensor ops: every flattened node j of row b draws y_j
+    [B, N+1] from the target's distribution there (target_probs of logits [B, N+1, V]; uniform j of `draws` >= N + 1
+    taken from generators[b] (default N + 1), inverse CDF as sample_device); `follow` then walks from the root down
+    the first child whose token is its parent's draw, and the bonus is the draw at the last accepted node. The engine
+    takes the same number of uniforms every cycle (its largest tree + 1), so a row's draws never depend on the other
+    rows' trees and a request samples in a batch what it samples alone.
 
     Why it is exact: the draft's candidates are fixed (top-k, copies), so sequential rejection at a node (accept
     child x with p(x), else zero it, renormalise, try the next; draw from what is left when all fail; verify_sampling,
@@ -166,7 +172,7 @@ def verify_sampled(tokens: torch.Tensor, parents: torch.Tensor, sizes: torch.Ten
     count = max(draws, probs.shape[1])
     uniforms = torch.stack([torch.rand(count, generator=g, device=probs.device, dtype=torch.float64)
                             for g in generators])[:, : probs.shape[1]]
-    return follow(tokens, parents, sizes, allowed, inverse_cdf(probs, uniforms), distinct)
+    return inverse_cdf(probs, uniforms)
 
 
 def inverse_cdf(probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:

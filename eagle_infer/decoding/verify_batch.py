@@ -9,7 +9,7 @@ import torch
 
 from .. import constants
 from ..trees.tree import TreeBatch, ancestor_masks
-from .verify import Acceptance, BatchAcceptance, tested_nodes
+from .verify import Acceptance, BatchAcceptance, follow, tested_nodes
 
 
 @dataclass
@@ -32,26 +32,50 @@ def verification_input(tree: TreeBatch, roots: torch.Tensor, bases: torch.Tensor
 
 @dataclass
 class Commit:
-    """What the accepted paths commit, on the device, W = 1 + the tree's depth bound: kept [B, W] flattened indices
-    (0 = root, then the accepted nodes root to leaf; slots past 1 + accepted[b] are arbitrary); sequence [B, W + 1]:
-    the root, the accepted tokens, the bonus token (then arbitrary); counts [B] = accepted + 1."""
+    """What the accepted paths commit, on the device, W columns (commit_paths: at least 1 + the longest path): kept
+    [B, W] flattened indices (0 = root, then the accepted nodes root to leaf; slots past 1 + accepted[b] are
+    arbitrary); sequence [B, W + 1]: the root, the accepted tokens, the bonus token (then arbitrary); counts [B] =
+    accepted + 1."""
 
     kept: torch.Tensor
     sequence: torch.Tensor
     counts: torch.Tensor
 
 
-def commit_paths(ids: torch.Tensor, tree: TreeBatch, reached: torch.Tensor, accepted: torch.Tensor,
-                 bonus: torch.Tensor) -> Commit:
-    """ids [B, 1 + N] verified tokens; reached bool [B, 1 + N] (BatchAcceptance.reached); accepted, bonus [B]."""
-    n = tree.width
-    w = 1 + min(tree.depth, n)
+def kept_columns(tree: TreeBatch, static: bool) -> int:
+    """The columns a commit of `tree` keeps: 1 + its depth bound (no path is longer), or 1 + its width where the
+    shape must not depend on the depth (static: one captured graph per width)."""
+    return 1 + (tree.width if static else min(tree.depth, tree.width))
+
+
+def commit_paths(ids: torch.Tensor, reached: torch.Tensor, accepted: torch.Tensor, bonus: torch.Tensor,
+                 columns: int) -> Commit:
+    """ids [B, 1 + N] verified tokens; reached bool [B, 1 + N] (BatchAcceptance.reached); accepted, bonus [B];
+    columns: the W kept (kept_columns)."""
+    n = ids.shape[1] - 1
     path = torch.where(reached, constants.arange(0, n + 1, ids.device), n)  # the root, the accepted nodes, then n
-    kept = path.topk(w, dim=1, largest=False).values  # the w smallest ascending: the root, the path, then n
+    kept = path.topk(columns, dim=1, largest=False).values  # the W smallest ascending: the root, the path, then n
     counts = accepted + 1
     sequence = torch.nn.functional.pad(ids.gather(1, kept), (0, 1))
     sequence.index_put_((constants.arange(0, ids.shape[0], ids.device), counts), bonus)  # the bonus after the path
     return Commit(kept, sequence, counts)
+
+
+def accept_and_commit(tokens: torch.Tensor, parents: torch.Tensor, sizes: torch.Tensor | None,
+                      allowed: torch.Tensor, chosen: torch.Tensor, ids: torch.Tensor, columns: int,
+                      distinct: bool) -> tuple[torch.Tensor, ...]:
+    """Acceptance (verify.follow down `chosen` [B, 1 + N], the target's argmax or draws at every verified position)
+    and what it commits (commit_paths), one static-shape step of tensors in and out: what a GPU compiles and captures
+    once per (batch, width) (Engine: CompiledForward). -> BatchAcceptance's fields, then Commit's (as_verdict)."""
+    accepted = follow(tokens, parents, sizes, allowed, chosen, distinct)
+    commit = commit_paths(ids, accepted.reached, accepted.accepted, accepted.bonus, columns)
+    return accepted.accepted, accepted.bonus, accepted.on_path, accepted.reached, commit.kept, commit.sequence, \
+        commit.counts
+
+
+def as_verdict(fields: tuple[torch.Tensor, ...]) -> tuple[BatchAcceptance, Commit]:
+    """accept_and_commit's tensors as (BatchAcceptance, Commit)."""
+    return BatchAcceptance(*fields[:4]), Commit(*fields[4:])
 
 
 @dataclass

@@ -57,11 +57,13 @@ class _Bound(torch.nn.Module):
 
 
 class CompiledForward:
-    """fn(module, *args) compiled; calling it falls back to the eager fn, with one warning, if compiling fails."""
+    """fn(module, *args) compiled (fn(*args) when module is None: a step without weights); calling it falls back to
+    the eager fn, with one warning, if compiling fails."""
 
-    def __init__(self, module: torch.nn.Module, fn: Callable, device: torch.device, what: str):
+    def __init__(self, module: torch.nn.Module | None, fn: Callable, device: torch.device, what: str):
         """what: names it in the fallback warning ("the target's forward")."""
-        self.fn, self.what, self.compiles, self.compile_s, self.failed = _Bound(module, fn), what, 0, 0.0, ""
+        self.fn = fn if module is None else _Bound(module, fn)
+        self.what, self.compiles, self.compile_s, self.failed = what, 0, 0.0, ""
         # On a CPU freezing must be on while dynamo traces too (not only in the backend's config patches): else the
         # weights stay graph inputs and are neither folded in nor packed. On a GPU it stays off: it would fold the KV
         # cache's static-address buffers into the graph as constants (one request's cache baked in), where CUDA
