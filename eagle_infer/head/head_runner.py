@@ -5,8 +5,9 @@ Built once per (head, target) and read-only afterwards, it holds what drafting n
   over the draft vocabulary;
 - the head's decoder layers as lean steps (eagle_infer.models.lean_layer), the same function in fewer ops, and
   with its fuse, fc and the target's embedding the one forward a head runs at inference (`head_step`);
-- on a target compiled on a GPU, that step compiled (a level is launch-bound there), over static caches that
-  `new_cache` makes.
+- on a target compiled on a GPU, that step compiled (a level is launch-bound there), with what a caller computes
+  from its predictions in the same call (`Then`: an EAGLE-2 level's draft logits and bookkeeping), over static
+  caches that `new_cache` makes.
 Nothing here is rebuilt behind the caller's back: a head whose weights change (training) gets a new runner.
 """
 from __future__ import annotations
@@ -112,11 +113,12 @@ class HeadRunner:
     def __call__(self, features: torch.Tensor, tokens: torch.Tensor, positions: torch.Tensor, cache: KVCache,
                  mask: torch.Tensor | None, then: Then | None = None, extra: tuple = ()):
         """features [B, T, H] (or [B, T, k*H] fused target features), tokens [B, T], positions [B, T] (or [B, 1]:
-        one position for a row's every token, as a tree level's siblings share) -> predicted
-        features [B, T, H]; the T new keys/values are written after what `cache` holds (not committed). mask:
-        additive [B or 1, 1, T, held + T]. then: what to compute from the predicted features in the same call
-        (head_step; compiled with the step where it is compiled), returned in their place. Inference only: it runs under torch.inference_mode, as Target.forward
-        does (the caches' per-layer views share one tensor, which autograd could not write in place)."""
+        one position for a row's every token, as a tree level's siblings share) -> predicted features [B, T, H];
+        the T new keys/values are written after what `cache` holds (not committed). mask: additive
+        [B or 1, 1, T, held + T]. then: what to compute from the predicted features in the same call (head_step;
+        compiled with the step where it is compiled), returned in their place. Inference only: it runs under
+        torch.inference_mode, as Target.forward does (the caches' per-layer views share one tensor, which autograd
+        could not write in place)."""
         t = tokens.shape[1]
         mask, slots = cache.attention_mask(mask, t, features.dtype), cache.slots(t)
         rope = self.rope.take(positions, features.dtype, cache.max_len)

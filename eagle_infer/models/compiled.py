@@ -1,9 +1,10 @@
 """The target's forward compiled by torch.compile (`infer.compile=true`): the same lean steps the eager forward runs
 (target.decode), through inductor with freezing (weights folded in as constants and packed for oneDNN on a CPU,
 elementwise ops fused), CUDA graphs on a GPU (the KV cache's buffers are marked static, so writing them in place
-does not stop capture). On a GPU the draft head's step (head_runner.head_step) is compiled too (HeadRunner,
-compile_step): a level is launch-bound there. On a CPU the head drafts eagerly: compiling its step did not pay on
-the CPU measured (docs/design.md, "Compiled forward").
+does not stop capture). On a GPU the draft head's step (head_runner.head_step, with an EAGLE-2 level's bookkeeping
+in the same call) is compiled too (HeadRunner, compile_step): a level is launch-bound there; so is acceptance +
+commit (verify_batch.accept_and_commit, Engine.accept), a function without weights. On a CPU the head drafts
+eagerly: compiling its step did not pay on the CPU measured (docs/design.md, "Compiled forward").
 
 It runs over a static KV cache (kv_cache.KVCache with static=True): attention spans every preallocated slot under an
 additive mask and the write slots arrive as tensors (kv_cache.Slots), so nothing the graph reads changes between
