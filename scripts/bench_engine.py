@@ -17,9 +17,12 @@ Prints, for the machine's native dtype (model.dtype=auto) unless --dtypes says o
       dispatches per vanilla step and per EAGLE-2 cycle (the first prompt once more, up to 64 new tokens, prefill
       excluded): aten operators (torch.profiler's, outermost only: an operator another one calls counts in it) and
       CUDA graph replays (a captured forward is one replay and no operator).
+--hybrid adds EAGLE-2 with prompt lookup merged in (eagle2+lookup, the default method, the same tree settings) to
+every engine column: tokens/s against vanilla, τ, equality with vanilla and what the host dispatches per cycle.
 --compile adds the compiled target (infer.compile, eagle_infer/models/compiled.py): its forward per size and an engine
-column "compiled" decoding through it (the head drafts eagerly), with the compile time (warm-up, excluded from
-every timing) and how many graphs were compiled after warm-up (0 expected).
+column "compiled" decoding through it (on a GPU the head's step with an EAGLE-2 level's bookkeeping and acceptance
+are compiled too), with the compile time (warm-up, excluded from every timing) and how many graphs were compiled
+after warm-up (0 expected).
 A synthetic target (--model synthetic:vicuna-7b: that architecture with random weights, eagle_infer/models/synthetic.py)
 adds (e) the cost of a cycle of EAGLE's draft tree (25 nodes, depth 5; drafted by a random head, verified) beside the
 vanilla step, and the speedup projected from it at the τ the EAGLE paper reports for that target,
@@ -31,7 +34,7 @@ packed as this run's where that checkout can pack).
 Writes results/bench-engine.json.
 
 usage: python scripts/bench_engine.py [--model smollm2-135m | synthetic:vicuna-7b] [--dtypes auto] [--prompts 3]
-       [--max-new 128] [--depth 6 --top-k 8 --total-tokens 32] [--pack auto] [--compile] [--baseline DIR]
+       [--max-new 128] [--depth 6 --top-k 8 --total-tokens 32] [--pack auto] [--compile] [--hybrid] [--baseline DIR]
        [--plan-ahead on] [--sizes 1,2,4,...,64] [--context 300]
 """
 from __future__ import annotations
@@ -45,7 +48,7 @@ import math
 import statistics
 import sys
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
@@ -320,15 +323,35 @@ def _under_aten(event) -> bool:
     return False
 
 
-def engines(build, conf_class, target, head: str, args, plan_ahead: str = ""):
-    """(vanilla engine, EAGLE-2 engine, forward timer) of one eagle_infer package over its own target: `build` its
-    build_engine, `conf_class` its InferConf; plan_ahead: its EAGLE-2's infer.plan_ahead ("": the default)."""
+@dataclass
+class Column:
+    """One engine column's engines over its own target and the timer of its target's forwards; hybrid: the
+    EAGLE-2 + prompt lookup engine (--hybrid), else None."""
+
+    vanilla: object
+    eagle2: object
+    timer: "ForwardTimer"
+    hybrid: object | None = None
+
+    def drafting(self) -> list[tuple[str, object]]:
+        """(method, engine) of every drafting engine: EAGLE-2, then the hybrid where there is one."""
+        return [("eagle2", self.eagle2)] + ([(HYBRID, self.hybrid)] if self.hybrid is not None else [])
+
+
+HYBRID = "eagle2+lookup"
+
+
+def engines(build, conf_class, target, head: str, args, plan_ahead: str = "") -> Column:
+    """The engines of one eagle_infer package over its own target: `build` its build_engine, `conf_class` its
+    InferConf; plan_ahead: its EAGLE-2's infer.plan_ahead ("": the default); with args.hybrid also EAGLE-2 with
+    prompt lookup merged in (the same tree settings)."""
     timer = ForwardTimer(target)
     vanilla = build(conf_class(method="vanilla"), target)
-    eagle2 = build(
-        conf_class(method="eagle2", head=head, depth=args.depth, top_k=args.top_k, total_tokens=args.total_tokens,
-                   **({"plan_ahead": plan_ahead} if plan_ahead else {})), target)
-    return vanilla, eagle2, timer
+    tree = {"head": head, "depth": args.depth, "top_k": args.top_k, "total_tokens": args.total_tokens,
+            **({"plan_ahead": plan_ahead} if plan_ahead else {})}
+    eagle2 = build(conf_class(method="eagle2", **tree), target)
+    hybrid = build(conf_class(method=HYBRID, **tree), target) if args.hybrid else None
+    return Column(vanilla, eagle2, timer, hybrid)
 
 
 def tree_engines(targets: dict, head: str) -> dict:
@@ -386,16 +409,16 @@ def bench_dtype(dtype: str, args) -> dict:
     if args.baseline:
         base_build, base_conf, base_target = load_baseline(args.baseline)
         methods["baseline"] = engines(base_build, base_conf, baseline_target(base_target, args, dtype), head, args)
-    for prefix, (vanilla, eagle2, timer) in methods.items():  # warm-up, excluded: every prompt (compiled shapes)
+    for prefix, col in methods.items():  # warm-up, excluded: every prompt (compiled shapes)
         for ids in prompts:
-            for engine in (vanilla, eagle2, trees.get(prefix)):
+            for engine in (col.vanilla, col.eagle2, col.hybrid, trees.get(prefix)):
                 if engine is not None:
                     engine.generate(ids, 8, stop_ids=stops)
-        timer.take()
+        col.timer.take()
     warm_compiles = fast.compiled_forward.compiles if fast else 0
     for model in filter(None, (target, plain)):
         hf_generate(model, prompts[0], 8, stops)
-    level_bytes = level_weight_bytes(methods["this"][1].head.module)
+    level_bytes = level_weight_bytes(methods["this"].eagle2.head.module)
     runs, bare_1, bare_n, bare_1_fast, bare_n_fast = Runs(), [], [], [], []
     tree = args.total_tokens if isinstance(args.total_tokens, int) else 16
     sides = list(methods.items())
@@ -408,12 +431,13 @@ def bench_dtype(dtype: str, args) -> dict:
                 runs.data[name]["wall"] += dt
         # each side goes first in turn: what runs just before a side (another model's weights read through the
         # caches) would otherwise always favour the same side
-        for prefix, (vanilla, eagle2, timer) in sides[turn % len(sides):] + sides[:turn % len(sides)]:
-            runs.add(f"{prefix} vanilla", vanilla.generate(ids, args.max_new, stop_ids=stops), timer.take())
-            runs.add(f"{prefix} eagle2", eagle2.generate(ids, args.max_new, stop_ids=stops), timer.take())
+        for prefix, col in sides[turn % len(sides):] + sides[:turn % len(sides)]:
+            runs.add(f"{prefix} vanilla", col.vanilla.generate(ids, args.max_new, stop_ids=stops), col.timer.take())
+            for method, engine in col.drafting():
+                runs.add(f"{prefix} {method}", engine.generate(ids, args.max_new, stop_ids=stops), col.timer.take())
             if prefix in trees:
                 tree_run = trees[prefix].generate(ids, args.max_new, stop_ids=stops)
-                runs.add(f"{prefix} eagle tree", tree_run, timer.take())
+                runs.add(f"{prefix} eagle tree", tree_run, col.timer.take())
         context = len(ids) + args.max_new // 2  # bare forwards at this prompt's mean context
         with torch.inference_mode():
             for model, one, many in ((target, bare_1, bare_n), (fast, bare_1_fast, bare_n_fast)):
@@ -421,18 +445,18 @@ def bench_dtype(dtype: str, args) -> dict:
                     one.append(forward_ms(model, 1, context, args.reps))
                     many.append(forward_ms(model, tree + 1, context, args.reps))
     dispatch = {}  # after every timing: the profiler slows what it watches
-    for prefix, (vanilla, eagle2, timer) in methods.items():
+    for prefix, col in methods.items():
         dispatch[prefix] = {kind: dispatched(engine, prompts[0], min(args.max_new, 64), stops)
-                            for kind, engine in (("vanilla", vanilla), ("eagle2", eagle2))}
-        timer.take()
+                            for kind, engine in [("vanilla", col.vanilla)] + col.drafting()}
+        col.timer.take()
     context = int(statistics.mean(len(p) for p in prompts) + args.max_new // 2)
     bare_1, bare_n = statistics.median(bare_1), statistics.median(bare_n)
     bare_fast = (statistics.median(bare_1_fast), statistics.median(bare_n_fast)) if fast else None
 
     figures = PAPER_FIGURES.get(args.model.removeprefix(PREFIX))
     engine = {}
-    for prefix, (_, eagle2, _) in methods.items():
-        v, e = f"{prefix} vanilla", f"{prefix} eagle2"
+    for prefix, col in methods.items():
+        eagle2, v, e = col.eagle2, f"{prefix} vanilla", f"{prefix} eagle2"
         step, per_level = runs.step_ms(v, "verify"), runs.step_ms(e, "per_level")
         one, n = bare_fast if prefix == "compiled" else (bare_1, bare_n)  # each against its own target's forwards
         engine[prefix] = {
@@ -449,6 +473,14 @@ def bench_dtype(dtype: str, args) -> dict:
             "eagle2_identical_to_vanilla": sum(a == b for a, b in zip(runs.data[e]["outputs"], runs.data[v]["outputs"])),
             "dispatched": dispatch[prefix],
         }
+        if col.hybrid is not None:  # --hybrid
+            h = f"{prefix} {HYBRID}"
+            engine[prefix] |= {
+                "hybrid_tok_s": runs.tok_s(h), "hybrid_vs_vanilla": runs.tok_s(h) / runs.tok_s(v),
+                "hybrid_tau": statistics.mean(runs.data[h]["tau"]),
+                "hybrid_identical_to_vanilla": sum(a == b for a, b in zip(runs.data[h]["outputs"],
+                                                                           runs.data[v]["outputs"])),
+            }
     return {
         "machine": info, "model": target.name, "dtype": dtype_name, "head": head, "prompts": len(prompts) * args.rounds,
         "max_new_tokens": args.max_new, "read_bandwidth_gbs": bandwidth, "step_weight_mb": weights / 1e6,
@@ -537,6 +569,16 @@ def print_tables(r: dict) -> None:
         ("aten operators / CUDA graph replays the host dispatches per vanilla step", lambda e: dispatch_cell(e, "vanilla")),
         ("... per EAGLE-2 cycle", lambda e: dispatch_cell(e, "eagle2")),
     ]
+    if any("hybrid_tok_s" in e for e in r["engine"].values()):  # --hybrid
+        hybrid = lambda fmt: lambda e: fmt(e) if "hybrid_tok_s" in e else "–"  # noqa: E731
+        rows += [
+            ("EAGLE-2 + prompt lookup tok/s (vs vanilla)",
+             hybrid(lambda e: f"{e['hybrid_tok_s']:.1f} ({e['hybrid_vs_vanilla']:.2f}x)")),
+            ("EAGLE-2 + prompt lookup τ", hybrid(lambda e: f"{e['hybrid_tau']:.2f}")),
+            ("EAGLE-2 + prompt lookup = vanilla output",
+             hybrid(lambda e: f"{e['hybrid_identical_to_vanilla']}/{r['prompts']}")),
+            ("... per EAGLE-2 + prompt lookup cycle", hybrid(lambda e: dispatch_cell(e, HYBRID))),
+        ]
     print("| | " + " | ".join(cols) + " |\n|---|" + "---|" * len(cols))
     for label, fmt in rows:
         print(f"| {label} | " + " | ".join(fmt(r["engine"][c]) for c in cols) + " |")
@@ -554,7 +596,7 @@ def print_tables(r: dict) -> None:
 
 
 def dispatch_cell(engine: dict, kind: str) -> str:
-    """'ops / replays' of an engine column's `kind` ("vanilla", "eagle2") per cycle."""
+    """'ops / replays' of an engine column's `kind` ("vanilla", "eagle2", HYBRID) per cycle."""
     d = engine["dispatched"][kind]
     return f"{d['aten_ops']:.0f} / {d['graph_replays']:.1f}"
 
@@ -623,6 +665,8 @@ def main() -> None:
     ap.add_argument("--total-tokens", type=int_or_auto, default=InferConf.total_tokens, help="a number or auto")
     ap.add_argument("--pack", default="auto", help="the engine target's model.pack: auto, on or off")
     ap.add_argument("--compile", action="store_true", help="also measure the compiled target (infer.compile)")
+    ap.add_argument("--hybrid", action="store_true",
+                    help="also measure EAGLE-2 with prompt lookup merged in (eagle2+lookup, the same tree settings)")
     ap.add_argument("--baseline", default="", help="another checkout whose engine is measured alongside")
     ap.add_argument("--plan-ahead", default="", choices=["", "auto", "on", "off"],
                     help="this checkout's EAGLE-2 infer.plan_ahead (a baseline keeps its default): with --baseline "

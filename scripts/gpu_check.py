@@ -1,7 +1,8 @@
 """One command for a CUDA machine (make gpu-check), meant to finish in under 10 minutes:
   1. check-lossless: float32 greedy EAGLE-2 = vanilla on SmolLM2 with its shipped head, eagerly and captured (CUDA
      graphs), a batch = its batch of one (scripts/check_lossless.py);
-  2. bench-engine on SmolLM2 with its shipped head, bfloat16, eager and captured (scripts/bench_engine.py --compile);
+  2. bench-engine on SmolLM2 with its shipped head, bfloat16, eager and captured, EAGLE-2 and EAGLE-2 with prompt
+     lookup (scripts/bench_engine.py --compile --hybrid);
   3. bench-engine on synthetic:vicuna-7b (Vicuna-7B's shape, random weights), bfloat16, eager and captured, with the
      speedup projected at the τ the EAGLE paper reports;
   4. a short training run: featurize and train the demo recipe (recipes/demo.yaml) on the GPU, single rank.
@@ -91,7 +92,8 @@ def steps(sizes: Sizes, out: Path, data_dir: str, conversations: str) -> list[St
     real, synthetic = out / "bench-smollm2.json", out / "bench-synthetic.json"
     return [
         Step("check-lossless", [py, f"{scripts}/check_lossless.py", *data, *sizes.lossless], lossless_figures),
-        Step("bench-smollm2", [*bench, "--model", "smollm2-135m", "--out", str(real)], lambda _: bench_figures(real)),
+        Step("bench-smollm2", [*bench, "--model", "smollm2-135m", "--hybrid", "--out", str(real)],
+             lambda _: bench_figures(real)),
         Step("bench-synthetic", [*bench, "--model", sizes.synthetic, "--out", str(synthetic)],
              lambda _: bench_figures(synthetic)),
         Step("featurize", [*train, "stage=featurize"]),
@@ -140,6 +142,14 @@ def bench_figures(path: Path) -> dict:
             f"{column} EAGLE-2 host aten ops per cycle": round(engine["dispatched"]["eagle2"]["aten_ops"]),
             f"{column} EAGLE-2 graph replays per cycle": round(engine["dispatched"]["eagle2"]["graph_replays"], 1),
         }
+        if "hybrid_tok_s" in engine:  # bench-engine --hybrid: EAGLE-2 with prompt lookup
+            hybrid = engine["dispatched"]["eagle2+lookup"]
+            figures |= {
+                f"{column} eagle2+lookup vs vanilla": round(engine["hybrid_vs_vanilla"], 2),
+                f"{column} eagle2+lookup tau": round(engine["hybrid_tau"], 2),
+                f"{column} eagle2+lookup host aten ops per cycle": round(hybrid["aten_ops"]),
+                f"{column} eagle2+lookup graph replays per cycle": round(hybrid["graph_replays"], 1),
+            }
     for column, forwards in (("this", result["forward_ms"]), ("compiled", result["forward_ms_compiled"])):
         if forwards:
             figures[f"{column} forward {sizes[-1]} / 1 tokens"] = round(forwards[str(sizes[-1])] / forwards["1"], 2)

@@ -79,6 +79,9 @@ def test_cpu_smoke_runs_every_step_and_writes_the_report(tmp_path):
         assert steps[bench]["this forward 4 / 1 tokens"] > 0
         assert steps[bench]["this EAGLE-2 host aten ops per cycle"] > 0
         assert steps[bench]["this EAGLE-2 graph replays per cycle"] == 0  # eager, and no GPU
+    assert steps["bench-smollm2"]["this eagle2+lookup vs vanilla"] > 0  # --hybrid: the default method too
+    assert steps["bench-smollm2"]["this eagle2+lookup host aten ops per cycle"] > 0
+    assert "this eagle2+lookup vs vanilla" not in steps["bench-synthetic"]
     assert steps["bench-synthetic"]["this draft + verify / step, EAGLE's tree"] > 1  # a cycle costs more than a step
     assert "paper tau" not in steps["bench-synthetic"]  # SmolLM2's shape: no published τ to project from
     assert steps["train"]["loss tokens/s"] > 0 and steps["train"]["heldout top1"] is not None
