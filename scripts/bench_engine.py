@@ -48,8 +48,9 @@ import math
 import statistics
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 from transformers.cache_utils import DynamicCache
@@ -323,10 +324,10 @@ def _under_aten(event) -> bool:
     return False
 
 
-@dataclass
-class Column:
+class Column(NamedTuple):
     """One engine column's engines over its own target and the timer of its target's forwards; hybrid: the
-    EAGLE-2 + prompt lookup engine (--hybrid), else None."""
+    EAGLE-2 + prompt lookup engine (--hybrid), else None. (A NamedTuple: tests load this script without
+    registering it as a module, which a dataclass's string annotations need.)"""
 
     vanilla: object
     eagle2: object
