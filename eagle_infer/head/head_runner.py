@@ -36,7 +36,10 @@ class HeadStep(nn.Module):
                  norm: nn.Module | None, vocab_weight: torch.Tensor, vocab_packed: PackedLinear | None):
         super().__init__()
         self.embed, self.fuse, self.fc, self.layers = embed, fuse, fc, nn.ModuleList(layers)
-        self.norm, self.vocab_weight, self.vocab_packed = norm, vocab_weight, vocab_packed
+        self.norm, self.vocab_packed = norm, vocab_packed
+        # a buffer, as the weights are parameters: a compiled step reads it in place (a plain tensor attribute
+        # would be a graph input that CUDA graphs copy in at every replay)
+        self.register_buffer("vocab_weight", vocab_weight, persistent=False)
         self.halves, self.hidden_size = INPUT_HALVES[config.input_mode], config.hidden_size
 
 
