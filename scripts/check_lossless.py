@@ -1,6 +1,7 @@
-"""Lossless on this device, in float32 (make check-lossless): greedy EAGLE-2 (the tree chosen per cycle) equals
-vanilla greedy on MT-bench first turns, eagerly and through the compiled target (infer.compile: CUDA graphs on a
-GPU), a batch equals its batch of one, and compiled vanilla equals eager vanilla; the eager path with the target's
+"""Lossless on this device, in float32 (make check-lossless): greedy EAGLE-2 (the tree chosen per cycle) and
+greedy EAGLE-2 with prompt lookup merged in (eagle2+lookup, the default method) equal vanilla greedy on MT-bench
+first turns, eagerly and through the compiled target (infer.compile: CUDA graphs on a GPU), a batch equals its
+batch of one, and compiled vanilla equals eager vanilla; the eager path with the target's
 linear weights packed as model.pack says (--pack, default auto: packed in float32 on a CPU without native bfloat16
 matmuls, eagle_infer/models/packed.py), as `make eval` and `make headline` run it there. It needs torch and transformers
 only (no hydra, datasets or deepspeed), so it runs on a bare GPU machine. Prints one line per path and exits 1 if
@@ -36,22 +37,26 @@ def check(args, compile: bool) -> tuple[list[list[int]], bool, str]:
     prompts = [prompt_ids(target.tokenizer, [Message("user", q.turns[0])], target.template) for q in questions]
     stops = stop_ids(target)
     vanilla = build_engine(InferConf(method="vanilla"), target)
-    eagle2 = build_engine(InferConf(method="eagle2", head=args.head, depth="auto", total_tokens="auto"), target)
+    tree = {"head": args.head, "depth": "auto", "total_tokens": "auto"}
+    eagle2 = build_engine(InferConf(method="eagle2", **tree), target)
+    hybrid = build_engine(InferConf(method="eagle2+lookup", **tree), target)
     start = time.perf_counter()
     v = [vanilla.generate(p, args.max_new, stop_ids=stops).tokens for p in prompts]
     e = [eagle2.generate(p, args.max_new, stop_ids=stops).tokens for p in prompts]
+    h = [hybrid.generate(p, args.max_new, stop_ids=stops).tokens for p in prompts]
     b = [r.tokens for r in eagle2.generate_batch(prompts, args.max_new, stop_ids=stops,
                                                   batch_size=len(prompts)).results]
-    same, batched, n = sum(x == y for x, y in zip(v, e)), sum(x == y for x, y in zip(e, b)), len(prompts)
+    n = len(prompts)
+    same, merged, batched = (sum(x == y for x, y in zip(a, c)) for a, c in ((v, e), (v, h), (e, b)))
     path = "compiled" if compile else "eager, packed" if target.packed else "eager"
-    line = (f"{path} ({target.device.type}): EAGLE-2 = vanilla on {same}/{n}; "
-            f"a batch of {n} = its batch of one on {batched}/{n}; {time.perf_counter() - start:.0f} s")
+    line = (f"{path} ({target.device.type}): EAGLE-2 = vanilla on {same}/{n}; eagle2+lookup = vanilla on "
+            f"{merged}/{n}; a batch of {n} = its batch of one on {batched}/{n}; {time.perf_counter() - start:.0f} s")
     if compile:
         c = target.compiled_forward
         line += f"; {c.compiles} graphs, compile failed: {c.failed or 'no'}"
         if target.device.type == "cuda":
             line += f"; graphs run without CUDA graphs: {c.cudagraph_skips}"
-    return v, same == n and batched == n, line
+    return v, same == n and merged == n and batched == n, line
 
 
 def main() -> None:

@@ -1,6 +1,6 @@
 """One command for a CUDA machine (make gpu-check), meant to finish in under 10 minutes:
-  1. check-lossless: float32 greedy EAGLE-2 = vanilla on SmolLM2 with its shipped head, eagerly and captured (CUDA
-     graphs), a batch = its batch of one (scripts/check_lossless.py);
+  1. check-lossless: float32 greedy EAGLE-2 and eagle2+lookup = vanilla on SmolLM2 with its shipped head, eagerly
+     and captured (CUDA graphs), a batch = its batch of one (scripts/check_lossless.py);
   2. bench-engine on SmolLM2 with its shipped head, bfloat16, eager and captured, EAGLE-2 and EAGLE-2 with prompt
      lookup (scripts/bench_engine.py --compile --hybrid);
   3. bench-engine on synthetic:vicuna-7b (Vicuna-7B's shape, random weights), bfloat16, eager and captured, with the
