@@ -273,7 +273,7 @@ def test_full_vocabulary_drafting_of_a_draft_vocabulary_head(tmp_path):
     decode = InferConf(method="eagle2", budget="fixed", depth=4, top_k=8, total_tokens=20, head=str(tmp_path / "eagle"))
     assert build_head(decode, target).draft_vocab is not None
     runner = build_head(replace(decode, draft_vocab="full"), target)
-    assert runner.draft_vocab is None and runner.vocab_weight.shape[0] == VOCAB
+    assert runner.draft_vocab is None and runner.step.vocab_weight.shape[0] == VOCAB
     feature = torch.randn(1, runner.config.hidden_size, dtype=target.dtype)
     assert torch.isfinite(runner.logits(feature)).all()  # every id can be drafted, not only the 6
     assert run(target, runner, decode, prompt, max_new).tokens == list(expected)

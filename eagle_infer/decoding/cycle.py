@@ -33,7 +33,7 @@ from .cost import Budget, Evidence, Plan
 from .records import CycleStats
 from ..trees.tree import TreeBatch, additive_mask, causal_mask, padded_width
 from .verify import BatchAcceptance, argmax, sample_device, sampled_choices
-from .verify_batch import Commit, HostRow, accept_and_commit, as_verdict, kept_columns, to_host, verification_input
+from .verify_batch import Commit, HostRow, as_verdict, kept_columns, to_host, verification_input
 
 if TYPE_CHECKING:  # type-only: the scheduler runs these cycles
     from .scheduler import BatchRun
@@ -54,7 +54,7 @@ class CyclePolicy:
     plan_ahead: bool
     tree_budget: int
     draws: int
-    accept: Callable[..., tuple[torch.Tensor, ...]] = accept_and_commit
+    accept: Callable[..., tuple[torch.Tensor, ...]]
 
 
 @dataclass

@@ -86,11 +86,11 @@ class HeadRunner:
         layers = [lean_layer(x, target.config, self.packed) for x in module.layers]
         if module.lm_head is None:  # the target's LM-head rows of the draft vocabulary
             sub = target.lm_head.weight.detach()
-            self.vocab_weight = sub if module.draft_vocab is None else sub[module.draft_vocab]  # [Vd, H]
+            vocab_weight = sub if module.draft_vocab is None else sub[module.draft_vocab]  # [Vd, H]
         else:  # an EAGLE-3 head drafts with its own norm and LM head
-            self.vocab_weight = module.lm_head.weight.detach()
-        self.step = HeadStep(self.config, target.embed_tokens, fuse, fc, layers, module.norm, self.vocab_weight,
-                             PackedLinear(self.vocab_weight) if self.packed else None)
+            vocab_weight = module.lm_head.weight.detach()
+        self.step = HeadStep(self.config, target.embed_tokens, fuse, fc, layers, module.norm, vocab_weight,
+                             PackedLinear(vocab_weight) if self.packed else None)
         self.rope = RopeTable(module.rotary)
         self.vocab_order = None  # [V]: the draft vocabulary's target ids, then every other id (drafting.top_tokens)
         if module.draft_vocab is not None:
