@@ -15,7 +15,7 @@ import torch
 
 from eagle_infer.config import InferConf
 from eagle_infer.decoding.engine import Engine
-from eagle_infer.trees.tree import DraftTree, path_values
+from eagle_infer.trees.tree import DraftTree
 from eagle_infer.decoding.verify import Acceptance
 from tests.tiny import tiny_target
 
@@ -227,16 +227,19 @@ def chain_mask(n: int, step: int, dtype, device) -> torch.Tensor:
     return torch.zeros(n, (step + 1) * n, dtype=dtype, device=device).masked_fill_(~allowed, torch.finfo(dtype).min)[None, None]
 
 
-def merge_oracle(trees: list[DraftTree], budget: int, device="cpu") -> DraftTree:
-    """The per-row definition eagle_infer.trees.merge batches, node by node on the host: the union of `trees` cut to at most `budget` nodes, breadth-first, siblings in the order of the first tree
-    that holds them (earlier trees first). probs: the highest own prob over the trees holding a node; copied: True
-    where any tree holding the node marks it copied (None when no input tree says)."""
+def merge_oracle(trees: list[DraftTree], values: list[list[float]], budget: int, device="cpu") -> DraftTree:
+    """The per-row definition eagle_infer.trees.merge batches, node by node on the host: the union of `trees` (each
+    node once, in order of first appearance: earlier trees first), each node valued by the highest of its values in
+    the trees holding it (values[t][i]: node i of tree t), cut to its `budget` best, ties to the earlier node, in
+    union order. probs: the own prob of the first tree holding a node; copied: True where any tree holding it marks it
+    copied (None when no input tree says)."""
     index: dict[tuple[int, int], int] = {}  # (merged parent, token) -> merged node
-    tokens, parents, depths, probs, copied = [], [], [], [], []
-    for tree in trees:
+    tokens, parents, depths, probs, copied, best = [], [], [], [], [], []
+    for tree, tree_values in zip(trees, values):
         marks = tree.copied.tolist() if tree.copied is not None else [False] * len(tree)
         where = []
-        for tok, par, own, mark in zip(tree.tokens.tolist(), tree.parents.tolist(), tree.probs.tolist(), marks):
+        for tok, par, own, mark, value in zip(tree.tokens.tolist(), tree.parents.tolist(), tree.probs.tolist(), marks,
+                                              tree_values):
             up = -1 if par < 0 else where[par]
             j = index.setdefault((up, tok), len(tokens))
             if j == len(tokens):
@@ -245,12 +248,11 @@ def merge_oracle(trees: list[DraftTree], budget: int, device="cpu") -> DraftTree
                 depths.append(1 if up < 0 else depths[up] + 1)
                 probs.append(own)
                 copied.append(mark)
+                best.append(value)
             else:
-                probs[j], copied[j] = max(probs[j], own), copied[j] or mark
+                copied[j], best[j] = copied[j] or mark, max(best[j], value)
             where.append(j)
-    values = path_values(parents, probs)  # parents precede children in the union too
-    best = sorted(range(len(tokens)), key=lambda j: (-values[j], depths[j], j))[:budget]
-    keep = sorted(best, key=lambda j: (depths[j], j))
+    keep = sorted(sorted(range(len(tokens)), key=lambda j: (-best[j], j))[:budget])
     new = {j: i for i, j in enumerate(keep)}
     return DraftTree(
         torch.tensor([tokens[j] for j in keep], dtype=torch.long, device=device),

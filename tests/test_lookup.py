@@ -38,13 +38,20 @@ def tree_of(parents, tokens, probs, copied=None) -> DraftTree:
                      None if copied is None else torch.tensor(copied))
 
 
-def merge_trees(trees: list[DraftTree], budget: int) -> DraftTree:
-    """eagle_infer.trees.merge over one row: the trees merged in order (the last merge, or a tree alone, cut to the budget),
-    as a DraftTree."""
+def log_values(batch: TreeBatch) -> torch.Tensor:
+    """A TreeBatch's path log-values (-inf on padding), as drafters hand them to merge."""
+    return batch.values().log()
+
+
+def merge_trees(trees: list[DraftTree], budget: int, distinct: bool = False) -> DraftTree:
+    """eagle_infer.trees.merge over one row: the trees merged in order, each valued by its path values (the last
+    merge, or a tree alone, cut to the budget), as a DraftTree. distinct: the first tree's siblings are distinct
+    (merge's path for the engine's head trees)."""
     batches = [TreeBatch.of_trees([t], "cpu") for t in trees]
-    merged = batches[0]
+    merged, values = replace(batches[0], distinct=distinct), log_values(batches[0])
     for i, more in enumerate(batches[1:], start=2):
-        merged = merge(merged, more, budget if i == len(batches) else merged.width + more.width)
+        done = merge(merged, values, more, log_values(more), budget if i == len(batches) else merged.width + more.width)
+        merged, values = done.tree, done.values()
     return cut(merged, budget).row(0)
 
 
@@ -57,9 +64,8 @@ def paths(tree: DraftTree) -> set[tuple[int, ...]]:
 
 
 def check_well_formed(tree: DraftTree) -> None:
-    """Breadth-first, parents before children, depths consistent, siblings distinct."""
+    """Parents before children, depths consistent, siblings distinct."""
     pars, depths, toks = tree.parents.tolist(), tree.depths.tolist(), tree.tokens.tolist()
-    assert depths == sorted(depths)
     for i, p in enumerate(pars):
         assert p < i and depths[i] == (1 if p < 0 else depths[p] + 1)
     for kids in tree.children():
@@ -106,17 +112,20 @@ def test_continuations_longest_match_then_branches():
 def test_merge_dedupes_prefixes_and_keeps_the_best_values():
     head = tree_of([-1, -1, 0, 0, 1], [4, 7, 5, 6, 2], [0.6, 0.3, 0.5, 0.2, 0.9])
     chain = tree_of([-1, 0, 1, 2], [4, 5, 9, 9], [0.8, 0.8, 0.8, 0.8], [True] * 4)
-    merged = merge_trees([head, chain], 100)
-    check_well_formed(merged)
-    assert paths(merged) == paths(head) | paths(chain)
-    assert len(merged) == 5 + 2  # (4,) and (4, 5) are shared
-    assert merged.copied.tolist() == [True, False, True, False, False, True, True]
-    assert merged.probs.tolist() == pytest.approx([0.8, 0.3, 0.8, 0.2, 0.9, 0.8, 0.8])  # the highest own prob
-    # Values: (4,) .8, (7,) .3, (4,5) .64, (4,6) .16, (7,2) .27, (4,5,9) .512, (4,5,9,9) .4096.
-    cut = merge_trees([head, chain], 5)
-    check_well_formed(cut)
-    assert paths(cut) == {(4,), (7,), (4, 5), (4, 5, 9), (4, 5, 9, 9)}
-    assert paths(merge_trees([head, chain], 3)) == {(4,), (4, 5), (4, 5, 9)}
+    for distinct in (False, True):  # (the general cut, and the engine's for head trees)
+        merged = merge_trees([head, chain], 100, distinct)
+        check_well_formed(merged)
+        assert paths(merged) == paths(head) | paths(chain)
+        assert len(merged) == 5 + 2  # (4,) and (4, 5) are shared
+        assert merged.tokens.tolist() == [4, 7, 5, 6, 2, 9, 9]  # the head's nodes, then the chain's it lacks
+        assert merged.copied.tolist() == [True, False, True, False, False, True, True]
+        assert merged.probs.tolist() == pytest.approx([0.6, 0.3, 0.5, 0.2, 0.9, 0.8, 0.8])  # the first tree's own
+        # Values, the higher of the trees': (4,) .8, (7,) .3, (4,5) .64, (4,6) .12, (7,2) .27, (4,5,9) .512,
+        # (4,5,9,9) .4096.
+        cut = merge_trees([head, chain], 5, distinct)
+        check_well_formed(cut)
+        assert paths(cut) == {(4,), (7,), (4, 5), (4, 5, 9), (4, 5, 9, 9)}
+        assert paths(merge_trees([head, chain], 3, distinct)) == {(4,), (4, 5), (4, 5, 9)}
     # A head tree alone comes back unchanged; no trees give an empty tree.
     alone = merge_trees([head], 5)
     assert alone.tokens.tolist() == head.tokens.tolist() and alone.parents.tolist() == head.parents.tolist()
@@ -130,42 +139,49 @@ def same_tree(tree: DraftTree, oracle: DraftTree) -> None:
     assert tree.copied.tolist() == (oracle.copied.tolist() if oracle.copied is not None else [False] * len(oracle))
 
 
+def random_chains(gen: torch.Generator, count: int) -> list[DraftTree]:
+    """`count` copied chains of 1..5 tokens < 6, prob 0.7 each."""
+    return [tree_of(list(range(-1, n - 1)), torch.randint(0, 6, (n,), generator=gen).tolist(), [0.7] * n, [True] * n)
+            for n in torch.randint(1, 6, (count,), generator=gen).tolist()]
+
+
 def test_merged_random_trees_are_closed_and_distinct():
     """The batched merge on random head trees and copied chains: closed, distinct, node for node the per-row
-    oracle's union cut to the budget (tests/oracles.merge_oracle)."""
+    oracle's union cut to the budget (tests/oracles.merge_oracle), by both of merge's cuts."""
     gen = torch.Generator().manual_seed(1)
     for _ in range(40):
         head = random_tree(gen, 6, 12)
         head = DraftTree(head.tokens, head.parents, head.depths, torch.rand(len(head), generator=gen))
-        chains = [tree_of(list(range(-1, n - 1)), torch.randint(0, 6, (n,), generator=gen).tolist(), [0.7] * n, [True] * n)
-                  for n in torch.randint(1, 6, (2,), generator=gen).tolist()]
+        chains = random_chains(gen, 1 + int(torch.randint(0, 2, (), generator=gen)))  # (one: merge's first cut)
         budget = int(torch.randint(1, 16, (), generator=gen))
-        merged = merge_trees([head] + chains, budget)
-        check_well_formed(merged)
-        same_tree(merged, merge_oracle([head] + chains, budget))
-        assert len(merged) == min(budget, len(paths(head) | set().union(*map(paths, chains))))
-        assert paths(merged) <= paths(head) | set().union(*map(paths, chains))
+        union = paths(head) | set().union(*map(paths, chains))
+        oracle = merge_oracle([head] + chains, [log_values(TreeBatch.of_trees([t], "cpu"))[0].tolist()
+                                                for t in [head] + chains], budget)
+        for distinct in (False, True):
+            merged = merge_trees([head] + chains, budget, distinct)
+            check_well_formed(merged)
+            same_tree(merged, oracle)
+            assert len(merged) == min(budget, len(union)) and paths(merged) <= union
 
 
-def test_merge_with_a_count_cuts_the_union_as_cut_cuts_the_merged_tree():
-    """merge(..., nodes=f): the union cut once to f(values) nodes is node for node the merged tree cut to that many
-    (how the hybrid drafter takes an auto budget's count), and f sees the union's values of the merged nodes."""
+def test_merge_with_a_count_keeps_that_many():
+    """merge(..., nodes=f) over rows of unequal trees: the union cut to min(budget, f(values)) nodes, node for node
+    (how the hybrid drafter takes an auto budget's count); f sees the union's values of its nodes (-inf elsewhere)."""
     gen = torch.Generator().manual_seed(2)
     for _ in range(30):
         heads = [random_tree(gen, 6, 12) for _ in range(2)]
         heads = [DraftTree(h.tokens, h.parents, h.depths, torch.rand(len(h), generator=gen)) for h in heads]
-        chains = [tree_of(list(range(-1, n - 1)), torch.randint(0, 6, (n,), generator=gen).tolist(), [0.7] * n,
-                          [True] * n) for n in torch.randint(1, 6, (2,), generator=gen).tolist()]
-        first, second = TreeBatch.of_trees(heads, "cpu"), TreeBatch.of_trees(chains, "cpu")
+        first, second = TreeBatch.of_trees(heads, "cpu"), TreeBatch.of_trees(random_chains(gen, 2), "cpu")
         budget, count = int(torch.randint(2, 16, (), generator=gen)), int(torch.randint(1, 16, (), generator=gen))
-        merged = merge(first, second, budget)
         seen = []
-        once = merge(first, second, budget, lambda values: seen.append(values) or count)
-        twice = cut(merged, count)
-        for a, b in zip(once.rows(), twice.rows()):
+        once = merge(first, log_values(first), second, log_values(second), budget,
+                     lambda values: seen.append(values) or count).tree
+        direct = merge(first, log_values(first), second, log_values(second), min(budget, count)).tree
+        for a, b in zip(once.rows(), direct.rows()):
             same_tree(a, b)
-        kept = torch.sort(seen[0], dim=1, descending=True).values[:, : merged.width]
-        assert torch.equal(kept, torch.sort(merged.values(), dim=1, descending=True).values)
+        everything = merge(first, log_values(first), second, log_values(second), 100).values()
+        ranked = lambda v: [x for x in torch.sort(v, descending=True).values.tolist() if x > float("-inf")]  # noqa: E731
+        assert [ranked(row) for row in seen[0]] == [ranked(row) for row in everything]
 
 
 def test_sampling_exact_on_merged_trees():
@@ -188,17 +204,23 @@ def test_copy_rates_count_tested_copied_nodes():
     tree = tree_of([-1, -1, 0, 2], [4, 7, 5, 6], [0.5] * 4, [True, False, True, True])
     rates.update([0, 1, 2, 3], {0, 2}, tree.copied.tolist(), tree.depths.tolist())  # depth 1 hit, depth 2 hit, depth 3 missed; node 1 not copied
     assert rates.rates(3) == [pytest.approx(2 / 3), pytest.approx(2 / 3), pytest.approx(1 / 3)]
-    batch, values = copy_batch([[1, 2, 3, 1, 2]], LookupConf(num_tokens=3), [rates], "cpu")
+    found = copy_batch([[1, 2, 3, 1, 2]], LookupConf(num_tokens=3), [rates], "cpu")
+    batch = found.trees()
     chain = batch.row(0)
     assert chain.tokens.tolist() == [3, 1, 2] and chain.parents.tolist() == [-1, 0, 1]
     assert chain.probs.tolist() == pytest.approx(rates.rates(3)) and chain.copied.all()
-    assert torch.equal(values, batch.values())  # the host's path values are the device's, bit for bit
+    assert torch.equal(found.values, batch.values())  # the host's path values are the device's, bit for bit
+    assert torch.equal(found.log_values, batch.values().log())
     # Rows without a continuation are padding (one slot, depth 0); when no row has one, the same from constants.
-    batch, values = copy_batch([[1, 2, 3, 1, 2], [5, 6, 7]], LookupConf(num_tokens=3), [rates, CopyRates(3)], "cpu")
+    found = copy_batch([[1, 2, 3, 1, 2], [5, 6, 7]], LookupConf(num_tokens=3), [rates, CopyRates(3)], "cpu")
+    batch = found.trees()
     assert batch.sizes.tolist() == [3, 0] and batch.depth == 3
-    assert batch.tokens[1].tolist() == [0] * 3 and batch.parents[1].tolist() == [-1] * 3 and values[1].sum() == 0
-    empty, nothing = copy_batch([[5, 6, 7], [8]], LookupConf(num_tokens=3), [rates, CopyRates(3)], "cpu")
-    assert (empty.width, empty.depth, empty.sizes.tolist(), nothing.tolist()) == (1, 0, [0, 0], [[0.0], [0.0]])
+    assert batch.tokens[1].tolist() == [0] * 3 and batch.parents[1].tolist() == [-1] * 3
+    assert found.values[1].sum() == 0 and found.log_values[1].tolist() == [float("-inf")] * 3
+    nothing = copy_batch([[5, 6, 7], [8]], LookupConf(num_tokens=3), [rates, CopyRates(3)], "cpu")
+    empty = nothing.trees()
+    assert (empty.width, empty.depth, empty.sizes.tolist(), nothing.values.tolist()) == (1, 0, [0, 0], [[0.0], [0.0]])
+    assert nothing.log_values.tolist() == [[float("-inf")]] * 2
     for field in ("tokens", "parents", "depths", "probs", "copied"):
         assert getattr(empty, field).tolist() == getattr(batch, field)[1:, :1].expand(2, 1).tolist(), field
 

@@ -19,7 +19,7 @@ import torch
 
 from ..decoding.cost import Budget, Evidence, Plan
 from .drafting import TreeFeeder, draft_chain, draft_static, grow_dynamic
-from .lookup import CopyRates, copy_batch
+from .lookup import Copies, CopyRates, copy_batch
 from .merge import cut, merge
 from .tree import DraftTree, TreeBatch
 
@@ -51,11 +51,14 @@ class DraftInput:
 
 @dataclass
 class Drafted:
-    """A drafter's trees under an auto budget, with what the budget decides the next cycle's plan by: Evidence on
-    the device (Budget.evidence), read with the cycle's one host copy."""
+    """A drafter's trees with what it knows beside them: evidence, what an auto budget decides the next cycle's plan
+    by (Budget.evidence, on the device, read with the cycle's one host copy; None: the trees alone); values, a
+    function computing the trees' path log-values [B, N] (-inf on padding) where the drafter has them (a hybrid
+    merges by them; None: TreeBatch.values)."""
 
     trees: TreeBatch
-    evidence: Evidence
+    evidence: Evidence | None = None
+    values: Callable[[], torch.Tensor] | None = None
 
 
 class Drafter(Protocol):
@@ -81,19 +84,21 @@ class DynamicDrafter:
     plans ahead, draft the plan's levels, keep its nodes and plan the next cycle from these candidates (inp.extra's
     too); one that decides as it drafts stops before a level that cannot pay and keeps the nodes that pay."""
 
-    def propose(self, inp: DraftInput) -> TreeBatch | Drafted:
+    def propose(self, inp: DraftInput) -> Drafted:
         c, plan, budget = inp.config, inp.plan, inp.budget
         if budget is None:
-            return grow_dynamic(inp.feeder, c.depth, c.top_k, c.total_tokens, c.growth).trees
+            d = grow_dynamic(inp.feeder, c.depth, c.top_k, c.total_tokens, c.growth)
+            return Drafted(d.trees, None, d.kept_values)
         with_extra = (lambda x: x) if inp.extra is None else (lambda x: torch.cat([x, inp.extra], 1))  # noqa: E731
         if plan is None:  # decide now: one host read before each level and at the end
             def decide(values, frontier, newest_own, levels):
                 more, nodes = budget.next_plan(with_extra(values), levels, frontier, newest_own, ahead=False)
                 return more > levels, nodes
-            return grow_dynamic(inp.feeder, c.depth, c.top_k, c.total_tokens, c.growth, decide).trees
+            d = grow_dynamic(inp.feeder, c.depth, c.top_k, c.total_tokens, c.growth, decide)
+            return Drafted(d.trees, None, d.kept_values)
         d = grow_dynamic(inp.feeder, plan.levels, c.top_k, plan.nodes, c.growth)
         return Drafted(d.trees, budget.evidence(with_extra(d.values), d.levels, d.frontier, d.newest_own,
-                                                with_extra(d.older)))
+                                                with_extra(d.older)), d.kept_values)
 
 
 class CustomDrafter:
@@ -119,9 +124,16 @@ def plan_evidence(drafted: TreeBatch | list[DraftTree] | Drafted) -> Evidence | 
     return drafted.evidence if isinstance(drafted, Drafted) else None
 
 
-def copies(inp: DraftInput) -> tuple[TreeBatch, torch.Tensor]:
+def tree_values(drafted: TreeBatch | list[DraftTree] | Drafted, trees: TreeBatch) -> torch.Tensor:
+    """The path log-values [B, N] of a drafter's `trees` (as_batch(drafted)): the drafter's own where it has them."""
+    if isinstance(drafted, Drafted) and drafted.values is not None:
+        return drafted.values()
+    return trees.values().log()
+
+
+def copies(inp: DraftInput) -> Copies:
     """Each row's prompt-lookup tree: every continuation found in its context as a chain, prefixes shared; node
-    probabilities are the row's copy rates. With the trees' path values [B, N] (lookup.copy_batch)."""
+    probabilities are the row's copy rates (lookup.copy_batch)."""
     return copy_batch(inp.contexts, inp.config.lookup_conf, inp.rates, inp.feeder.root.feature.device)
 
 
@@ -130,43 +142,44 @@ class LookupDrafter:
     what it decides now."""
 
     def propose(self, inp: DraftInput) -> TreeBatch | Drafted:
-        trees, values = copies(inp)  # already within the budget: num_tokens x branches is lookup's tree size
+        found = copies(inp)  # already within the budget: num_tokens x branches is lookup's tree size
+        trees = found.trees()
         if inp.budget is None or trees.depth == 0:  # (no copies: nothing to plan by)
             return trees
         if inp.plan is None:  # the host read
-            return cut(trees, inp.budget.next_plan(values.log(), 0, ahead=False)[1], values)
-        return Drafted(cut(trees, inp.plan.nodes, values), inp.budget.evidence(values.log(), 0))
+            return cut(trees, inp.budget.next_plan(found.log_values, 0, ahead=False)[1], found.values)
+        return Drafted(cut(trees, inp.plan.nodes, found.values), inp.budget.evidence(found.log_values, 0))
 
 
 class HybridDrafter:
     """A head drafter's tree with the row's lookup copies merged in (one node per path of tokens), cut to the
-    method's budget by path value; under an auto budget the head's drafter counts the copies' values beside its own
-    candidates, and the merged tree is cut to the plan's nodes (planning ahead) or to the number that pays (deciding
-    now)."""
+    method's budget by path value (`merge`); under an auto budget the head's drafter counts the copies' values
+    beside its own candidates, and the merged tree is cut to the plan's nodes (planning ahead) or to the number that
+    pays (deciding now)."""
 
     def __init__(self, head: ChainDrafter | StaticDrafter | DynamicDrafter | CustomDrafter):
         self.head = head
 
     def propose(self, inp: DraftInput) -> TreeBatch | Drafted:
-        copied, copy_values = copies(inp)
+        copied = copies(inp)
         found = copied.depth > 0  # nothing found: the head's trees as its drafter alone makes them
         device = inp.feeder.root.feature.device
         extra = inp.budget is not None and found
-        drafted = self.head.propose(replace(inp, extra=copy_values.log()) if extra else inp)
+        drafted = self.head.propose(replace(inp, extra=copied.log_values) if extra else inp)
         heads, plan = as_batch(drafted, device), plan_evidence(drafted)
         if heads.batch != copied.batch or not found:  # (a custom drafter's wrong count: the engine names it)
             return drafted
-        budget, levels = inp.budget, heads.depth
+        budget, levels, values = inp.budget, heads.depth, tree_values(drafted, heads)
         if budget is not None and inp.plan is None:  # decide now: the merged candidates' count (a host read)
-            return merge(heads, copied, inp.config.tree_size(),
-                         lambda values: budget.next_plan(values.log(), levels, ahead=False)[1])
+            return merge(heads, values, copied, copied.log_values, inp.config.tree_size(),
+                         lambda union: budget.next_plan(union, levels, ahead=False)[1]).tree
         limit = inp.config.tree_size() if inp.plan is None else min(inp.config.tree_size(), inp.plan.nodes)
-        merged = merge(heads, copied, limit)
+        merged = merge(heads, values, copied, copied.log_values, limit)
         if budget is None:
-            return merged
+            return merged.tree
         if plan is None:  # a head drafter that does not plan: the merged candidates decide the count
-            plan = budget.evidence(merged.values().log(), levels)
-        return Drafted(merged, plan)
+            plan = budget.evidence(merged.values(), levels)
+        return Drafted(merged.tree, plan)
 
 
 def drafter_for(config: InferConf, custom: Callable | Drafter | None = None) -> Drafter | None:

@@ -313,13 +313,19 @@ class DynamicDraft:
     """One cycle of EAGLE-2 drafting: the trees, and what an auto budget judges the next cycle by
     (cost.Budget.evidence): values [B, C] every candidate's path log-value, level by level, the last level's L
     last; newest_own [B, L] their own log-probs (k children of each of L / k expanded nodes); frontier [B, k] the
-    path log-values of the nodes one more level would expand; levels: levels of candidates drafted (the depth)."""
+    path log-values of the nodes one more level would expand; levels: levels of candidates drafted (the depth);
+    kept [B, N]: the candidates the trees hold, ascending."""
 
     trees: TreeBatch
     values: torch.Tensor
     newest_own: torch.Tensor
     frontier: torch.Tensor
     levels: int
+    kept: torch.Tensor
+
+    def kept_values(self) -> torch.Tensor:
+        """[B, N] the path log-values of the trees' nodes."""
+        return self.values.gather(1, self.kept)
 
     @property
     def older(self) -> torch.Tensor:
@@ -405,4 +411,4 @@ def grow_dynamic(feeder: TreeFeeder, depth: int, top_k: int, total_tokens: int, 
     depths = depth_of[keep]
     trees = TreeBatch.full_rows(joined(toks).gather(1, keep), parents, depths, joined(owns).gather(1, keep).exp(),
                                 len(toks), distinct=True)  # (top-k: a node's children are distinct)
-    return DynamicDraft(trees, values, owns[-1], front_val, len(toks))
+    return DynamicDraft(trees, values, owns[-1], front_val, len(toks), keep)

@@ -11,7 +11,9 @@ path value estimates the chance that it is accepted that far, on the same scale 
 """
 from __future__ import annotations
 
+import math
 from array import array
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy
@@ -90,39 +92,64 @@ def copy_trie(context: list[int], conf: LookupConf, rates: CopyRates) -> tuple[l
             [depths[j] for j in order])
 
 
-def copy_batch(contexts: list[list[int]], conf: LookupConf, rates: list[CopyRates], device
-               ) -> tuple[TreeBatch, torch.Tensor]:
-    """Every row's prompt-lookup trie as one TreeBatch (padded to the largest, at least one slot), built on the host
-    from the contexts (host data) and copied to the device in two transfers, with its path values (float64 [B, N],
-    exactly what `TreeBatch.values()` computes, multiplied on the host). A node's prob is the row's copy rate at its
-    depth; every node is copied."""
+@dataclass
+class Copies:
+    """Every row's prompt-lookup trie on the device, padded to the widest (at least one slot): tokens, parents,
+    depths LongTensor [B, N] as a TreeBatch holds them (padding: token 0, parent -1, depth 0); probs float32 [B, N],
+    each node's copy rate; values float64 [B, N], its path value (exactly what `TreeBatch.values()` computes,
+    multiplied on the host; padding 0) and log_values, their logs (padding -inf); depth: the deepest node (0: no row
+    found a continuation). Every node is copied."""
+
+    tokens: torch.Tensor
+    parents: torch.Tensor
+    depths: torch.Tensor
+    probs: torch.Tensor
+    values: torch.Tensor
+    log_values: torch.Tensor
+    depth: int
+
+    @property
+    def batch(self) -> int:
+        return self.tokens.shape[0]
+
+    @property
+    def width(self) -> int:
+        return self.tokens.shape[1]
+
+    def trees(self) -> TreeBatch:
+        """The tries as a TreeBatch (every node copied; siblings distinct)."""
+        copied = self.depths > 0  # the real nodes (depth >= 1)
+        return TreeBatch(self.tokens, self.parents, self.depths, self.probs, copied, copied.sum(1), self.depth,
+                         distinct=True)
+
+
+def copy_batch(contexts: list[list[int]], conf: LookupConf, rates: list[CopyRates], device) -> Copies:
+    """Every row's prompt-lookup trie, built on the host from the contexts (host data) and copied to the device in
+    one transfer. A node's prob is the row's copy rate at its depth."""
     tries = [copy_trie(c, conf, r) for c, r in zip(contexts, rates)]
     width = max([len(t[0]) for t in tries] + [1])
     if not any(t[0] for t in tries):  # nothing found: no transfer
         return no_copies(len(tries), device)
-    fields = [[], [], [], [], []]  # tokens, parents, depths, probs, values: [B, width] each
-    for (tokens, parents, depths), r in zip(tries, rates):
-        pad = width - len(tokens)
+    ints, floats = numpy.zeros((3, len(tries), width), numpy.int64), numpy.zeros((3, len(tries), width))
+    ints[1], floats[2] = -1, -numpy.inf  # padding: a child of the root; log-value -inf
+    for b, ((tokens, parents, depths), r) in enumerate(zip(tries, rates)):
+        n = len(tokens)
         probs = list(array("f", [r.rates(max(depths, default=0))[d - 1] for d in depths]))  # as the float32 probs
-        for field, row in zip(fields, (tokens + [0] * pad, parents + [-1] * pad, depths + [0] * pad,
-                                       probs + [0.0] * pad, path_values(parents, probs) + [0.0] * pad)):
-            field.append(row)
-    # two host arrays (float64 holds each float32 prob exactly), each copied to the device in one transfer
-    on_device = lambda rows, dtype: torch.from_numpy(numpy.array(rows, dtype=dtype)).to(  # noqa: E731
-        device, non_blocking=True).unbind(0)
-    tokens, parents, depths = on_device(fields[:3], numpy.int64)
-    probs, values = on_device(fields[3:], numpy.float64)
-    copied = depths > 0  # the real nodes (depth >= 1)
-    trees = TreeBatch(tokens, parents, depths, probs.float(), copied, copied.sum(1),
-                      max([max(t[2], default=0) for t in tries] + [0]), distinct=True)  # (a trie)
-    return trees, values
+        values = path_values(parents, probs)
+        ints[:, b, :n] = tokens, parents, depths
+        floats[:, b, :n] = probs, values, [math.log(v) for v in values]  # (rates > 0: every value is)
+    # one host array (the float64 fields as int64 bits: float64 holds each float32 prob exactly), one transfer
+    fields = torch.from_numpy(numpy.concatenate([ints, floats.view(numpy.int64)])).to(device, non_blocking=True)
+    tokens, parents, depths = fields.unbind(0)[:3]
+    probs, values, log_values = fields.view(torch.float64).unbind(0)[3:]
+    return Copies(tokens, parents, depths, probs.float(), values, log_values,
+                  max([max(t[2], default=0) for t in tries] + [0]))
 
 
-def no_copies(batch: int, device) -> tuple[TreeBatch, torch.Tensor]:
-    """copy_batch's answer when no row found a continuation: one padding slot a row, and its value 0, as shared
-    read-only constants (eagle_infer/constants.py)."""
-    def filled(value, dtype, shape=(batch, 1)):
-        return constants.filled(shape, value, dtype, device)
-    trees = TreeBatch(filled(0, torch.long), filled(-1, torch.long), filled(0, torch.long), filled(0.0, torch.float32),
-                      filled(False, torch.bool), filled(0, torch.long, (batch,)), 0, distinct=True)
-    return trees, filled(0.0, torch.float64)
+def no_copies(batch: int, device) -> Copies:
+    """copy_batch's answer when no row found a continuation: one padding slot a row, as shared read-only constants
+    (eagle_infer/constants.py)."""
+    def filled(value, dtype):
+        return constants.filled((batch, 1), value, dtype, device)
+    return Copies(filled(0, torch.long), filled(-1, torch.long), filled(0, torch.long), filled(0.0, torch.float32),
+                  filled(0.0, torch.float64), filled(float("-inf"), torch.float64), 0)

@@ -1,94 +1,117 @@
 """Merging and cutting draft trees on the device: a head's trees and prompt lookup's copies, one batch of rows each,
-become one tree per row, cut to a budget by EAGLE-2's path value.
+become one tree per row, cut to a budget by path value.
 
 Nodes with the same path of tokens from the root become one node, so siblings stay distinct, as the verifier's
-sequential rejection over deterministically chosen candidates requires. A merged node's prob is the highest own
-prob over the trees that hold it, and its value is EAGLE-2's path value in the merged tree (the product of the
-probs from depth 1 down to it, `TreeBatch.values`); the `budget` highest values survive, ties going to the
-shallower, then the earlier node (the first tree's nodes before the second's). Values never grow down a path, so
-every survivor's parent survives, and cutting a merged tree again (`cut`) keeps the n best by the same values.
+sequential rejection over deterministically chosen candidates requires. A merged node's value is the highest of its
+path values in the trees holding it (the head's EAGLE-2 path value, the copies' product of copy rates: the values
+the auto budget plans by); values never grow down a path in any tree, so neither do merged ones. The `budget`
+highest values survive, ties going to the earlier node of the union (the first tree's nodes, then the second's), so
+every survivor's parent survives; merged trees keep the union's order, in which parents precede children (the first
+tree's nodes, then the second's nodes that it lacks).
 Everything is tensor ops over [B, N] (no per-node or per-row Python, no host read but an auto budget's count).
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import TYPE_CHECKING, Callable, NamedTuple
 
 import torch
 
 from .. import constants
 from .tree import TreeBatch, node_ancestors
 
-
-def best(tree: TreeBatch, candidates: torch.Tensor, budget: int, depth: int, padding: int,
-         values: torch.Tensor | None = None, distinct: bool = False) -> TreeBatch:
-    """The at most `budget` candidates (bool [B, N], parents among them) of highest path value per row, ties to the
-    shallower then the earlier slot, kept in (depth, slot) order; padding: a slot holding no node in any row, which
-    the rows' padding is read from. values: tree.values(candidates) where the caller has them; distinct: the
-    candidates' siblings carry distinct tokens."""
-    b, n = tree.tokens.shape
-    keep = min(budget, n)
-    values = tree.values(candidates) if values is None else values
-    order = tree.depths.sort(dim=1, stable=True).indices  # stable sorts: the last key is the first criterion
-    key = torch.where(candidates, values, -1.0)  # by value, every other slot after the candidates (values >= 0)
-    order = order.gather(1, key.gather(1, order).sort(dim=1, descending=True, stable=True).indices)
-    chosen = order[:, :keep]
-    sizes = candidates.sum(1).clamp(max=keep)
-    real = candidates.gather(1, chosen)  # (the candidates come first in `order`)
-    # (depth, slot) as one number, the padding slot after every node: sorted, its remainder is the slot
-    rank = torch.where(real, tree.depths.gather(1, chosen) * n + chosen, (depth + 1) * n + padding)
-    return tree.select(rank.sort(dim=1).values % n, sizes, depth, distinct)
+if TYPE_CHECKING:
+    from .lookup import Copies
 
 
 def cut(tree: TreeBatch, budget: int, values: torch.Tensor | None = None) -> TreeBatch:
-    """Every row cut to its `budget` best nodes by path value (a row within the budget keeps all of them); values:
-    tree.values() where the caller has them."""
+    """Every row cut to its `budget` best nodes by path value, ties to the shallower then the earlier slot, kept in
+    (depth, slot) order (a row within the budget keeps all of them); values: tree.values() where the caller has
+    them."""
     if tree.width <= budget:
         return tree
     n = tree.width
     values = tree.values() if values is None else values
-    tree = tree.padded(n + 1)  # slot n: padding in every row
-    return best(tree, tree.valid(), budget, tree.depth, n, torch.nn.functional.pad(values, (0, 1)))
+    nodes = tree.valid()
+    order = tree.depths.sort(dim=1, stable=True).indices  # stable sorts: the last key is the first criterion
+    key = torch.where(nodes, values, -1.0)  # by value, the padding after the nodes (values >= 0)
+    chosen = order.gather(1, key.gather(1, order).sort(dim=1, descending=True, stable=True).indices)[:, :budget]
+    real = nodes.gather(1, chosen)  # (the nodes come first)
+    # (depth, slot) as one number, padding (read from slot n, added) after every node: sorted, its remainder is the
+    # slot
+    n += 1
+    tree = tree.padded(n)
+    rank = torch.where(real, tree.depths.gather(1, chosen) * n + chosen, (tree.depth + 1) * n + n - 1)
+    return tree.select(rank.sort(dim=1).values % n, nodes.sum(1).clamp(max=budget), tree.depth)
 
 
-def merge(first: TreeBatch, second: TreeBatch, budget: int,
-          nodes: Callable[[torch.Tensor], int] | None = None) -> TreeBatch:
-    """Row b: the union of first's and second's trees, cut to at most `budget` nodes. probs: the highest own prob
-    over the trees holding a node; copied: True where any of them marks it copied. nodes: given the union's path
-    values [B, M] (0 off its nodes), how many of the best to keep per row (an auto budget's choice, at most
-    `budget`): the union cut once, as `cut` would cut the merged tree."""
+def merge(first: TreeBatch, first_values: torch.Tensor, second: TreeBatch | Copies, second_values: torch.Tensor,
+          budget: int, nodes: Callable[[torch.Tensor], int] | None = None) -> Merged:
+    """Row b: the union of first's and second's trees, cut to at most `budget` nodes by path value. first_values,
+    second_values: float64 [B, N1], [B, N2], each tree's path log-values (-inf on padding); second: a TreeBatch, or
+    lookup's Copies (every node copied). probs: the first tree's own prob where it holds the node, else the
+    second's; copied: True where the second tree holds the node or the first marks it. nodes: given the union's
+    path log-values [B, M] (-inf off its nodes), how many of the best to keep per row (an auto budget's choice, at
+    most `budget`)."""
     n1, n2, depth = first.width, second.width, max(first.depth, second.depth)
     b, device = first.batch, first.tokens.device
     pad = lambda value, dtype: constants.filled((b, 1), value, dtype, device)  # noqa: E731
     # second's parent p as a union slot: n1 + p, and -1 (the root, indexing the last entry) stays -1
     shifted = constants.made(("shifted parents", n1, n2, torch.device(device)), lambda: torch.nn.functional.pad(
         torch.arange(n1, n1 + n2, device=device), (0, 1), value=-1))
-    # the union's slots: first's, second's, then one padding slot (the cut trees' padding is read from it)
+    # the union's slots: first's, second's, then one padding slot (a general cut's padding is read from it)
     parents = torch.cat([first.parents, shifted[second.parents], pad(-1, torch.long)], 1)
     tokens = torch.cat([first.tokens, second.tokens, pad(0, torch.long)], 1)
     depths = torch.cat([first.depths, second.depths, pad(0, torch.long)], 1)
-    valid = depths > 0  # (nodes sit at depth >= 1, padding at 0)
-    m = tokens.shape[1]
+    m = n1 + n2 + 1
     # Path of tokens from depth 1 to each node, [B, M, depth]: its ancestors' (and its own) tokens by depth.
-    ancestors = node_ancestors(parents)  # float64 [B, M, M]
     one_hot = constants.made(("depth one-hot", depth, torch.device(device)), lambda: torch.eye(
         depth + 1, dtype=torch.float64, device=device)[:, 1:].contiguous())  # row d: depth d's column (row 0: none)
     at_depth = one_hot[depths]  # [B, M, depth] one-hot (padding: 0)
     # token + 1 at each depth on the path (exact in float64), 0 below the node: a padding slot's path is all 0
-    paths = ancestors @ torch.addcmul(at_depth, at_depth, tokens[:, :, None])
-    same = (paths[:, :, None] == paths[:, None]).all(-1)
+    paths = node_ancestors(parents) @ torch.addcmul(at_depth, at_depth, tokens[:, :, None])
+    same = (paths[:, :, None] == paths[:, None]).all(-1)  # [B, M, M]: the slots holding the same path
     slots = constants.arange(0, m, device)
-    rep = torch.where(same, slots, m - 1).amin(-1)  # [B, M] first slot holding each node's path (padding: padding's)
-    is_rep = valid & (rep == slots)
-    # (padding slots hold prob 0 and are not copied: amax over them changes nothing)
+    rep = torch.where(same, slots, m - 1).amin(-1)  # [B, M] first slot holding each slot's path
+    first_slot = rep == slots
+    values = torch.cat([first_values, second_values, pad(float("-inf"), torch.float64)], 1)
+    # the first slot of each path holds the highest of its values; every other slot -inf (padding's already is)
+    values = torch.where(first_slot, values.scatter_reduce(1, rep, values, "amax"), float("-inf"))
     probs = torch.cat([first.probs, second.probs, pad(0.0, torch.float32)], 1)
-    merged_probs = constants.filled((b, m), 0.0, torch.float32, device).scatter_reduce(1, rep, probs, "amax")
-    copied = torch.cat([first.copied, second.copied, pad(False, torch.bool)], 1)
-    merged_copied = constants.filled((b, m), False, torch.bool, device).scatter_reduce(1, rep, copied, "amax")
-    up = torch.cat([rep, pad(-1, torch.long)], 1).gather(1, parents % (m + 1))  # each parent's slot (-1 at m)
-    union = TreeBatch(tokens, up, depths, merged_probs, merged_copied, valid.sum(1), depth)
-    # EAGLE-2's path values of the merged nodes, exactly as union.values(is_rep) multiplies them (depth 1 down, one
-    # factor a step: cumprod is that scan on a CPU), from each node's ancestors' merged probs by depth (1 below it)
-    along = ancestors @ (at_depth * merged_probs.gather(1, rep).double()[:, :, None])  # exact: one term a depth
-    values = torch.where(is_rep, torch.where(paths > 0, along, 1.0).cumprod(-1)[..., -1], 0.0)
-    return best(union, is_rep, budget if nodes is None else min(budget, nodes(values)), depth, m - 1, values,
-                distinct=True)  # (one node per path of tokens)
+    copied = same[:, :, n1 : n1 + n2].any(-1)  # held by the second tree (and padding, never kept as a node)
+    if first.copied is not unmarked(first):
+        copied |= torch.nn.functional.pad(first.copied, (0, n2 + 1))
+    up = torch.cat([rep, pad(-1, torch.long)], 1).gather(1, parents % (m + 1))  # each parent's first slot (-1: root)
+    keep = min(m, budget if nodes is None else min(budget, nodes(values)))
+    if first.full and first.distinct and keep <= n1:  # the first tree's nodes alone fill every row: no padding
+        # the best `keep` by value, ties to the earlier slot, then ascending: parents before children
+        kept = values.sort(dim=1, descending=True, stable=True).indices[:, :keep].sort(dim=1).values
+        # a kept node's parent (kept too, or the root: -1) renumbered among the kept
+        kept_parents = torch.searchsorted(kept, up.gather(1, kept), right=True) - 1
+        take = lambda x: x.gather(1, kept)  # noqa: E731
+        tree = TreeBatch.full_rows(take(tokens), kept_parents, take(depths), take(probs), depth, take(copied),
+                                   distinct=True)
+        return Merged(tree, lambda: take(values))
+    # Some row may hold fewer nodes than `keep`: the same choice among the nodes (a node of value -inf before
+    # every slot that holds none), their padding read from the padding slot m - 1.
+    nodes_at = first_slot & (depths > 0)
+    order = (~nodes_at).sort(dim=1, stable=True).indices  # stable sorts: the last key is the first criterion
+    order = order.gather(1, values.gather(1, order).sort(dim=1, descending=True, stable=True).indices)
+    chosen = order[:, :keep]
+    real = nodes_at.gather(1, chosen)
+    kept = torch.where(real, chosen, 2 * m - 1).sort(dim=1).values % m  # the nodes ascending, then padding
+    union = TreeBatch(tokens, up, depths, probs, copied & nodes_at, nodes_at.sum(1), depth)
+    return Merged(union.select(kept, real.sum(1), depth, distinct=True), lambda: values.gather(1, kept))
+
+
+class Merged(NamedTuple):
+    """merge's answer: the merged trees, and values() their nodes' path log-values [B, K] (-inf on padding),
+    computed when asked."""
+
+    tree: TreeBatch
+    values: Callable[[], torch.Tensor]
+
+
+def unmarked(tree: TreeBatch) -> torch.Tensor:
+    """The shared all-False copied flags of a tree's shape (TreeBatch.full_rows' default): a tree holding them marks
+    no node copied, and merge skips reading them."""
+    return constants.filled((tree.batch, tree.width), False, torch.bool, tree.tokens.device)

@@ -1,7 +1,8 @@
 """Draft trees: what every drafter returns and the verifier consumes.
 
-A tree of N draft nodes hangs below a root (the last emitted token, not yet in the target's cache). Nodes are in
-breadth-first order: depth never decreases with the index and every parent precedes its children. In the flattened
+A tree of N draft nodes hangs below a root (the last emitted token, not yet in the target's cache). Every parent
+precedes its children (drafters build breadth-first trees, whose depth never decreases with the index; a hybrid's
+merged trees keep the union's order, `merge.py`). In the flattened
 verification input, index 0 is the root and node i sits at index i + 1.
 
 `TreeBatch` is the contract: a cycle's trees, one per batch row, as [B, N] tensors on the device, from which the
@@ -65,7 +66,7 @@ class DraftTree:
 class TreeBatch:
     """A cycle's draft trees, one per batch row, as [B, N] tensors on one device.
 
-    Row b holds sizes[b] nodes in slots [0, sizes[b]), breadth-first, as a DraftTree does; the slots past it are
+    Row b holds sizes[b] nodes in slots [0, sizes[b]), parents first, as a DraftTree does; the slots past it are
     padding: token 0, a child of the root at depth 0 (so verified at the root's position, seeing only the root and
     itself), prob 0, not copied, never accepted. Three host facts come with it, so nothing reads the device: `depth`,
     a bound on every row's depth (>= the deepest node); `full`, True only when every row holds N nodes; `distinct`,
@@ -186,7 +187,7 @@ def path_values(parents: list[int], probs: list[float]) -> list[float]:
 
 
 def ancestor_masks(parents: torch.Tensor) -> torch.Tensor:
-    """parents: LongTensor [B, N] of breadth-first trees (-1 = child of the root) -> bool [B, N+1, N+1] ancestor
+    """parents: LongTensor [B, N] of trees, parents first (-1 = child of the root) -> bool [B, N+1, N+1] ancestor
     masks over flattened indices (0 = root, node i = i + 1), each row its own tree, on parents' device: row j sees
     j and its ancestors, the root's row itself only. The closure (`node_ancestors`) of the flattened tree."""
     flat = torch.nn.functional.pad(parents + 1, (1, 0), value=-1)  # [B, 1 + N] flattened parents (the root: none)
@@ -194,7 +195,7 @@ def ancestor_masks(parents: torch.Tensor) -> torch.Tensor:
 
 
 def node_ancestors(parents: torch.Tensor, dtype=torch.float64) -> torch.Tensor:
-    """parents: LongTensor [B, N] of breadth-first trees (-1 = child of the root, a node without a parent among
+    """parents: LongTensor [B, N] of trees, parents first (-1 = child of the root, a node without a parent among
     them) -> [B, N, N] of 0 and 1 in `dtype` (float32 or float64): (i, j) is 1 iff node j is node i or one of its
     ancestors (the root left out).
 
