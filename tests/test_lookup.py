@@ -164,6 +164,11 @@ def test_merged_random_trees_are_closed_and_distinct():
             assert len(merged) == min(budget, len(union)) and paths(merged) <= union
 
 
+def ranked(values: torch.Tensor) -> list[float]:
+    """A row's finite values, highest first."""
+    return [x for x in torch.sort(values, descending=True).values.tolist() if x > float("-inf")]
+
+
 def test_merge_with_a_count_keeps_that_many():
     """merge(..., nodes=f) over rows of unequal trees: the union cut to min(budget, f(values)) nodes, node for node
     (how the hybrid drafter takes an auto budget's count); f sees the union's values of its nodes (-inf elsewhere)."""
@@ -180,7 +185,6 @@ def test_merge_with_a_count_keeps_that_many():
         for a, b in zip(once.rows(), direct.rows()):
             same_tree(a, b)
         everything = merge(first, log_values(first), second, log_values(second), 100).values()
-        ranked = lambda v: [x for x in torch.sort(v, descending=True).values.tolist() if x > float("-inf")]  # noqa: E731
         assert [ranked(row) for row in seen[0]] == [ranked(row) for row in everything]
 
 

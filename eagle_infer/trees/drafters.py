@@ -167,7 +167,7 @@ class HybridDrafter:
         extra = inp.budget is not None and found
         drafted = self.head.propose(replace(inp, extra=copied.log_values) if extra else inp)
         heads, plan = as_batch(drafted, device), plan_evidence(drafted)
-        if heads.batch != copied.batch or not found:  # (a custom drafter's wrong count: the engine names it)
+        if heads.batch != copied.tokens.shape[0] or not found:  # (a custom drafter's wrong count: the engine names it)
             return drafted
         budget, levels, values = inp.budget, heads.depth, tree_values(drafted, heads)
         if budget is not None and inp.plan is None:  # decide now: the merged candidates' count (a host read)

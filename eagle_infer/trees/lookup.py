@@ -108,14 +108,6 @@ class Copies:
     log_values: torch.Tensor
     depth: int
 
-    @property
-    def batch(self) -> int:
-        return self.tokens.shape[0]
-
-    @property
-    def width(self) -> int:
-        return self.tokens.shape[1]
-
     def trees(self) -> TreeBatch:
         """The tries as a TreeBatch (every node copied; siblings distinct)."""
         copied = self.depths > 0  # the real nodes (depth >= 1)

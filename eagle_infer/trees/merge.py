@@ -52,7 +52,7 @@ def merge(first: TreeBatch, first_values: torch.Tensor, second: TreeBatch | Copi
     second's; copied: True where the second tree holds the node or the first marks it. nodes: given the union's
     path log-values [B, M] (-inf off its nodes), how many of the best to keep per row (an auto budget's choice, at
     most `budget`)."""
-    n1, n2, depth = first.width, second.width, max(first.depth, second.depth)
+    n1, n2, depth = first.width, second.tokens.shape[1], max(first.depth, second.depth)
     b, device = first.batch, first.tokens.device
     pad = lambda value, dtype: constants.filled((b, 1), value, dtype, device)  # noqa: E731
     # second's parent p as a union slot: n1 + p, and -1 (the root, indexing the last entry) stays -1
