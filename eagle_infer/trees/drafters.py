@@ -6,8 +6,8 @@ target's answer).
 
 Every built-in drafter picks candidates deterministically (top-k, copies), which is what the verifier assumes; the
 tree is fixed before the cycle's random draws, so sampling stays exact. Writing a drafter: a class with
-`propose(inp)` returning a TreeBatch, or simply one DraftTree per row of `inp.feeder.root` (breadth-first, parents
-before children, siblings distinct; `as_batch` pads them into a TreeBatch), drafting with `inp.feeder` (the head
+`propose(inp)` returning a TreeBatch, or simply one DraftTree per row of `inp.feeder.root` (parents before
+children, siblings distinct; `as_batch` pads them into a TreeBatch), drafting with `inp.feeder` (the head
 over its cache) or from `inp.contexts`; nothing else in the engine changes.
 """
 from __future__ import annotations
