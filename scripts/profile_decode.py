@@ -17,12 +17,14 @@ operators a cycle dispatches inside the target's forward, inside the head's laye
 elsewhere (drafting, acceptance, bookkeeping), and its host syncs (item, bool, tolist, equal, nonzero, ... of
 tensors: each one waits for the device on a GPU), prefills excluded; with --baseline DIR the same for another
 checkout (its own eagle_infer, run in a subprocess), side by side; with --by-function, for this checkout, the
-eagle_infer functions whose own lines dispatch the most operators elsewhere, per cycle. Operator counts, not
-timings: they do not depend on what else runs on the machine.
+--rows eagle_infer functions whose own lines dispatch the most operators elsewhere, per cycle (--by-line: the lines
+themselves, as 'module.py:line function'). Operator counts, not timings: they do not depend on what else runs on
+the machine.
 
 usage: python scripts/profile_decode.py [--model smollm2-135m] [--batch 256] [--new-tokens 32] [--rows 15]
        [--threads N] [--compiled] [--rounds 2]
-       python scripts/profile_decode.py --cycles [--baseline DIR] [--by-function] [--new-tokens 32]
+       python scripts/profile_decode.py --cycles [--baseline DIR] [--by-function | --by-line] [--rows 15]
+       [--methods eagle2,eagle2+lookup] [--budgets auto,ahead,fixed] [--batches 1,8] [--new-tokens 32]
 """
 from __future__ import annotations
 
@@ -74,6 +76,12 @@ def main() -> None:
     ap.add_argument("--baseline", default="", help="with --cycles: another checkout counted alongside")
     ap.add_argument("--by-function", action="store_true",
                     help="with --cycles: also list the functions dispatching the most operators elsewhere")
+    ap.add_argument("--by-line", action="store_true", help="with --cycles: the same by line (module.py:line function)")
+    ap.add_argument("--methods", type=choices("eagle2", "eagle2+lookup"), default="eagle2,eagle2+lookup",
+                    help="with --cycles: comma-separated, of eagle2 and eagle2+lookup")
+    ap.add_argument("--budgets", type=choices("auto", "ahead", "fixed"), default="auto,ahead,fixed",
+                    help="with --cycles: comma-separated, of auto, ahead and fixed")
+    ap.add_argument("--batches", type=choices("1", "8"), default="1,8", help="with --cycles: comma-separated, of 1 and 8")
     ap.add_argument("--worker", default="", help=argparse.SUPPRESS)  # one --cycles case, JSON out (a subprocess)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -181,8 +189,8 @@ def count_case(case: dict) -> dict:
             self.ops[self.region] += 1
             if self.region == "elsewhere":
                 self.names[str(func)] += 1
-                if case.get("by_function"):
-                    self.functions[caller(package)] += 1
+                if case.get("by_function") or case.get("by_line"):
+                    self.functions[caller(package, case.get("by_line", False))] += 1
             if self.region != "prefill" and str(func).startswith(host_reads):
                 self.syncs += 1
             return func(*args, **(kwargs or {}))
@@ -257,18 +265,32 @@ def count_case(case: dict) -> dict:
     torch.Tensor.tolist = tolist
     return {"cycles": counter.cycles, "ops": dict(counter.ops), "syncs": counter.syncs,
             "tau": sum(r.tau for r in result.results) / len(result.results),
-            "elsewhere": dict(counter.names.most_common(12)), "functions": dict(counter.functions.most_common(12))}
+            "elsewhere": dict(counter.names.most_common(12)),
+            "functions": dict(counter.functions.most_common(case.get("rows", 12)))}
 
 
-def caller(package: str) -> str:
+def choices(*allowed: str):
+    """An argparse type: a comma-separated list of `allowed` values, in the order given."""
+    def parse(text: str) -> list[str]:
+        picked = [v.strip() for v in text.split(",") if v.strip()]
+        bad = [v for v in picked if v not in allowed]
+        if bad or not picked:
+            raise argparse.ArgumentTypeError(f"{text!r} is invalid: expected a comma-separated list of {', '.join(allowed)}")
+        return picked
+    return parse
+
+
+def caller(package: str, line: bool = False) -> str:
     """'folder/module.py:function' of the innermost frame under `package` (a path ending in a separator) on the
-    running Python stack: the eagle_infer function whose line dispatched the operator."""
+    running Python stack: the eagle_infer function whose line dispatched the operator ('folder/module.py:line
+    function' with `line`)."""
     frame = sys._getframe(2)
     while frame is not None and not frame.f_code.co_filename.startswith(package):
         frame = frame.f_back
     if frame is None:
         return "(outside eagle_infer)"
-    return f"{frame.f_code.co_filename.removeprefix(package)}:{frame.f_code.co_name}"
+    where = frame.f_code.co_filename.removeprefix(package)
+    return f"{where}:{frame.f_lineno} {frame.f_code.co_name}" if line else f"{where}:{frame.f_code.co_name}"
 
 
 def compare_cycles(args) -> None:
@@ -286,13 +308,14 @@ def compare_cycles(args) -> None:
           f"{args.new_tokens} new tokens per prompt, prefills excluded; per cycle (one target verification):")
     print(f"{'checkout':9} {'method':14} {'budget':6} {'batch':>5} {'cycles':>6} {'tau':>5} {'target':>7} "
           f"{'head':>6} {'elsewhere':>9} {'syncs':>6}")
-    for lookup in (False, True):
-        for budget in ("auto", "ahead", "fixed"):
-            for batch in (1, 8):
+    for lookup in [method == "eagle2+lookup" for method in args.methods]:
+        for budget in args.budgets:
+            for batch in map(int, args.batches):
                 for side, repo in sides.items():
                     case = {"model": args.model, "lookup": lookup, "budget": budget, "batch": batch,
                             "host_reads": list(HOST_READ_OPS), "new_tokens": args.new_tokens,
-                            "by_function": args.by_function and side == "this"}
+                            "by_function": args.by_function and side == "this",
+                            "by_line": args.by_line and side == "this", "rows": args.rows}
                     env = dict(os.environ, PROFILE_REPO=str(repo), PYTHONPATH=str(repo))
                     out = subprocess.run([sys.executable, __file__, "--threads", str(args.threads), "--worker",
                                           json.dumps(case)], env=env, capture_output=True, text=True)
@@ -308,7 +331,7 @@ def compare_cycles(args) -> None:
                           f"{r['cycles']:6d} {r['tau']:5.2f} {per['target']:7.0f} {per['head']:6.0f} "
                           f"{per['elsewhere']:9.0f} {r['syncs'] / n:6.1f}", flush=True)
                     if r.get("functions"):
-                        print("          elsewhere by function: " + "; ".join(
+                        print(f"          elsewhere by {'line' if args.by_line else 'function'}: " + "; ".join(
                             f"{name} {count / n:.0f}" for name, count in r["functions"].items()), flush=True)
 
 
