@@ -69,15 +69,16 @@ def merge(first: TreeBatch, first_values: torch.Tensor, second: TreeBatch | Copi
     at_depth = one_hot[depths]  # [B, M, depth] one-hot (padding: 0)
     # token + 1 at each depth on the path (exact in float64), 0 below the node: a padding slot's path is all 0
     paths = node_ancestors(parents) @ torch.addcmul(at_depth, at_depth, tokens[:, :, None])
-    same = (paths[:, :, None] == paths[:, None]).all(-1)  # [B, M, M]: the slots holding the same path
+    # [B, M, M]: how far apart two slots' paths are, 0 where they are the same (exact: differences of small integers)
+    apart = torch.cdist(paths, paths, compute_mode="donot_use_mm_for_euclid_dist")
+    rep = apart.min(-1).indices  # [B, M] first slot holding each slot's path (min: the first of equal values)
     slots = constants.arange(0, m, device)
-    rep = torch.where(same, slots, m - 1).amin(-1)  # [B, M] first slot holding each slot's path
     first_slot = rep == slots
     values = torch.cat([first_values, second_values, pad(float("-inf"), torch.float64)], 1)
     # the first slot of each path holds the highest of its values; every other slot -inf (padding's already is)
     values = torch.where(first_slot, values.scatter_reduce(1, rep, values, "amax"), float("-inf"))
     probs = torch.cat([first.probs, second.probs, pad(0.0, torch.float32)], 1)
-    copied = same[:, :, n1 : n1 + n2].any(-1)  # held by the second tree (and padding, never kept as a node)
+    copied = apart[:, :, n1 : n1 + n2].amin(-1) == 0  # held by the second tree (and padding, never kept as a node)
     if first.copied is not unmarked(first):
         copied |= torch.nn.functional.pad(first.copied, (0, n2 + 1))
     up = torch.cat([rep, pad(-1, torch.long)], 1).gather(1, parents % (m + 1))  # each parent's first slot (-1: root)
