@@ -127,7 +127,8 @@ class Budget:
             parts.append(older.topk(m_older, dim=-1).values)
         if frontier is not None:
             parts += [frontier] if children is None else [frontier, children]
-        probs = (parts[0] if len(parts) == 1 else torch.cat(parts, -1)).double().exp()
+        joined = parts[0] if len(parts) == 1 else torch.cat(parts, -1)
+        probs = (joined if joined.dtype == torch.float64 else joined.double()).exp()  # (a hybrid's copies: float64)
         summary = probs if probs.shape[0] == 1 else probs.sum(0, keepdim=True)  # per column, summed over the rows
         return Evidence(summary, m, m_older, 0 if frontier is None else frontier.shape[-1],
                         0 if frontier is None or children is None else children.shape[-1], levels, ahead)
