@@ -265,7 +265,7 @@ def merge_oracle(trees: list[DraftTree], values: list[list[float]], budget: int,
 
 
 def verify_sampling(tree: DraftTree, probs: torch.Tensor, generator: torch.Generator | None) -> Acceptance:
-    """Sequential rejection over one tree, node by node (the definition verify.verify_sampled batches; the exact
+    """Sequential rejection over one tree, node by node (the definition verify.sampled_choices and verify.follow batch; the exact
     tests script its draws through this module's `torch`). probs: [N+1, V] target sampling distributions at the
     flattened tree (row 0 = root)."""
     tokens, children = tree.tokens.tolist(), tree.children()

@@ -434,7 +434,8 @@ def test_kv_cache_keep_paths_gathers_and_commits_every_row():
 
 
 def reference_walk(tokens: list[int], parents: list[int], best: list[int]) -> tuple[list[int], int, list[int]]:
-    """Greedy acceptance by walking down one tree: (path, bonus, tested), the definition verify_greedy batches."""
+    """Greedy acceptance by walking down one tree: (path, bonus, tested), the definition `follow` down the target's
+    argmax batches."""
     children = [[] for _ in range(len(tokens) + 1)]
     for i, p in enumerate(parents):
         children[p + 1].append(i)
@@ -454,7 +455,10 @@ def test_batched_greedy_verifier_equals_walking_each_tree():
     (what the commit sorts), and the host's tested_nodes the walk's tested nodes; the full rows give the same
     without sizes (sizes=None, as for TreeBatch.full)."""
     from eagle_infer.trees.tree import ancestor_masks
-    from eagle_infer.decoding.verify import tested_nodes, verify_greedy
+    from eagle_infer.decoding.verify import argmax, follow, tested_nodes
+
+    def greedy_accept(tokens, parents, sizes, allowed, logits, distinct=False):  # the engine's greedy acceptance
+        return follow(tokens, parents, sizes, allowed, argmax(logits), distinct)
 
     gen = torch.Generator().manual_seed(4)
     vocab = 3  # few tokens: siblings often repeat and logits often pick a drafted token
@@ -479,7 +483,7 @@ def test_batched_greedy_verifier_equals_walking_each_tree():
         chain = rows[3][1]
         for row in range(min(n, 4)):  # the chain row's target agrees with its first four tokens
             logits[3, row, chain[row]] += 10
-        g = verify_greedy(tokens, parents, sizes, ancestor_masks(parents), logits)
+        g = greedy_accept(tokens, parents, sizes, ancestor_masks(parents), logits)
         best = logits.argmax(-1).tolist()
         assert g.reached[:, 0].all() and torch.equal(g.reached[:, 1:], g.on_path)
         for b, (p, t) in enumerate(rows):
@@ -489,12 +493,12 @@ def test_batched_greedy_verifier_equals_walking_each_tree():
             assert tested_nodes(path, p) == tested  # what the host reads off the path and the parents
         deepest = max(deepest, int(g.accepted.max()))
         full = [b for b, (p, _) in enumerate(rows) if len(p) == n]  # rows of n nodes: sizes may be left out
-        alone = verify_greedy(tokens[full], parents[full], None, ancestor_masks(parents[full]), logits[full])
+        alone = greedy_accept(tokens[full], parents[full], None, ancestor_masks(parents[full]), logits[full])
         for field in ("accepted", "bonus", "on_path", "reached"):
             assert torch.equal(getattr(alone, field), getattr(g, field)[full]), (n, field)
         # rows whose siblings are distinct: the same when the verifier is told so (TreeBatch.distinct)
         distinct = [b for b, (p, t) in enumerate(rows) if len(set(zip(p, t))) == len(p)]
-        told = verify_greedy(tokens[distinct], parents[distinct], sizes[distinct], ancestor_masks(parents[distinct]),
+        told = greedy_accept(tokens[distinct], parents[distinct], sizes[distinct], ancestor_masks(parents[distinct]),
                              logits[distinct], distinct=True)
         for field in ("accepted", "bonus", "on_path", "reached"):
             assert torch.equal(getattr(told, field), getattr(g, field)[distinct]), (n, field)

@@ -3,7 +3,7 @@
 Two levels:
 * the verifiers alone, exactly: the per-node sequential rejection (tests/oracles.verify_sampling) with every random
   draw it makes turned into a branch point (a scripted stand-in for torch inside tests/oracles), and the engine's
-  batched sampler (verify.verify_sampled) with every node draw it reads enumerated, so the probability of each
+  batched sampler (verify.sampled_choices, then verify.follow) with every node draw it reads enumerated, so the probability of each
   (accepted path, bonus) outcome is computed exactly and compared with the target's autoregressive probability of
   the same tokens.
 * the whole engine, statistically: on a target with an 8-token vocabulary the joint distribution of the first three
@@ -30,7 +30,7 @@ from eagle_infer.config import InferConf
 from eagle_infer.decoding.engine import Engine
 from eagle_infer.models.target import compile_target
 from eagle_infer.trees.tree import DraftTree, TreeBatch, ancestor_masks
-from eagle_infer.decoding.verify import SamplingParams, follow, inverse_cdf, target_probs, verify_sampled
+from eagle_infer.decoding.verify import SamplingParams, follow, inverse_cdf, sampled_choices, target_probs
 from eagle_infer.decoding.verify_batch import accept_and_commit
 from tests.oracles import one_thread, oracle_drafter, scaled_target, vanilla_tokens, verify_sampling  # noqa: F401
 
@@ -392,9 +392,9 @@ def test_batched_sampler_draws_match_exact_outcomes():
     probs = random_rows(len(tree) + 1, 5, torch.Generator().manual_seed(3), 0.2)
     n = 6000
     batch = TreeBatch.of_trees([tree] * n, "cpu")
-    g = verify_sampled(batch.tokens, batch.parents, batch.sizes, ancestor_masks(batch.parents),
-                       probs.log()[None].expand(n, -1, -1), SamplingParams(temperature=1.0),
-                       [torch.Generator().manual_seed(i) for i in range(n)])
+    draws = sampled_choices(probs.log()[None].expand(n, -1, -1), SamplingParams(temperature=1.0),
+                            [torch.Generator().manual_seed(i) for i in range(n)])
+    g = follow(batch.tokens, batch.parents, batch.sizes, ancestor_masks(batch.parents), draws)
     counts = Counter((tuple(row.nonzero()[:, 0].tolist()), int(bonus)) for row, bonus in zip(g.on_path, g.bonus))
     assert same_distribution(counts, target_outcomes(tree, probs))[0]
 

@@ -7,8 +7,8 @@ from the residual distribution when every candidate child was rejected). A cycle
 Greedy: follow the child equal to the target's argmax. Sampling: candidates are chosen deterministically (top-k),
 so at a node the children x1, x2, ... are tried in order: accept x with probability p(x) under the current p; on
 rejection set p(x) = 0 and renormalise; if all are rejected the bonus is drawn from what is left. The emitted token
-is then distributed exactly as p, whatever the draft proposed (EAGLE appendix A.2 / SpecInfer); `verify_sampled`
-does this for a whole batch by tensor ops (its docstring says why one draw per node is the same thing; the per-node
+is then distributed exactly as p, whatever the draft proposed (EAGLE appendix A.2 / SpecInfer); `sampled_choices`
+and `follow` do this for a whole batch by tensor ops (its docstring says why one draw per node is the same thing; the per-node
 loop is tests/oracles.verify_sampling, which the exact-enumeration tests hold it to).
 """
 from __future__ import annotations
@@ -132,25 +132,6 @@ class BatchAcceptance:
     bonus: torch.Tensor
     on_path: torch.Tensor
     reached: torch.Tensor
-
-
-def verify_greedy(
-    tokens: torch.Tensor, parents: torch.Tensor, sizes: torch.Tensor | None, allowed: torch.Tensor, logits: torch.Tensor,
-    distinct: bool = False,
-) -> BatchAcceptance:
-    """Follow, from the root, the child whose token is the target's argmax, in every row at once.
-
-    tokens, parents: [B, N] padded trees (slots at or past sizes[b] are padding); allowed: bool [B, N+1, N+1] ancestor
-    masks (tree.ancestor_masks); logits: [B, N+1, V] target logits at [root, nodes...]. Among siblings carrying the
-    same token the first is followed, as a walk down the tree would (distinct: no siblings carry the same token)."""
-    return follow(tokens, parents, sizes, allowed, argmax(logits), distinct)
-
-
-def verify_sampled(tokens: torch.Tensor, parents: torch.Tensor, sizes: torch.Tensor | None, allowed: torch.Tensor,
-                   logits: torch.Tensor, params: SamplingParams, generators: list[torch.Generator],
-                   draws: int = 0, distinct: bool = False) -> BatchAcceptance:
-    """The exact tree rejection sampler for a batch: `follow` down the nodes' draws (sampled_choices)."""
-    return follow(tokens, parents, sizes, allowed, sampled_choices(logits, params, generators, draws), distinct)
 
 
 def sampled_choices(logits: torch.Tensor, params: SamplingParams, generators: list[torch.Generator],
