@@ -37,6 +37,12 @@ def row_index(batch: int, device) -> torch.Tensor:
     return made(("rows", batch, device), lambda: torch.arange(batch, device=device)[:, None])
 
 
+def numbers(batch: int, n: int, device) -> torch.Tensor:
+    """LongTensor [batch, n]: 0, 1, ..., n - 1 in every row (what a scatter numbering n slots per row writes)."""
+    device = torch.device(device)
+    return made(("numbers", batch, n, device), lambda: torch.arange(n, device=device).expand(batch, n).contiguous())
+
+
 def filled(shape: tuple[int, ...], value, dtype: torch.dtype, device) -> torch.Tensor:
     """[*shape] of `value`."""
     device = torch.device(device)

@@ -97,8 +97,9 @@ class DynamicDrafter:
             d = grow_dynamic(inp.feeder, c.depth, c.top_k, c.total_tokens, c.growth, decide)
             return Drafted(d.trees, None, d.kept_values)
         d = grow_dynamic(inp.feeder, plan.levels, c.top_k, plan.nodes, c.growth)
-        return Drafted(d.trees, budget.evidence(with_extra(d.values), d.levels, d.frontier, d.newest_own,
-                                                with_extra(d.older)), d.kept_values)
+        values = with_extra(d.values)
+        older = None if d.levels == 1 else d.older if inp.extra is None else d.older_beside(values)
+        return Drafted(d.trees, budget.evidence(values, d.levels, d.frontier, d.newest_own, older), d.kept_values)
 
 
 class CustomDrafter:

@@ -108,10 +108,11 @@ class TreeFeeder:
 
     @torch.inference_mode()
     def feed_below(self, up: torch.Tensor, tokens: torch.Tensor, depth: int, then: Then | None = None,
-                   extra: tuple = ()):
+                   extra: tuple = (), last: bool = False):
         """`feed` with the parents as rows of the buffers [root, fed slot 0, 1, ...]: up = parents + 1 [B, m]. then:
         computed from the nodes' predicted features in the head's call instead of the log-probs (head_runner.Then:
-        `expanded`, an EAGLE-2 level), returned without the features it returns first."""
+        `expanded`, an EAGLE-2 level), returned without the features it returns first. last: no later feed is
+        below these nodes, so their rows of the buffers are left unwritten (a later feed may not name them)."""
         m = tokens.shape[1]
         f = self.fed
         if f + m > self._cap:
@@ -119,9 +120,10 @@ class TreeFeeder:
         keys = self._keys + constants.arange(f, f + m, tokens.device)  # [B, m] the new nodes' own keys
         parent_feat, rows, mask = level_inputs(self._outputs, self._masks, self._rows, up, keys,
                                                max(self.prefix) + f + m)
-        fed_tokens = self._feed.fed(self._tokens, self._rows, up, tokens, 1 + f)
+        fed_tokens = self._feed.fed(self._tokens, self._rows, up, tokens, None if last else 1 + f)
         slots = constants.arange(1 + f, 1 + f + m, tokens.device)  # the new nodes' rows of the buffers
-        self._masks.index_copy_(1, slots, rows)
+        if not last:
+            self._masks.index_copy_(1, slots, rows)
         # [B, 1]: the level's nodes share their row's head position, base + depth - 1 (see the module's docstring)
         positions = self.root.positions if depth == 1 else self.root.positions + (depth - 1)
         out = self.head(parent_feat, fed_tokens, positions, self.cache, mask, then, extra)
@@ -130,7 +132,8 @@ class TreeFeeder:
         self.cache.advance(m)
         self.levels += 1
         self.fed += m
-        self._outputs.index_copy_(1, slots, out)
+        if not last:
+            self._outputs.index_copy_(1, slots, out)
         return torch.log_softmax(self.head.draft_logits(out), dim=-1) if then is None else rest
 
     def reset(self) -> None:
@@ -147,7 +150,8 @@ class OwnTokens:
         return None
 
     @staticmethod
-    def fed(kept: None, rows: torch.Tensor, up: torch.Tensor, tokens: torch.Tensor, start: int) -> torch.Tensor:
+    def fed(kept: None, rows: torch.Tensor, up: torch.Tensor, tokens: torch.Tensor, start: int | None
+            ) -> torch.Tensor:
         """`tokens` [B, m], the nodes' own."""
         return tokens
 
@@ -166,10 +170,13 @@ class ParentTokens:
         return tokens
 
     @staticmethod
-    def fed(kept: torch.Tensor, rows: torch.Tensor, up: torch.Tensor, tokens: torch.Tensor, start: int) -> torch.Tensor:
-        """The parents' tokens (rows `up` [B, m] of `kept`); the nodes' own `tokens` go to its slots from `start`."""
+    def fed(kept: torch.Tensor, rows: torch.Tensor, up: torch.Tensor, tokens: torch.Tensor, start: int | None
+            ) -> torch.Tensor:
+        """The parents' tokens (rows `up` [B, m] of `kept`); the nodes' own `tokens` go to its slots from `start`
+        (None: nowhere, no feed is below them)."""
         parents = kept[rows, up]
-        kept.index_copy_(1, constants.arange(start, start + tokens.shape[1], tokens.device), tokens)
+        if start is not None:
+            kept.index_copy_(1, constants.arange(start, start + tokens.shape[1], tokens.device), tokens)
         return parents
 
 
@@ -332,6 +339,15 @@ class DynamicDraft:
         """[B, C - L] the candidates drafted before the last level."""
         return self.values[:, : self.values.shape[1] - self.newest_own.shape[1]]
 
+    def older_beside(self, values: torch.Tensor) -> torch.Tensor:
+        """values [B, C + E], these candidates' and E others' beside them (a hybrid's copies): the same with the
+        last level's at -inf, the candidates without it (one operator)."""
+        c, width = self.values.shape[1], values.shape[1]
+        last = constants.made(("last level", c, self.newest_own.shape[1], width, values.device), lambda: (
+            torch.arange(width, device=values.device) >= c - self.newest_own.shape[1]) & (
+            torch.arange(width, device=values.device) < c))
+        return values.masked_fill(last, float("-inf"))
+
 
 def joined(parts: list[torch.Tensor]) -> torch.Tensor:
     """[B, ...] parts joined along dim 1 (one part as it is: no copy)."""
@@ -392,7 +408,7 @@ def grow_dynamic(feeder: TreeFeeder, depth: int, top_k: int, total_tokens: int, 
                 break
             nodes = None  # decided before this level: asked again after the last one
         tok, val, own, pick = feeder.feed_below(up, front_tok, d - 1, expanded,
-                                                (front_val, k, feeder.head.vocab_order, grow.expand))
+                                                (front_val, k, feeder.head.vocab_order, grow.expand), d == depth)
         toks.append(tok), vals.append(val), owns.append(own), fronts.append(pick)
         # the picked nodes' parents are the k just fed, feeder rows fed - k + 1 ... fed: child c's is c // k of them
         rows = constants.made(("rows of picks' parents", k, feeder.fed, device),

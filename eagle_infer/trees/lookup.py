@@ -131,7 +131,9 @@ def copy_batch(contexts: list[list[int]], conf: LookupConf, rates: list[CopyRate
         ints[:, b, :n] = tokens, parents, depths
         floats[:, b, :n] = probs, values, [math.log(v) for v in values]  # (rates > 0: every value is)
     # one host array (the float64 fields as int64 bits: float64 holds each float32 prob exactly), one transfer
-    fields = torch.from_numpy(numpy.concatenate([ints, floats.view(numpy.int64)])).to(device, non_blocking=True)
+    fields = torch.from_numpy(numpy.concatenate([ints, floats.view(numpy.int64)]))
+    if fields.device != torch.device(device):
+        fields = fields.to(device, non_blocking=True)
     tokens, parents, depths = fields.unbind(0)[:3]
     probs, values, log_values = fields.view(torch.float64).unbind(0)[3:]
     return Copies(tokens, parents, depths, probs.float(), values, log_values,

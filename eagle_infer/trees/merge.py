@@ -72,29 +72,30 @@ def merge(first: TreeBatch, first_values: torch.Tensor, second: TreeBatch | Copi
     # [B, M, M]: how far apart two slots' paths are, 0 where they are the same (exact: differences of small integers)
     apart = torch.cdist(paths, paths, compute_mode="donot_use_mm_for_euclid_dist")
     rep = apart.min(-1).indices  # [B, M] first slot holding each slot's path (min: the first of equal values)
-    slots = constants.arange(0, m, device)
-    first_slot = rep == slots
     values = torch.cat([first_values, second_values, pad(float("-inf"), torch.float64)], 1)
-    # the first slot of each path holds the highest of its values; every other slot -inf (padding's already is)
-    values = torch.where(first_slot, values.scatter_reduce(1, rep, values, "amax"), float("-inf"))
+    # the first slot of each path holds the highest of its values; every other slot -inf (nothing reduced into it)
+    values = constants.filled((b, m), float("-inf"), torch.float64, device).scatter_reduce(1, rep, values, "amax")
     probs = torch.cat([first.probs, second.probs, pad(0.0, torch.float32)], 1)
-    copied = apart[:, :, n1 : n1 + n2].amin(-1) == 0  # held by the second tree (and padding, never kept as a node)
+    # held by the second tree: the first slots of its paths (its padding's is a padding slot, never kept as a node)
+    copied = constants.filled((b, m), False, torch.bool, device).scatter(1, rep[:, n1 : n1 + n2], True)
     if first.copied is not unmarked(first):
         copied |= torch.nn.functional.pad(first.copied, (0, n2 + 1))
-    up = torch.cat([rep, pad(-1, torch.long)], 1).gather(1, parents % (m + 1))  # each parent's first slot (-1: root)
     keep = min(m, budget if nodes is None else min(budget, nodes(values)))
     if first.full and first.distinct and keep <= n1:  # the first tree's nodes alone fill every row: no padding
         # the best `keep` by value, ties to the earlier slot, then ascending: parents before children
         kept = values.sort(dim=1, descending=True, stable=True).indices[:, :keep].sort(dim=1).values
-        # a kept node's parent (kept too, or the root: -1) renumbered among the kept
-        kept_parents = torch.searchsorted(kept, up.gather(1, kept), right=True) - 1
+        # each union slot's rank among the kept (-1: not kept); a kept node's parent is the first slot of its
+        # parent's path, kept too; a child of the root's (-1) reads the padding slot's path, never kept: -1
+        rank = constants.filled((b, m), -1, torch.long, device).scatter(1, kept, constants.numbers(b, keep, device))
+        kept_parents = rank.gather(1, rep[constants.row_index(b, device), parents.gather(1, kept)])
         take = lambda x: x.gather(1, kept)  # noqa: E731
         tree = TreeBatch.full_rows(take(tokens), kept_parents, take(depths), take(probs), depth, take(copied),
                                    distinct=True)
         return Merged(tree, lambda: take(values))
     # Some row may hold fewer nodes than `keep`: the same choice among the nodes (a node of value -inf before
     # every slot that holds none), their padding read from the padding slot m - 1.
-    nodes_at = first_slot & (depths > 0)
+    up = torch.cat([rep, pad(-1, torch.long)], 1).gather(1, parents % (m + 1))  # each parent's first slot (-1: root)
+    nodes_at = (rep == constants.arange(0, m, device)) & (depths > 0)  # each path's first slot, if a node's
     order = (~nodes_at).sort(dim=1, stable=True).indices  # stable sorts: the last key is the first criterion
     order = order.gather(1, values.gather(1, order).sort(dim=1, descending=True, stable=True).indices)
     chosen = order[:, :keep]

@@ -156,9 +156,8 @@ class TreeBatch:
         n = self.width
         # slot -> new slot; column n stays -1 (the root, which parents % (n + 1) reads for -1); the padding slot
         # takes some padding entry's number, which nothing reads (no node's parent is padding)
-        numbers = constants.made(("slot numbers", b, m, index.device),
-                                 lambda: torch.arange(m, device=index.device).expand(b, m).contiguous())
-        renumber = constants.filled((b, n + 1), -1, torch.long, index.device).scatter(1, index, numbers)
+        renumber = constants.filled((b, n + 1), -1, torch.long, index.device).scatter(
+            1, index, constants.numbers(b, m, index.device))
         take = lambda x: x.gather(1, index)  # noqa: E731
         return TreeBatch(take(self.tokens), renumber.gather(1, self.parents % (n + 1)).gather(1, index),
                          take(self.depths), take(self.probs), take(self.copied), sizes,
@@ -189,23 +188,29 @@ def path_values(parents: list[int], probs: list[float]) -> list[float]:
 def ancestor_masks(parents: torch.Tensor) -> torch.Tensor:
     """parents: LongTensor [B, N] of trees, parents first (-1 = child of the root) -> bool [B, N+1, N+1] ancestor
     masks over flattened indices (0 = root, node i = i + 1), each row its own tree, on parents' device: row j sees
-    j and its ancestors, the root's row itself only. The closure (`node_ancestors`) of the flattened tree."""
-    flat = torch.nn.functional.pad(parents + 1, (1, 0), value=-1)  # [B, 1 + N] flattened parents (the root: none)
-    return node_ancestors(flat, torch.float32) > 0
+    j and its ancestors, the root's row itself only (`node_ancestors` with the root)."""
+    return node_ancestors(parents, torch.float32, root=True) > 0
 
 
-def node_ancestors(parents: torch.Tensor, dtype=torch.float64) -> torch.Tensor:
+def node_ancestors(parents: torch.Tensor, dtype=torch.float64, root: bool = False) -> torch.Tensor:
     """parents: LongTensor [B, N] of trees, parents first (-1 = child of the root, a node without a parent among
     them) -> [B, N, N] of 0 and 1 in `dtype` (float32 or float64): (i, j) is 1 iff node j is node i or one of its
-    ancestors (the root left out).
+    ancestors (the root left out); with `root`, [B, N+1, N+1] over the flattened tree (0 = the root, an ancestor
+    of every node; node i = i + 1).
 
-    Two operators whatever the depth, no host sync: with P the parent relation, strictly lower triangular since
-    parents precede children, the closure I + P + P^2 + ... is (I - P)^-1, one unit lower triangular solve (whose
-    diagonal is taken as 1, not read: its input is one index into a constant table). Exact: each row of I - P holds
-    one off-diagonal -1, and each entry of the inverse counts the paths from i up to j, 0 or 1 in a tree, so every
-    sum a solver forms is of small integers."""
+    Two operators whatever the depth (three with the root), no host sync: with P the parent relation, strictly
+    lower triangular since parents precede children, the closure I + P + P^2 + ... is (I - P)^-1, one unit lower
+    triangular solve (whose diagonal is taken as 1, not read: its input is one index into a constant table). Exact:
+    each row of I - P holds one off-diagonal -1, and each entry of the inverse counts the paths from i up to j, 0 or
+    1 in a tree, so every sum a solver forms is of small integers."""
     n = parents.shape[1]
     device = torch.device(parents.device)
+    if root:  # row p < n: -e_(p + 1), node p's flattened column; row n (what -1 reads): -e_0, the root's
+        minus_parent = constants.made(("flattened parent rows", n, dtype, device), lambda: -torch.eye(
+            n + 1, dtype=dtype, device=device).roll(-1, 0))
+        rows = torch.nn.functional.pad(minus_parent[parents], (0, 0, 1, 0))  # the root's row first: no parent
+        return torch.linalg.solve_triangular(rows, constants.eye(n + 1, dtype, device), upper=False,
+                                             unitriangular=True)
     # row p < n: -e_p, the parent's column; row n (what -1 reads, a child of the root's): zeros
     minus_parent = constants.made(("parent rows", n, dtype, device),
                                   lambda: -torch.eye(n + 1, dtype=dtype, device=device)[:, :n].contiguous())
@@ -255,13 +260,13 @@ def causal_mask(prefix: int | list[int], t: int, dtype, device, prefix_column: t
                 ) -> torch.Tensor:
     """Additive [B, 1, t, max(prefix) + t]: new token i sees its row's prefix and new tokens <= i (as
     additive_mask(lower triangle, ...) builds it; rows of unequal prefixes by one comparison: key c is seen by new
-    token i of row b iff c - prefix[b] <= i; prefix_column as in additive_mask)."""
+    token i of row b iff c <= prefix[b] + i; prefix_column as in additive_mask)."""
     if isinstance(prefix, int) or min(prefix) == max(prefix):
         return additive_mask(constants.lower_triangle(t, device), prefix, dtype, device, prefix_column)
     if prefix_column is None:
         prefix_column = torch.tensor(prefix, device=device)[:, None]
-    rel = constants.arange(0, max(prefix) + t, device) - prefix_column  # [B, W]: key c's new index
-    return additive(rel[:, None, :] <= constants.row_index(t, device), dtype)[:, None]  # [B, 1, t, W]
+    newest = (prefix_column + constants.arange(0, t, device)).view(-1, 1, t, 1)  # [B, 1, t, 1]: each new key
+    return additive(constants.arange(0, max(prefix) + t, device) <= newest, dtype)  # [B, 1, t, W]
 
 
 # EAGLE-1 style static tree: each path lists child ranks from the root (rank 0 = the head's top-1). A CPU-sized
