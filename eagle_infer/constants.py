@@ -37,6 +37,15 @@ def row_index(batch: int, device) -> torch.Tensor:
     return made(("rows", batch, device), lambda: torch.arange(batch, device=device)[:, None])
 
 
+def along(n: int, dim: int, dims: int, device) -> torch.Tensor:
+    """LongTensor of `dims` dimensions holding 0, 1, ..., n - 1 along `dim` (size 1 elsewhere): an advanced index
+    that broadcasts against the others."""
+    device = torch.device(device)
+    shape = [1] * dims
+    shape[dim] = n
+    return made(("along", n, dim, dims, device), lambda: torch.arange(n, device=device).view(shape))
+
+
 def numbers(batch: int, n: int, device) -> torch.Tensor:
     """LongTensor [batch, n]: 0, 1, ..., n - 1 in every row (what a scatter numbering n slots per row writes)."""
     device = torch.device(device)

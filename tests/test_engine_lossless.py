@@ -421,8 +421,8 @@ def test_kv_cache_keep_paths_gathers_and_commits_every_row():
         cache.v[layer] -= 1000 * layer + pos
     cache.truncate([5, 3])
     kept = torch.tensor([[0, 2, 3, 7], [0, 1, 9, 9]])
-    cache.keep_paths(kept, [4, 2], torch.tensor([4, 2]))
-    assert cache.lengths == [9, 5] and cache.device_lengths().tolist() == [9, 5]
+    cache.keep_paths(kept, [4, 2], torch.tensor([[4], [2]]))
+    assert cache.lengths == [9, 5] and cache.length_column().tolist() == [[9], [5]]
     expected = [[0, 1, 2, 3, 4, 5, 7, 8, 12], [0, 1, 2, 3, 4]]  # each row's new length
     for layer_i in range(2):
         for b in range(2):
@@ -430,7 +430,7 @@ def test_kv_cache_keep_paths_gathers_and_commits_every_row():
                 assert torch.all(cache.k[layer_i][b, :, p] == 1000 * layer_i + src + 100 * b)
                 assert torch.all(cache.v[layer_i][b, :, p] == -(1000 * layer_i + src))
     cache.truncate(4)
-    assert cache.length == 4 and cache.device_lengths().tolist() == [4, 4]
+    assert cache.length == 4 and cache.length_column().tolist() == [[4], [4]]
 
 
 def reference_walk(tokens: list[int], parents: list[int], best: list[int]) -> tuple[list[int], int, list[int]]:

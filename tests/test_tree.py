@@ -331,13 +331,15 @@ def test_additive_mask_per_row_prefixes():
 
 def test_causal_mask_is_the_lower_triangle_over_each_rows_prefix():
     """causal_mask's comparison for rows of unequal prefixes gives additive_mask's table of the lower triangle, value
-    for value (0 where seen, the dtype's lowest elsewhere)."""
+    for value (0 where seen, the dtype's lowest elsewhere), from the prefixes or from the new tokens' keys."""
     triangle = lambda t: torch.ones(t, t, dtype=torch.bool).tril()  # noqa: E731
     for prefix in ([3, 5, 1], [0, 4], [7, 2, 2, 9], [4, 4]):
         for t in (1, 2, 5):
             for dtype in (torch.float32, torch.bfloat16):
                 want = additive_mask(triangle(t), prefix, dtype, "cpu")
                 assert torch.equal(causal_mask(prefix, t, dtype, "cpu"), want), (prefix, t, dtype)
+                keys = torch.tensor(prefix)[:, None] + torch.arange(t)  # the new tokens' keys, as a caller has them
+                assert torch.equal(causal_mask(prefix, t, dtype, "cpu", keys), want), (prefix, t, dtype)
 
 
 def test_ancestor_masks_batch_equals_each_tree():

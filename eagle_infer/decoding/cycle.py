@@ -60,8 +60,8 @@ class CyclePolicy:
 @dataclass
 class Pending:
     """The head's inputs committed by the last cycle, not yet fed: features [B, W, H or k*H], pair tokens [B, W];
-    row b's first counts[b] are real (counts: host list, on_device: the same as a LongTensor [B]); newest: LongTensor
-    [B], each row's last real index (counts - 1; 0 for a row with none)."""
+    row b's first counts[b] are real (counts: host list, on_device: the same as a LongTensor [B, 1]); newest:
+    LongTensor [B], each row's last real index (counts - 1; 0 for a row with none)."""
 
     features: torch.Tensor
     tokens: torch.Tensor
@@ -194,8 +194,9 @@ def verify(run: BatchRun, rows, proposal: Proposal, policy: CyclePolicy) -> Verd
     # tests/test_engine_sampling.py enumerates its outcomes)
     chosen = argmax(logits) if sampling.greedy else sampled_choices(logits, sampling, [r.generator for r in rows],
                                                                     policy.draws)
+    fed = chosen if run.head is not None and run.head.config.token_shift == 1 else batch.ids  # (Commit.tokens)
     accepted, commit_ = as_verdict(policy.accept(
-        trees.tokens, trees.parents, None if trees.full else trees.sizes, batch.allowed, chosen, batch.ids,
+        trees.tokens, trees.parents, None if trees.full else trees.sizes, batch.allowed, chosen, fed,
         kept_columns(trees, policy.pad_trees), trees.distinct))
     evidence = proposal.evidence
     rows_, read = to_host(trees, accepted, None if evidence is None else evidence.summary)
@@ -209,12 +210,12 @@ def commit(run: BatchRun, verdict: Verdict) -> float:
     device, c = run.target.device, verdict.commit
     counts = [len(r.acceptance.path) + 1 for r in verdict.rows]
     width = max(counts)  # the longest path kept: the columns past it hold nothing any row keeps
-    kept = c.kept if width == c.kept.shape[1] else c.kept[:, :width]
+    cut = width < c.kept.shape[1]
+    kept = c.kept[:, :width] if cut else c.kept
     run.cache.keep_paths(kept, counts, c.counts)
     if run.head is not None:
         feats = verdict.features[constants.row_index(len(counts), device), kept]  # [B, width, H or k*H]
-        shift = run.head.config.token_shift
-        run.pending = Pending(feats, c.sequence[:, shift : shift + width], counts, c.counts,
+        run.pending = Pending(feats, c.tokens[:, :width] if cut else c.tokens, counts, c.counts,
                               verdict.accepted.accepted)  # (counts - 1: each row's newest pair)
     run.roots = verdict.accepted.bonus
     sync(device)
@@ -257,13 +258,12 @@ def feed_pending(run: BatchRun) -> None:
     cache = run.head_cache
     lengths, starts = list(cache.lengths), cache.length_column()
     positions = starts + constants.arange(0, width, device)
-    mask = causal_mask(lengths, width, feats.dtype, device, starts)
+    mask = causal_mask(lengths, width, feats.dtype, device, positions)
     predicted = run.head(feats, tokens, positions, cache, mask)
     cache.advance(pending.counts, pending.on_device)
     rows = constants.arange(0, predicted.shape[0], device)
     last = predicted[rows, pending.newest]  # [B, H] each row's newest prediction
-    run.features = last if min(pending.counts) > 0 else torch.where((pending.on_device > 0)[:, None], last,
-                                                                    run.features)
+    run.features = last if min(pending.counts) > 0 else torch.where(pending.on_device > 0, last, run.features)
     run.pending = None
     sync(device)
     run.carry_s, run.carry_forwards = time.perf_counter() - t0, 1

@@ -34,11 +34,11 @@ def verification_input(tree: TreeBatch, roots: torch.Tensor, bases: torch.Tensor
 class Commit:
     """What the accepted paths commit, on the device, W columns (commit_paths: at least 1 + the longest path): kept
     [B, W] flattened indices (0 = root, then the accepted nodes root to leaf; slots past 1 + accepted[b] are
-    arbitrary); sequence [B, W + 1]: the root, the accepted tokens, the bonus token (then arbitrary); counts [B] =
-    accepted + 1."""
+    arbitrary); tokens [B, W]: the token each kept position is fed to the head with (its own, or the one after
+    it: the next accepted token, the bonus token after the leaf; then arbitrary); counts [B, 1] = accepted + 1."""
 
     kept: torch.Tensor
-    sequence: torch.Tensor
+    tokens: torch.Tensor
     counts: torch.Tensor
 
 
@@ -48,28 +48,27 @@ def kept_columns(tree: TreeBatch, static: bool) -> int:
     return 1 + (tree.width if static else min(tree.depth, tree.width))
 
 
-def commit_paths(ids: torch.Tensor, reached: torch.Tensor, accepted: torch.Tensor, bonus: torch.Tensor,
-                 columns: int) -> Commit:
-    """ids [B, 1 + N] verified tokens; reached bool [B, 1 + N] (BatchAcceptance.reached); accepted, bonus [B];
-    columns: the W kept (kept_columns)."""
-    n = ids.shape[1] - 1
-    path = torch.where(reached, constants.arange(0, n + 1, ids.device), n)  # the root, the accepted nodes, then n
+def commit_paths(fed: torch.Tensor, reached: torch.Tensor, columns: int) -> Commit:
+    """fed [B, 1 + N]: the token each verified position would be fed to the head with: the verified ids (its own
+    token, a head trained on unshifted tokens) or the target's choices there (the token after it: on the accepted
+    path, the next accepted token or the bonus); reached bool [B, 1 + N] (BatchAcceptance.reached); columns: the W
+    kept (kept_columns)."""
+    n = fed.shape[1] - 1
+    path = torch.where(reached, constants.arange(0, n + 1, fed.device), n)  # the root, the accepted nodes, then n
     kept = path.topk(columns, dim=1, largest=False).values  # the W smallest ascending: the root, the path, then n
-    counts = accepted + 1
-    sequence = torch.nn.functional.pad(ids.gather(1, kept), (0, 1))
-    sequence.index_put_((constants.arange(0, ids.shape[0], ids.device), counts), bonus)  # the bonus after the path
-    return Commit(kept, sequence, counts)
+    return Commit(kept, fed.gather(1, kept), reached.sum(-1, keepdim=True))  # (the root and the accepted)
 
 
 def accept_and_commit(tokens: torch.Tensor, parents: torch.Tensor, sizes: torch.Tensor | None,
-                      allowed: torch.Tensor, chosen: torch.Tensor, ids: torch.Tensor, columns: int,
+                      allowed: torch.Tensor, chosen: torch.Tensor, fed: torch.Tensor, columns: int,
                       distinct: bool) -> tuple[torch.Tensor, ...]:
     """Acceptance (verify.follow down `chosen` [B, 1 + N], the target's argmax or draws at every verified position)
-    and what it commits (commit_paths), one static-shape step of tensors in and out: what a GPU compiles and captures
-    once per (batch, width) (Engine: CompiledForward). -> BatchAcceptance's fields, then Commit's (as_verdict)."""
+    and what it commits (commit_paths, of `fed`), one static-shape step of tensors in and out: what a GPU compiles
+    and captures once per (batch, width) (Engine: CompiledForward). -> BatchAcceptance's fields, then Commit's
+    (as_verdict)."""
     accepted = follow(tokens, parents, sizes, allowed, chosen, distinct)
-    commit = commit_paths(ids, accepted.reached, accepted.accepted, accepted.bonus, columns)
-    return accepted.accepted, accepted.bonus, accepted.on_path, accepted.reached, commit.kept, commit.sequence, \
+    commit = commit_paths(fed, accepted.reached, columns)
+    return accepted.accepted, accepted.bonus, accepted.on_path, accepted.reached, commit.kept, commit.tokens, \
         commit.counts
 
 

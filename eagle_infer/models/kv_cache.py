@@ -14,8 +14,8 @@ passed down to every layer's `write`) and `attention_mask(mask, T, dtype)` (the 
 attends). `advance` commits what the last forward wrote, `keep_paths` keeps only some of it in every row (the
 trees' accepted paths) by gathering it into contiguous positions on the device, `select_rows` drops finished rows,
 and `row(b)` is a one-row view sharing the storage. The rows' lengths live on the host (`lengths`) and, for the
-cycle, on the device too (`device_lengths`): operations that know the new lengths on the device keep that copy, so
-a cycle never copies lengths from the host.
+cycle, on the device too, as a column [B, 1] (`length_column`): operations that know the new lengths on the device
+keep that copy, so a cycle never copies lengths from the host.
 """
 from __future__ import annotations
 
@@ -74,9 +74,9 @@ class KVCache:
         keys, values = store.unbind(0)
         self.k, self.v = list(keys.unbind(0)), list(values.unbind(0))
         k, v = self.k, self.v
-        # (lengths, a LongTensor [B] on the device, n): the lengths on the device are that tensor + n (added when read)
+        # (lengths, a LongTensor [B, 1] on the device, n): the lengths on the device are that column + n (added
+        # when read)
         self._device_lengths: tuple[tuple[int, ...], torch.Tensor, int] | None = None
-        self._column: tuple[torch.Tensor, torch.Tensor] | None = None  # (device lengths, the same as [B, 1])
         if static:  # one compiled graph serves every cache length
             for x in k + v:
                 torch._dynamo.maybe_mark_dynamic(x, 2)
@@ -137,54 +137,48 @@ class KVCache:
             self._plans = {key: plan}  # lengths change every forward: keep only the newest plan
         return self._plans[key]
 
-    def device_lengths(self) -> torch.Tensor:
-        """LongTensor [B]: `lengths` on the cache's device (copied there only when no operation kept it current)."""
+    def length_column(self) -> torch.Tensor:
+        """LongTensor [B, 1]: `lengths` on the cache's device (copied there only when no operation kept it current;
+        a cycle reads it several times: positions, masks, the commit)."""
         key = tuple(self.lengths)
         if self._device_lengths is None or self._device_lengths[0] != key:
-            self._device_lengths = (key, torch.tensor(self.lengths, dtype=torch.long, device=self.store.device), 0)
+            column = torch.tensor([[n] for n in self.lengths], dtype=torch.long, device=self.store.device)
+            self._device_lengths = (key, column, 0)
         elif self._device_lengths[2]:  # advanced since: added now that they are read
             self._device_lengths = (key, self._device_lengths[1] + self._device_lengths[2], 0)
         return self._device_lengths[1]
 
-    def length_column(self) -> torch.Tensor:
-        """LongTensor [B, 1]: device_lengths() as a column, one view for as long as they stay (a cycle reads it
-        several times: positions, masks, the commit)."""
-        lengths = self.device_lengths()
-        if self._column is None or self._column[0] is not lengths:
-            self._column = (lengths, lengths[:, None])
-        return self._column[1]
-
     def _set_lengths(self, lengths: list[int], on_device: torch.Tensor | None) -> None:
-        """New host lengths and, when the caller computed them there, the same on the device."""
+        """New host lengths and, when the caller computed them there, the same on the device ([B, 1])."""
         self.lengths = lengths
         self._device_lengths = None if on_device is None else (tuple(lengths), on_device, 0)
 
     def advance(self, n: int | list[int], on_device: torch.Tensor | None = None) -> None:
-        """Commit n positions of every row (or n[b] of row b; on_device: the same counts as a LongTensor [B]) from
+        """Commit n positions of every row (or n[b] of row b; on_device: the same counts as a LongTensor [B, 1]) from
         what the last forward wrote."""
         counts = n if isinstance(n, list) else [n] * self.batch
         before, lengths = self._device_lengths, [length + c for length, c in zip(self.lengths, counts)]
         if isinstance(n, int) and before is not None and before[0] == tuple(self.lengths):  # added when read
             self.lengths, self._device_lengths = lengths, (tuple(lengths), before[1], before[2] + n)
             return
-        self._set_lengths(lengths, None if on_device is None else self.device_lengths() + on_device)
+        self._set_lengths(lengths, None if on_device is None else self.length_column() + on_device)
 
     def truncate(self, lengths: int | list[int], on_device: torch.Tensor | None = None) -> None:
         """Forget everything at or after lengths (one value for every row, or one per row; on_device: the same as a
-        LongTensor [B])."""
+        LongTensor [B, 1])."""
         self._set_lengths(list(lengths) if isinstance(lengths, list) else [lengths] * self.batch, on_device)
 
     def keep_paths(self, kept: torch.Tensor, counts: list[int], on_device: torch.Tensor) -> None:
         """Keep, in every row b, the written positions start_b + kept[b, :counts[b]] (offsets ascending from 0,
         kept[b, i] >= i) at start_b, start_b + 1, ... and commit them, start_b being the row's committed length;
-        on_device: counts as a LongTensor [B]. One gather and one write over every layer's keys and values, every
+        on_device: counts as a LongTensor [B, 1]. One gather and one write over every layer's keys and values, every
         row at once (slots past a row's count receive what kept[b] names there: they lie past the new length, so
         nothing reads them before a forward writes them again)."""
-        starts, column = self.device_lengths(), self.length_column()
+        column = self.length_column()
         dst, src = column + constants.arange(0, kept.shape[1], kept.device), column + kept
         rows = constants.row_index(kept.shape[0], kept.device)
         self.store[:, :, rows, :, dst] = self.store[:, :, rows, :, src]
-        self._set_lengths([s + c for s, c in zip(self.lengths, counts)], starts + on_device)
+        self._set_lengths([s + c for s, c in zip(self.lengths, counts)], column + on_device)
 
     def select_rows(self, rows: list[int]) -> None:
         """Keep only these rows, in this order (finished requests stop costing attention and memory)."""

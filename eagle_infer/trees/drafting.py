@@ -66,7 +66,6 @@ class TreeFeeder:
         self.levels = 0  # feed() calls so far: head forwards of one tree level each
         self.fed = 0  # nodes fed so far
         self.prefix = list(cache.lengths) if cache is not None else []
-        self._prefix_ids = cache.device_lengths() if cache is not None else None
         self._keys = cache.length_column() if cache is not None else None  # [B, 1]: each row's slot 0's key
         self._capacity = capacity
         self._cap = 0  # fed slots the buffers hold (0: not built yet)
@@ -139,7 +138,7 @@ class TreeFeeder:
     def reset(self) -> None:
         """Drop every fed node from the head's cache."""
         if self.cache is not None:
-            self.cache.truncate(self.prefix, self._prefix_ids)
+            self.cache.truncate(self.prefix, self._keys)  # (slot 0's keys: the prefixes' lengths)
 
 
 class OwnTokens:

@@ -252,21 +252,21 @@ def additive_mask(allowed: torch.Tensor, prefix: int | list[int], dtype: torch.d
                        additive(allowed, dtype),
                        constants.filled((b, t, 1), low, dtype, device)], -1)
     # key column c of row b: its prefix (c < prefix: 0), new key c - prefix (1 + it), or past the block (S + 1)
-    column = (constants.arange(1, width + 1, device) - prefix_column).clamp_(0, s + 1)  # [B, W]
-    return table.gather(-1, column[:, None, :].expand(b, t, width))[:, None]
+    column = (constants.arange(1, width + 1, device) - prefix_column).clamp_(0, s + 1).view(b, 1, 1, width)
+    # [B, 1, T, W] by one index: row b's query i reads its table at each key's column
+    return table[constants.along(b, 0, 4, device), constants.along(t, 2, 4, device), column]
 
 
-def causal_mask(prefix: int | list[int], t: int, dtype, device, prefix_column: torch.Tensor | None = None
-                ) -> torch.Tensor:
+def causal_mask(prefix: int | list[int], t: int, dtype, device, keys: torch.Tensor | None = None) -> torch.Tensor:
     """Additive [B, 1, t, max(prefix) + t]: new token i sees its row's prefix and new tokens <= i (as
     additive_mask(lower triangle, ...) builds it; rows of unequal prefixes by one comparison: key c is seen by new
-    token i of row b iff c <= prefix[b] + i; prefix_column as in additive_mask)."""
+    token i of row b iff c <= prefix[b] + i). keys: LongTensor [B, t] on the device, prefix[b] + i (each new
+    token's own key: its position), where the caller has them."""
     if isinstance(prefix, int) or min(prefix) == max(prefix):
-        return additive_mask(constants.lower_triangle(t, device), prefix, dtype, device, prefix_column)
-    if prefix_column is None:
-        prefix_column = torch.tensor(prefix, device=device)[:, None]
-    newest = (prefix_column + constants.arange(0, t, device)).view(-1, 1, t, 1)  # [B, 1, t, 1]: each new key
-    return additive(constants.arange(0, max(prefix) + t, device) <= newest, dtype)  # [B, 1, t, W]
+        return additive_mask(constants.lower_triangle(t, device), prefix, dtype, device)
+    if keys is None:
+        keys = torch.tensor(prefix, device=device)[:, None] + constants.arange(0, t, device)
+    return additive(constants.arange(0, max(prefix) + t, device) <= keys.view(-1, 1, t, 1), dtype)  # [B, 1, t, W]
 
 
 # EAGLE-1 style static tree: each path lists child ranks from the root (rank 0 = the head's top-1). A CPU-sized
