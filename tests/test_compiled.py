@@ -243,7 +243,8 @@ def test_verification_and_acceptance_compile_without_a_graph_break():
         greedy = accept_and_commit(tokens, parents, sizes, batch.allowed, argmax(logits), batch.ids,
                                    kept_columns(trees, static=True), False)
         draws = inverse_cdf(target_probs(logits, params), uniforms)
-        sampled = accept_and_commit(tokens, parents, sizes, batch.allowed, draws, batch.ids,
+        # (the commit fed from the draws themselves, as for a head trained on shifted tokens: one tensor, two inputs)
+        sampled = accept_and_commit(tokens, parents, sizes, batch.allowed, draws, draws,
                                     kept_columns(trees, static=False), False)
         return (batch.positions, batch.allowed) + greedy + sampled
 
