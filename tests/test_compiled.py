@@ -231,7 +231,7 @@ def test_verification_and_acceptance_compile_without_a_graph_break():
 
     gen = torch.Generator().manual_seed(0)
     tree = _random_batch(gen, 3, 8).padded(8)
-    roots, bases = torch.randint(0, VOCAB, (3,), generator=gen), torch.tensor([[5], [9], [7]])
+    roots, bases = torch.randint(0, VOCAB, (3, 1), generator=gen), torch.tensor([[5], [9], [7]])
     logits = torch.randn(3, 9, VOCAB, generator=gen) * 3
     uniforms = torch.rand(3, 9, generator=gen, dtype=torch.float64)
     params = SamplingParams(temperature=0.8, sampling_top_k=5)

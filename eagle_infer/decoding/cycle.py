@@ -99,10 +99,11 @@ def vanilla_cycle(run: BatchRun) -> list[list[int]]:
     lengths = list(run.cache.lengths)
     positions = run.cache.length_column()
     mask = target_mask(run, lengths, torch.ones(1, 1, dtype=torch.bool), causal=True)
-    logits, _ = target.forward(run.roots[:, None], positions, run.cache, mask, last_only=True)
+    logits, _ = target.forward(run.roots, positions, run.cache, mask, last_only=True)
     run.cache.advance(1)
-    run.roots = sample_device(logits[:, -1], run.call.sampling, [r.generator for r in rows])
-    tokens = run.roots.tolist()  # the cycle's one host read
+    chosen = sample_device(logits[:, -1], run.call.sampling, [r.generator for r in rows])
+    run.roots = chosen[:, None]
+    tokens = chosen.tolist()  # the cycle's one host read
     verify_s = time.perf_counter() - t0
     for request, token in zip(rows, tokens):
         request.cycles.append(CycleStats(tree_size=0, tree_depth=0, accepted=0, draft_s=0.0, verify_s=verify_s,

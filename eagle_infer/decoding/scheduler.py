@@ -79,7 +79,7 @@ class Call:
 
 class BatchRun:
     """The state of one generate_batch call: caches whose rows hold the decoding requests, and the queue. Beside the
-    caches, row for row on the device: roots [B] (each row's newest token), features [B, H] (the head's predicted
+    caches, row for row on the device: roots [B, 1] (each row's newest token), features [B, H] (the head's predicted
     feature after the committed context) and pending (cycle.Pending: the head's inputs not yet fed)."""
 
     def __init__(self, engine, call: Call):
@@ -92,7 +92,7 @@ class BatchRun:
         self.head_cache = self.head.new_cache(call.size, call.max_len + config.feed_budget()) if self.head else None
         self.rows: list[Request | None] = [None] * call.size
         device = self.target.device
-        self.roots = torch.zeros(call.size, dtype=torch.long, device=device)
+        self.roots = torch.zeros(call.size, 1, dtype=torch.long, device=device)
         self.features = self.head.module.weight.new_zeros(call.size, self.head.config.hidden_size) if self.head else None
         self.pending: cycle.Pending | None = None
         self.plan: Plan | None = None  # an auto budget's plan for the next cycle (cost.Plan), read by the last cycle

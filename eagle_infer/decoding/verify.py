@@ -123,7 +123,7 @@ class BatchAcceptance:
     """Acceptance of a batch of padded trees, greedy or sampled, as tensors on the device (nothing per node or per
     row in Python).
 
-    accepted: [B] draft tokens kept; bonus: [B] the target's token after them; on_path: bool [B, N] nodes accepted
+    accepted: [B] draft tokens kept; bonus: [B, 1] the target's token after them; on_path: bool [B, N] nodes accepted
     (their indices ascending are the path, root to leaf); reached: bool [B, 1 + N], the root (True) then on_path,
     over the verified positions. (Which nodes were tested, those whose parent is the root or on the path, the host
     reads off the path and the parents: `tested_nodes`.)"""
@@ -187,8 +187,8 @@ def follow(tokens: torch.Tensor, parents: torch.Tensor, sizes: torch.Tensor | No
     # [B, 1 + N]: the root, and every node whose ancestors (and itself) are first hits
     reached = (allowed <= torch.nn.functional.pad(first, (1, 0), value=True)[:, None, :]).all(-1)
     on_path = reached[:, 1:]
-    leaf = (on_path * index).amax(-1) if n else on_path.new_zeros(b, dtype=torch.long)  # [B], 0 = root
-    return BatchAcceptance(on_path.sum(-1), chosen[constants.arange(0, b, tokens.device), leaf], on_path, reached)
+    leaf = (on_path * index).amax(-1, keepdim=True) if n else on_path.new_zeros(b, 1, dtype=torch.long)  # 0 = root
+    return BatchAcceptance(on_path.sum(-1), chosen.gather(1, leaf), on_path, reached)
 
 
 def tested_nodes(path: list[int], parents: list[int]) -> list[int]:

@@ -24,8 +24,8 @@ class VerifyInput:
 
 
 def verification_input(tree: TreeBatch, roots: torch.Tensor, bases: torch.Tensor) -> VerifyInput:
-    """roots: LongTensor [B], each row's root token; bases: LongTensor [B, 1], its sequence position."""
-    ids = torch.cat([roots[:, None], tree.tokens], 1)
+    """roots: LongTensor [B, 1], each row's root token; bases: LongTensor [B, 1], its sequence position."""
+    ids = torch.cat([roots, tree.tokens], 1)
     positions = bases + torch.nn.functional.pad(tree.depths, (1, 0))
     return VerifyInput(ids, positions, ancestor_masks(tree.parents))
 
@@ -97,7 +97,7 @@ def to_host(tree: TreeBatch, accepted: BatchAcceptance, summary: torch.Tensor | 
     exactly), and with it `summary` (an auto budget's evidence for the next cycle's plan, cost.Evidence.summary:
     float64 [1, P], copied beside every row) as a list of floats."""
     n = tree.width
-    fields = [accepted.bonus[:, None], accepted.on_path, tree.parents, tree.tokens,
+    fields = [accepted.bonus, accepted.on_path, tree.parents, tree.tokens,
               tree.probs if summary is not None else tree.probs.double(), tree.copied, tree.depths]
     if summary is not None:
         fields.append(summary if tree.batch == 1 else summary.expand(tree.batch, -1))

@@ -28,7 +28,7 @@ from .tree import TreeBatch, additive, chain_paths, check_paths
 class DraftRoot:
     """Where this cycle's trees start, one per batch row: the head's predicted feature after the accepted context,
     the root token (last emitted, at sequence position base), and which request of the batch call the row serves.
-    token_ids, positions: the same roots and bases as LongTensors [B] and [B, 1] on the device (built from the lists
+    token_ids, positions: the same roots and bases as LongTensors [B, 1] on the device (built from the lists
     when not given; the engine passes the ones it keeps on the device)."""
 
     feature: torch.Tensor  # [B, H], predicts the distribution of the tokens at depth 1 ([B, 0] without a head)
@@ -41,7 +41,7 @@ class DraftRoot:
     def __post_init__(self):
         device = self.feature.device
         if self.token_ids is None:
-            self.token_ids = torch.tensor(self.tokens, dtype=torch.long, device=device)
+            self.token_ids = torch.tensor([[t] for t in self.tokens], dtype=torch.long, device=device)
         if self.positions is None:
             self.positions = torch.tensor(self.bases, dtype=torch.long, device=device)[:, None]
 
@@ -161,9 +161,9 @@ class ParentTokens:
 
     @staticmethod
     def kept(root: torch.Tensor, cap: int, old: torch.Tensor | None, n: int) -> torch.Tensor:
-        """The buffer for `cap` slots: the root tokens [B], and the first n rows of `old` (None: a first build)."""
+        """The buffer for `cap` slots: the root tokens [B, 1], and the first n rows of `old` (None: a first build)."""
         tokens = torch.empty(root.shape[0], 1 + cap, dtype=torch.long, device=root.device)
-        tokens[:, 0] = root
+        tokens[:, :1] = root
         if old is not None:
             tokens[:, :n] = old[:, :n]
         return tokens
