@@ -191,10 +191,14 @@ def test_strong_copies_stop_the_head_sooner():
     feeder.reset()
 
     def levels(extra, level_ms):
-        values, older = d.values, d.older
-        if extra is not None:
-            values, older = torch.cat([values, extra], 1), torch.cat([older, extra], 1)
-        return int(Budget(cost(0.0, level_ms), 1, 24).next_plan(values, d.levels, d.frontier, d.newest_own, older)[0])
+        values = d.values if extra is None else torch.cat([d.values, extra], 1)
+        budget = Budget(cost(0.0, level_ms), 1, 24)
+        plan = budget.next_plan(values, d.levels, d.frontier, d.newest_own, d.older(values))
+        # the older candidates masked in place (DynamicDraft.older) plan as the ones before the last level, cut out
+        c, last = d.values.shape[1], d.newest_own.shape[1]
+        cut_out = values[:, [j for j in range(values.shape[1]) if not c - last <= j < c]]
+        assert plan == budget.next_plan(values, d.levels, d.frontier, d.newest_own, cut_out)
+        return int(plan[0])
 
     copies = torch.full((1, 10), 0.95).log().cumsum(-1)  # a 10-token chain, each copy accepted at 0.95
     pairs = [(levels(copies, ms), levels(None, ms)) for ms in 10.0 ** torch.arange(-8, 2).double()]

@@ -8,8 +8,8 @@ Greedy: follow the child equal to the target's argmax. Sampling: candidates are 
 so at a node the children x1, x2, ... are tried in order: accept x with probability p(x) under the current p; on
 rejection set p(x) = 0 and renormalise; if all are rejected the bonus is drawn from what is left. The emitted token
 is then distributed exactly as p, whatever the draft proposed (EAGLE appendix A.2 / SpecInfer); `sampled_choices`
-and `follow` do this for a whole batch by tensor ops (its docstring says why one draw per node is the same thing; the per-node
-loop is tests/oracles.verify_sampling, which the exact-enumeration tests hold it to).
+and `follow` do this for a whole batch by tensor ops (sampled_choices' docstring says why one draw per node is the
+same thing; the per-node loop is tests/oracles.verify_sampling, which the exact-enumeration tests hold them to).
 """
 from __future__ import annotations
 

@@ -98,7 +98,7 @@ class DynamicDrafter:
             return Drafted(d.trees, None, d.kept_values)
         d = grow_dynamic(inp.feeder, plan.levels, c.top_k, plan.nodes, c.growth)
         values = with_extra(d.values)
-        older = None if d.levels == 1 else d.older if inp.extra is None else d.older_beside(values)
+        older = None if d.levels == 1 else d.older(values)
         return Drafted(d.trees, budget.evidence(values, d.levels, d.frontier, d.newest_own, older), d.kept_values)
 
 

@@ -333,19 +333,13 @@ class DynamicDraft:
         """[B, N] the path log-values of the trees' nodes."""
         return self.values.gather(1, self.kept)
 
-    @property
-    def older(self) -> torch.Tensor:
-        """[B, C - L] the candidates drafted before the last level."""
-        return self.values[:, : self.values.shape[1] - self.newest_own.shape[1]]
-
-    def older_beside(self, values: torch.Tensor) -> torch.Tensor:
-        """values [B, C + E], these candidates' and E others' beside them (a hybrid's copies): the same with the
-        last level's at -inf, the candidates without it (one operator)."""
-        c, width = self.values.shape[1], values.shape[1]
-        last = constants.made(("last level", c, self.newest_own.shape[1], width, values.device), lambda: (
-            torch.arange(width, device=values.device) >= c - self.newest_own.shape[1]) & (
-            torch.arange(width, device=values.device) < c))
-        return values.masked_fill(last, float("-inf"))
+    def older(self, values: torch.Tensor) -> torch.Tensor:
+        """values [B, C + E]: these candidates' path log-values, then E >= 0 others' (a hybrid's copies) -> the same
+        with the last level's at -inf: the candidates drafted before it (one operator)."""
+        c, width, last = self.values.shape[1], values.shape[1], self.newest_own.shape[1]
+        columns = constants.made(("last level", c, last, width, values.device), lambda: (
+            torch.arange(width, device=values.device) >= c - last) & (torch.arange(width, device=values.device) < c))
+        return values.masked_fill(columns, float("-inf"))
 
 
 def joined(parts: list[torch.Tensor]) -> torch.Tensor:

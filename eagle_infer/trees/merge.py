@@ -24,24 +24,27 @@ if TYPE_CHECKING:
 
 
 def cut(tree: TreeBatch, budget: int, values: torch.Tensor | None = None) -> TreeBatch:
-    """Every row cut to its `budget` best nodes by path value, ties to the shallower then the earlier slot, kept in
-    (depth, slot) order (a row within the budget keeps all of them); values: tree.values() where the caller has
-    them."""
+    """Every row cut to its `budget` best nodes by path value, ties to the earlier slot, kept in slot order (a row
+    within the budget keeps all of them); values: tree.values() where the caller has them."""
     if tree.width <= budget:
         return tree
-    n = tree.width
     values = tree.values() if values is None else values
-    nodes = tree.valid()
-    order = tree.depths.sort(dim=1, stable=True).indices  # stable sorts: the last key is the first criterion
-    key = torch.where(nodes, values, -1.0)  # by value, the padding after the nodes (values >= 0)
-    chosen = order.gather(1, key.gather(1, order).sort(dim=1, descending=True, stable=True).indices)[:, :budget]
-    real = nodes.gather(1, chosen)  # (the nodes come first)
-    # (depth, slot) as one number, padding (read from slot n, added) after every node: sorted, its remainder is the
-    # slot
-    n += 1
-    tree = tree.padded(n)
-    rank = torch.where(real, tree.depths.gather(1, chosen) * n + chosen, (tree.depth + 1) * n + n - 1)
-    return tree.select(rank.sort(dim=1).values % n, nodes.sum(1).clamp(max=budget), tree.depth)
+    nodes = torch.nn.functional.pad(tree.valid(), (0, 1))  # slot N, added: padding in every row
+    kept, real = best_slots(torch.nn.functional.pad(values, (0, 1)), nodes, budget)
+    return tree.padded(tree.width + 1).select(kept, real.sum(1), tree.depth)
+
+
+def best_slots(values: torch.Tensor, nodes: torch.Tensor, keep: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The `keep` best nodes of each row by value, ties to the earlier slot: values [B, M], no slot off the nodes
+    (bool [B, M]) valued above a node; the last slot holds no node in any row. -> (kept [B, keep]: the chosen nodes
+    ascending, parents before children where values never grow down a path, then the last slot as the padding of a
+    row with fewer; real: bool [B, keep], which of the chosen are nodes)."""
+    m = values.shape[1]
+    order = (~nodes).sort(dim=1, stable=True).indices  # stable sorts: the last key is the first criterion
+    order = order.gather(1, values.gather(1, order).sort(dim=1, descending=True, stable=True).indices)
+    chosen = order[:, :keep]
+    real = nodes.gather(1, chosen)
+    return torch.where(real, chosen, 2 * m - 1).sort(dim=1).values % m, real  # (the nodes ascending, then padding)
 
 
 def merge(first: TreeBatch, first_values: torch.Tensor, second: TreeBatch | Copies, second_values: torch.Tensor,
@@ -92,15 +95,11 @@ def merge(first: TreeBatch, first_values: torch.Tensor, second: TreeBatch | Copi
         tree = TreeBatch.full_rows(take(tokens), kept_parents, take(depths), take(probs), depth, take(copied),
                                    distinct=True)
         return Merged(tree, lambda: take(values))
-    # Some row may hold fewer nodes than `keep`: the same choice among the nodes (a node of value -inf before
-    # every slot that holds none), their padding read from the padding slot m - 1.
+    # Some row may hold fewer nodes than `keep`: the same choice among the nodes, their padding read from the
+    # padding slot m - 1.
     up = torch.cat([rep, pad(-1, torch.long)], 1).gather(1, parents % (m + 1))  # each parent's first slot (-1: root)
     nodes_at = (rep == constants.arange(0, m, device)) & (depths > 0)  # each path's first slot, if a node's
-    order = (~nodes_at).sort(dim=1, stable=True).indices  # stable sorts: the last key is the first criterion
-    order = order.gather(1, values.gather(1, order).sort(dim=1, descending=True, stable=True).indices)
-    chosen = order[:, :keep]
-    real = nodes_at.gather(1, chosen)
-    kept = torch.where(real, chosen, 2 * m - 1).sort(dim=1).values % m  # the nodes ascending, then padding
+    kept, real = best_slots(values, nodes_at, keep)
     union = TreeBatch(tokens, up, depths, probs, copied & nodes_at, nodes_at.sum(1), depth)
     return Merged(union.select(kept, real.sum(1), depth, distinct=True), lambda: values.gather(1, kept))
 
