@@ -16,7 +16,8 @@ from eagle_infer.head.draft_head import random_head
 from eagle_infer.config import InferConf
 from eagle_infer.decoding.engine import Engine
 from eagle_infer.models.target import compile_target, load_target
-from eagle_infer.trees.tree import additive_mask, ancestor_masks
+from eagle_infer.trees.tree import ancestor_masks
+from eagle_infer.models.masks import additive_mask
 from tests.oracles import one_thread, scaled_target, vanilla_tokens  # noqa: F401 (one_thread is autouse)
 
 VOCAB = 96
@@ -226,7 +227,8 @@ def test_verification_and_acceptance_compile_without_a_graph_break():
     """The verification input, greedy and sampled acceptance and the commit's index ops (accept_and_commit, the
     step the engine runs), traced as one graph at a padded width, give what the eager functions give."""
     from eagle_infer.trees.tree import TreeBatch
-    from eagle_infer.decoding.verify import SamplingParams, argmax, inverse_cdf, target_probs
+    from eagle_infer.decoding.verify import argmax, inverse_cdf, target_probs
+    from eagle_infer.config import SamplingParams
     from eagle_infer.decoding.verify_batch import accept_and_commit, kept_columns, verification_input
 
     gen = torch.Generator().manual_seed(0)
@@ -262,7 +264,7 @@ def test_compiled_acceptance_decodes_as_the_eager_one(pair):
     """Acceptance + commit compiled (what an engine over a target compiled on a GPU runs, captured per width; forced
     here on the CPU): greedy output is vanilla's, sampled output and batches are the eager engine's, and more requests
     compile no graph."""
-    from eagle_infer.decoding.verify import SamplingParams
+    from eagle_infer.config import SamplingParams
     from eagle_infer.decoding.verify_batch import accept_and_commit
     from eagle_infer.models.compiled import CompiledForward
 
@@ -292,11 +294,11 @@ def test_a_draft_level_compiles_without_a_graph_break():
     feeder's buffers, the head's step over a static cache with the level's draft logits, log-softmax, top-k over the
     vocabulary and bookkeeping in the same call (head_step with `expanded`, as the engine runs it), and the auto
     budget's plan, traced as one graph, give what the eager level gives."""
-    from eagle_infer.decoding.cost import Budget, CostModel
+    from eagle_infer.trees.cost import Budget, CostModel
     from eagle_infer.trees.drafting import by_value, expanded, level_inputs
     from eagle_infer.head.head_runner import HeadRunner, head_step
     from eagle_infer.models.kv_cache import KVCache
-    from eagle_infer.trees.tree import causal_mask
+    from eagle_infer.models.masks import causal_mask
 
     target = scaled_target(vocab=VOCAB, layers=2, seed=4, name="tiny-level")
     runner = HeadRunner(random_head(target, seed=4, draft_vocab=torch.arange(0, VOCAB, 16)), target)  # 6 ids < top-k 8

@@ -30,7 +30,8 @@ from eagle_infer.config import InferConf
 from eagle_infer.decoding.engine import Engine
 from eagle_infer.models.target import compile_target
 from eagle_infer.trees.tree import DraftTree, TreeBatch, ancestor_masks
-from eagle_infer.decoding.verify import SamplingParams, follow, inverse_cdf, sampled_choices, target_probs
+from eagle_infer.decoding.verify import follow, inverse_cdf, sampled_choices, target_probs
+from eagle_infer.config import SamplingParams
 from eagle_infer.decoding.verify_batch import accept_and_commit
 from tests.oracles import one_thread, oracle_drafter, scaled_target, vanilla_tokens, verify_sampling  # noqa: F401
 

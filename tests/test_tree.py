@@ -18,10 +18,9 @@ from eagle_infer.trees.drafting import (
 )
 from eagle_infer.errors import EagleError
 from eagle_infer.models.kv_cache import KVCache
-from eagle_infer.trees.tree import (
-    DEFAULT_STATIC_PATHS, DraftTree, additive_mask, ancestor_masks, causal_mask, chain_paths, check_paths,
-    node_ancestors,
-)
+from eagle_infer.trees.tree import DraftTree, ancestor_masks, chain_paths, check_paths, node_ancestors
+from eagle_infer.config import DEFAULT_STATIC_PATHS
+from eagle_infer.models.masks import additive_mask, causal_mask
 from tests.oracles import one_thread  # noqa: F401 (autouse fixture)
 from tests.tiny import tiny_target
 

@@ -29,9 +29,11 @@ from ..trees.drafters import DraftInput, Drafter, as_batch, plan_evidence
 from ..trees.drafting import DraftRoot, TreeFeeder
 from ..errors import EagleError
 from ..platform import sync
-from .cost import Budget, Evidence, Plan
+from ..trees.cost import Budget, Evidence, Plan
+from .methods import method_of
 from .records import CycleStats
-from ..trees.tree import TreeBatch, additive_mask, causal_mask, padded_width
+from ..trees.tree import TreeBatch, padded_width
+from ..models.masks import additive_mask, causal_mask
 from .verify import BatchAcceptance, argmax, sample_device, sampled_choices
 from .verify_batch import Commit, HostRow, as_verdict, kept_columns, to_host, verification_input
 
@@ -42,12 +44,13 @@ if TYPE_CHECKING:  # type-only: the scheduler runs these cycles
 @dataclass(frozen=True)
 class CyclePolicy:
     """What the engine decided for cycles of a batch size (Engine.policy_at): the config with its tree cut to the
-    batch's budget, the drafter, the auto budget's chooser (None: a fixed tree), whether trees are padded to bucket
+    batch's budget and the draft nodes its tree holds (methods.tree_size), the drafter, the auto budget's chooser (None: a fixed tree), whether trees are padded to bucket
     widths and whether the auto budget plans ahead, the tree budget a drafter's trees may not exceed, the
     uniforms a sampled verification draws per row (the largest tree + 1, whatever the batch size), and the
     acceptance step (verify_batch.accept_and_commit, or the same compiled: Engine)."""
 
     config: InferConf
+    tree_size: int
     drafter: Drafter
     budget: Budget | None
     pad_trees: bool
@@ -165,8 +168,8 @@ def propose(run: BatchRun, rows, policy: CyclePolicy) -> Proposal:
     if budget is not None and policy.plan_ahead:
         caps = (config.depth if run.head else 0, budget.max_nodes)
         plan = Plan(*caps) if run.plan is None else run.plan.bounded(*caps)  # the first cycle: the caps
-    contexts = [run.context(r) for r in rows] if config.uses_lookup else []
-    inp = DraftInput(feeder, contexts, [r.rates for r in rows], config, budget, plan)
+    contexts = [run.context(r) for r in rows] if method_of(config).lookup else []
+    inp = DraftInput(feeder, contexts, [r.rates for r in rows], config, policy.tree_size, budget, plan)
     drafted = policy.drafter.propose(inp)
     trees = as_batch(drafted, device)
     feeder.reset()
@@ -184,7 +187,7 @@ def verify(run: BatchRun, rows, proposal: Proposal, policy: CyclePolicy) -> Verd
     t0 = time.perf_counter()
     trees, lengths = proposal.trees, proposal.lengths
     if policy.pad_trees:
-        trees = trees.padded(padded_width(trees.width, proposal.config.tree_size()))
+        trees = trees.padded(padded_width(trees.width, policy.tree_size))
     batch = verification_input(trees, run.roots, run.cache.length_column())
     causal = run.chains and trees.full  # no padding slots: a chain attends causally
     mask = target_mask(run, lengths, batch.allowed, causal=causal)

@@ -24,9 +24,9 @@ from typing import Callable
 
 import torch
 
-from ..config import InferConf
-from .cost import Budget, CostModel
-from ..trees.drafters import Drafter, drafter_for
+from ..config import InferConf, SamplingParams
+from ..trees.cost import Budget, CostModel
+from ..trees.drafters import Drafter
 from ..head.draft_head import DraftHead
 from ..trees.drafting import TreeFeeder
 from ..errors import EagleError
@@ -34,20 +34,20 @@ from ..head.head_runner import HeadRunner, runner_for
 from ..models.kv_cache import KVCache
 from ..platform import available_memory, sync
 from .cycle import CyclePolicy
+from .methods import at_batch, drafter_for, feed_budget, method_of, resolve, tree_budget, tree_size, validate
 from ..models.compiled import CompiledForward
 from .verify_batch import accept_and_commit
 from .records import BatchResult, GenerationResult
 from .scheduler import BatchRun, Call
 from ..trees.tree import DraftTree, TreeBatch
-from .verify import SamplingParams
 
 
 def checked(config: InferConf, target, head) -> InferConf:
-    """`config` resolved (InferConf.resolved), with one-line errors for what cannot decode with `target` and `head`
+    """`config` resolved (methods.resolve), with one-line errors for what cannot decode with `target` and `head`
     (a head method without a head among them)."""
-    config = config.resolved()
-    config.validate(target.vocab_size)
-    if config.spec.head and head is None:
+    config = resolve(config)
+    validate(config, target.vocab_size)
+    if method_of(config).head and head is None:
         raise EagleError(f"method {config.method!r} needs a draft head: give head=<dir> or head=random")
     return config
 
@@ -73,7 +73,7 @@ class Engine:
             raise EagleError("budget 'auto' needs this machine's cost model: build the engine with "
                              "eagle_infer.decoding.build.build_engine, or give cost=eagle_infer.decoding.build.measure_cost(...)")
         self.target, self.config = target, config
-        self.head = runner_for(head, target) if config.spec.head else None
+        self.head = runner_for(head, target) if method_of(config).head else None
         self.drafter, self.cost = drafter_for(config, drafter), cost
         captured = target.compiled_forward is not None and target.device.type == "cuda"  # CUDA graphs
         self.pad_trees = config.pad_trees == "on" or (config.pad_trees == "auto" and captured)
@@ -99,10 +99,10 @@ class Engine:
             )
         # At a cycle start the cache holds every emitted token but the newest (the root, at most max_new - 1 of
         # them after the prompt), and the cycle writes the root and its tree after them.
-        need = prompt_len + max_new_tokens - 1 + self.config.tree_budget()
+        need = prompt_len + max_new_tokens - 1 + tree_budget(self.config)
         if need > ctx:
             raise EagleError(
-                f"{which}tree budget of {self.config.tree_budget()} tokens does not fit: the cache holds {ctx} "
+                f"{which}tree budget of {tree_budget(self.config)} tokens does not fit: the cache holds {ctx} "
                 f"positions and this request already needs {prompt_len + max_new_tokens}"
             )
         return need
@@ -112,7 +112,7 @@ class Engine:
         shape = self.target.kv_shape(batch)
         total = KVCache.bytes_needed(*shape, max_len, self.target.dtype)
         if self.head is not None:
-            total += KVCache.bytes_needed(1, *shape[1:], max_len + self.config.feed_budget(), self.target.dtype)
+            total += KVCache.bytes_needed(1, *shape[1:], max_len + feed_budget(self.config), self.target.dtype)
         return total
 
     def generate(
@@ -170,11 +170,11 @@ class Engine:
 
     def policy_at(self, batch: int) -> CyclePolicy:
         """What a cycle of `batch` rows runs under, built once per size: the config with its tree cut to the
-        batch's budget (InferConf.at_batch) and, under an auto budget, its chooser from the cost model."""
+        batch's budget (methods.at_batch) and, under an auto budget, its chooser from the cost model."""
         if batch not in self._policies:
-            config = self.config.at_batch(batch)
-            budget = Budget(self.cost, batch, config.tree_size(), self.pad_trees) if config.budget == "auto" else None
-            self._policies[batch] = CyclePolicy(config, self.drafter, budget, self.pad_trees, self.plan_ahead,
-                                                self.config.tree_budget(batch), 1 + self.config.tree_size(),
-                                                self.accept)
+            config = at_batch(self.config, batch)
+            budget = Budget(self.cost, batch, tree_size(config), self.pad_trees) if config.budget == "auto" else None
+            self._policies[batch] = CyclePolicy(config, tree_size(config), self.drafter, budget, self.pad_trees,
+                                                self.plan_ahead, tree_budget(self.config, batch),
+                                                1 + tree_size(self.config), self.accept)
         return self._policies[batch]

@@ -15,10 +15,12 @@ import torch
 from . import cycle
 from ..trees.lookup import CopyRates
 from ..platform import sync
-from .cost import Plan
+from ..trees.cost import Plan
+from .methods import feed_budget, method_of
 from .records import GenerationResult
-from ..trees.tree import causal_mask
-from .verify import SamplingParams, sample_device
+from ..models.masks import causal_mask
+from .verify import sample_device
+from ..config import SamplingParams
 
 
 class Output:
@@ -87,9 +89,9 @@ class BatchRun:
         self.target, self.head, self.config = engine.target, engine.head, engine.config
         self.feature_layers = tuple(self.head.config.feature_layers) if self.head else ()  # a fused head's inputs
         config = self.config  # methods whose trees are always one chain, verified causally (cycle.target_mask)
-        self.chains = config.spec.chains(config)
+        self.chains = method_of(config).chains(config)
         self.cache = self.target.new_cache(call.size, call.max_len)
-        self.head_cache = self.head.new_cache(call.size, call.max_len + config.feed_budget()) if self.head else None
+        self.head_cache = self.head.new_cache(call.size, call.max_len + feed_budget(config)) if self.head else None
         self.rows: list[Request | None] = [None] * call.size
         device = self.target.device
         self.roots = torch.zeros(call.size, 1, dtype=torch.long, device=device)
@@ -141,7 +143,7 @@ class BatchRun:
         relay = None if call.stream is None else (lambda tokens, i=i: call.stream(i, tokens))
         generator = torch.Generator(device=device).manual_seed(call.seed + i)
         request = Request(i, Output(call.max_new, call.stops, relay), generator, time.perf_counter())
-        if self.config.uses_lookup:
+        if method_of(self.config).lookup:
             request.rates = CopyRates(self.config.lookup_conf.num_tokens)
         prompt = call.prompts[i]
         n = len(prompt)

@@ -21,7 +21,8 @@ import torch
 from .. import constants
 from ..head.head_runner import HeadRunner, HeadStep, Then, step_logits
 from ..models.kv_cache import KVCache
-from .tree import TreeBatch, additive, chain_paths, check_paths
+from .tree import TreeBatch, chain_paths, check_paths
+from ..models.masks import additive
 
 
 @dataclass

@@ -218,69 +218,6 @@ def node_ancestors(parents: torch.Tensor, dtype=torch.float64, root: bool = Fals
     return torch.linalg.solve_triangular(minus_parent[parents], eye, upper=False, unitriangular=True)
 
 
-def additive(seen: torch.Tensor, dtype: torch.dtype, out: torch.Tensor | None = None) -> torch.Tensor:
-    """An additive attention mask from bool `seen`: 0 where seen, the dtype's lowest value elsewhere (one operator;
-    written into `out` when given)."""
-    device = seen.device
-    return torch.where(seen, constants.filled((), 0.0, dtype, device),
-                       constants.filled((), torch.finfo(dtype).min, dtype, device), out=out)
-
-
-def additive_mask(allowed: torch.Tensor, prefix: int | list[int], dtype: torch.dtype, device,
-                  prefix_column: torch.Tensor | None = None) -> torch.Tensor:
-    """Attention mask [B, 1, T, max(prefix) + S] over a cache whose row b holds prefix[b] committed positions and
-    then this forward's S new ones: row b's queries see its whole prefix, its new block as `allowed` says, and
-    nothing past that (other rows' longer prefixes). allowed: bool [T, S] (shared) or [B, T, S]; an int prefix
-    means every row has it (B = 1 for a shared allowed); prefix_column: the prefixes as a LongTensor [B, 1] on the
-    device where the caller has them (else they are copied there when rows differ)."""
-    if allowed.device != torch.device(device):
-        allowed = allowed.to(device)
-    if allowed.dim() == 2:
-        allowed = allowed[None]
-    prefixes = [prefix] * allowed.shape[0] if isinstance(prefix, int) else list(prefix)
-    if allowed.shape[0] == 1 and len(prefixes) > 1:
-        allowed = allowed.expand(len(prefixes), -1, -1)
-    b, t, s = allowed.shape
-    width = max(prefixes) + s
-    low = torch.finfo(dtype).min
-    if min(prefixes) == max(prefixes):  # every row's prefix visible, then `allowed`: a few ops
-        return torch.nn.functional.pad(additive(allowed, dtype), (prefixes[0], 0))[:, None]
-    if prefix_column is None:
-        prefix_column = torch.tensor(prefixes, device=device)[:, None]
-    # [B, T, 1 + S + 1]: a prefix key's value (seen), the new keys' (as `allowed` says), a key past them (hidden)
-    table = torch.cat([constants.filled((b, t, 1), 0.0, dtype, device),
-                       additive(allowed, dtype),
-                       constants.filled((b, t, 1), low, dtype, device)], -1)
-    # key column c of row b: its prefix (c < prefix: 0), new key c - prefix (1 + it), or past the block (S + 1)
-    column = (constants.arange(1, width + 1, device) - prefix_column).clamp_(0, s + 1).view(b, 1, 1, width)
-    # [B, 1, T, W] by one index: row b's query i reads its table at each key's column
-    return table[constants.along(b, 0, 4, device), constants.along(t, 2, 4, device), column]
-
-
-def causal_mask(prefix: int | list[int], t: int, dtype, device, keys: torch.Tensor | None = None) -> torch.Tensor:
-    """Additive [B, 1, t, max(prefix) + t]: new token i sees its row's prefix and new tokens <= i (as
-    additive_mask(lower triangle, ...) builds it; rows of unequal prefixes by one comparison: key c is seen by new
-    token i of row b iff c <= prefix[b] + i). keys: LongTensor [B, t] on the device, prefix[b] + i (each new
-    token's own key: its position), where the caller has them."""
-    if isinstance(prefix, int) or min(prefix) == max(prefix):
-        return additive_mask(constants.lower_triangle(t, device), prefix, dtype, device)
-    if keys is None:
-        keys = torch.tensor(prefix, device=device)[:, None] + constants.arange(0, t, device)
-    return additive(constants.arange(0, max(prefix) + t, device) <= keys.view(-1, 1, t, 1), dtype)  # [B, 1, t, W]
-
-
-# EAGLE-1 style static tree: each path lists child ranks from the root (rank 0 = the head's top-1). A CPU-sized
-# default (26 nodes, depth 6): wide near the root where the head is surest, a long top-1 spine below.
-DEFAULT_STATIC_PATHS: tuple[tuple[int, ...], ...] = (
-    (0,), (1,), (2,), (3,),
-    (0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (2, 0), (3, 0),
-    (0, 0, 0), (0, 0, 1), (0, 1, 0), (1, 0, 0), (0, 2, 0),
-    (0, 0, 0, 0), (0, 0, 0, 1), (0, 0, 1, 0), (0, 1, 0, 0),
-    (0, 0, 0, 0, 0), (0, 0, 0, 0, 1), (0, 0, 0, 1, 0),
-    (0, 0, 0, 0, 0, 0), (0, 0, 0, 0, 0, 1), (0, 0, 0, 0, 1, 0),
-)
-
-
 def chain_paths(depth: int) -> tuple[tuple[int, ...], ...]:
     """A chain is the static tree of one top-1 path."""
     return tuple((0,) * d for d in range(1, depth + 1))
