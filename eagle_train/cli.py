@@ -43,7 +43,7 @@ from .provenance import checkout_commit, shown_path
 from .regenerate import first_turn_questions
 from .self_prompts import SelfPromptConf, read_self_prompts, write_self_prompts
 from .states import check_mode
-from .train import HeadConf, TrainConfig, read_ds_config, train
+from .train import HeadConf, TrainConfig, precision, read_ds_config, train
 
 log = logging.getLogger("eagle_train")
 STAGES = ("featurize", "train", "plan", "regenerate", "export", "push", "export-conversations", "heldout-questions",
@@ -260,8 +260,7 @@ def prompt_categories(cfg: TrainRunConf, results_root: Path = REPO) -> str:
 
 def train_dtype(cfg: TrainConfig) -> str:
     """The dtype the target is loaded in for training: the DeepSpeed config's precision."""
-    ds = read_ds_config(cfg.deepspeed_config, cfg, 1)
-    return "bfloat16" if ds.get("bf16", {}).get("enabled") else "float16" if ds.get("fp16", {}).get("enabled") else "float32"
+    return str(precision(read_ds_config(cfg.deepspeed_config, cfg, 1))).removeprefix("torch.")
 
 
 def _self_plan(data: DataConf) -> str:
