@@ -104,19 +104,15 @@ def test_load_target_compiles_without_packing_modules(tmp_path, smol_tok):
     assert load_target(str(tmp_path), "float32", "cpu", "auto").compiled_forward is None
 
 
-def test_text_writing_stages_load_a_compiled_target_when_asked(monkeypatch):
+def test_text_writing_stages_load_a_compiled_target_when_asked():
     """featurize.compile: the stages that write text (regenerated answers, self-written prompts) decode through the
     compiled target; training never compiles it, and the default is the eager target."""
-    import eagle_infer.models.target as target_mod
-    from eagle_train.cli import FeaturizeConfig, TrainRunConf, _load_target
+    from eagle_train.cli import FeaturizeConfig, TrainRunConf, compiles_target
 
-    asked = []
-    monkeypatch.setattr(target_mod, "load_target", lambda *args, compile=False, **kw: asked.append(compile))
-    for stage, compile_ in [("regenerate", True), ("featurize", True), ("train", True), ("regenerate", False)]:
-        _load_target(TrainRunConf(stage=stage, featurize=FeaturizeConfig(compile=compile_)))
+    asked = [compiles_target(TrainRunConf(stage=stage, featurize=FeaturizeConfig(compile=compile_)))
+             for stage, compile_ in [("regenerate", True), ("featurize", True), ("train", True), ("regenerate", False)]]
     assert asked == [True, True, False, False]
-    _load_target(TrainRunConf(stage="regenerate"))
-    assert asked[-1] is False
+    assert compiles_target(TrainRunConf(stage="regenerate")) is False
 
 
 def test_feature_layers_outside_the_target_are_one_line_errors(pair):
@@ -130,13 +126,13 @@ def test_feature_layers_outside_the_target_are_one_line_errors(pair):
 
 
 class Recorded:
-    """A HeadRunner's compiled step, recording the `then` (head_runner.Then) of every call."""
+    """A HeadRunner's compiled step, recording the `after` (head_runner.AfterStep) of every call."""
 
     def __init__(self, inner):
-        self.inner, self.thens = inner, []
+        self.inner, self.afters = inner, []
 
     def __call__(self, *args):
-        self.thens.append(args[7])
+        self.afters.append(args[7])
         return self.inner(*args)
 
     def __getattr__(self, name):
@@ -148,7 +144,8 @@ def test_compiled_head_step_drafts_losslessly_with_no_graph_after_warm_up(pair):
     """The head's step compiled (what a HeadRunner does for a target compiled on a GPU, forced here on the CPU): it
     predicts what the eager head does over a static cache, every drafter's greedy output is vanilla's, EAGLE-2's
     levels run their bookkeeping in the compiled call, and more requests compile no graph."""
-    from eagle_infer.trees.drafting import DraftRoot, TreeFeeder, expanded
+    from eagle_infer.trees.drafting import DraftRoot, TreeFeeder
+    from eagle_infer.head.expansion import expanded
     from eagle_infer.head.head_runner import HeadRunner
 
     eager, fast = pair
@@ -179,7 +176,7 @@ def test_compiled_head_step_drafts_losslessly_with_no_graph_after_warm_up(pair):
     for engine in engines:
         assert [engine.generate(p, 15).tokens for p in prompts] == [vanilla_tokens(eager, p, 15) for p in prompts]
     assert head.compiled.compiles == warm
-    assert expanded in head.compiled.thens and None in head.compiled.thens  # EAGLE-2 expands in the compiled call
+    assert expanded in head.compiled.afters and None in head.compiled.afters  # EAGLE-2 expands in the compiled call
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -295,7 +292,8 @@ def test_a_draft_level_compiles_without_a_graph_break():
     vocabulary and bookkeeping in the same call (head_step with `expanded`, as the engine runs it), and the auto
     budget's plan, traced as one graph, give what the eager level gives."""
     from eagle_infer.trees.cost import Budget, CostModel
-    from eagle_infer.trees.drafting import by_value, expanded, level_inputs
+    from eagle_infer.trees.drafting import level_inputs
+    from eagle_infer.head.expansion import by_value, expanded
     from eagle_infer.head.head_runner import HeadRunner, head_step
     from eagle_infer.models.kv_cache import KVCache
     from eagle_infer.models.masks import causal_mask

@@ -21,7 +21,7 @@ from eagle_infer.trees.merge import cut, merge
 from eagle_infer.trees.tree import DraftTree, TreeBatch
 from eagle_infer.config import SamplingParams
 from tests.oracles import (  # noqa: F401 (one_thread is an autouse fixture; distinct_checked a fixture)
-    distinct_checked, merge_oracle, one_thread, oracle_drafter, scaled_target, vanilla_tokens, verify_sampling,
+    children_of, distinct_checked, merge_oracle, rows_of, one_thread, oracle_drafter, scaled_target, vanilla_tokens, verify_sampling,
 )
 from tests.test_engine_errors import one_line_error
 from tests.test_engine_sampling import (
@@ -69,7 +69,7 @@ def check_well_formed(tree: DraftTree) -> None:
     pars, depths, toks = tree.parents.tolist(), tree.depths.tolist(), tree.tokens.tolist()
     for i, p in enumerate(pars):
         assert p < i and depths[i] == (1 if p < 0 else depths[p] + 1)
-    for kids in tree.children():
+    for kids in children_of(tree):
         assert len({toks[k] for k in kids}) == len(kids)
 
 
@@ -183,7 +183,7 @@ def test_merge_with_a_count_keeps_that_many():
         once = merge(first, log_values(first), second, log_values(second), budget,
                      lambda values: seen.append(values) or count).tree
         direct = merge(first, log_values(first), second, log_values(second), min(budget, count)).tree
-        for a, b in zip(once.rows(), direct.rows()):
+        for a, b in zip(rows_of(once), rows_of(direct)):
             same_tree(a, b)
         everything = merge(first, log_values(first), second, log_values(second), 100).values()
         assert [ranked(row) for row in seen[0]] == [ranked(row) for row in everything]

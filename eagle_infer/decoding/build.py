@@ -15,12 +15,12 @@ from ..head.head_checkpoint import load_head
 from ..head.head_runner import HeadRunner, runner_for
 from ..models.synthetic import is_synthetic
 
-HEADS_DIR = Path(__file__).resolve().parent.parent / "heads"
+SHIPPED_HEADS_DIR = Path(__file__).resolve().parent.parent / "shipped_heads"
 
 
 def shipped_head_dir(model_name: str) -> Path:
-    """The head shipped for a registry model (eagle_infer/heads/<model>); a one-line error when there is none."""
-    path = HEADS_DIR / model_name
+    """The head shipped for a registry model (eagle_infer/shipped_heads/<model>); a one-line error when there is none."""
+    path = SHIPPED_HEADS_DIR / model_name
     if not (path / "config.json").exists():
         raise EagleError(
             f"no shipped draft head for model {model_name!r}: train one (make train MODEL={model_name}), "
@@ -54,16 +54,22 @@ def measure_cost(infer: InferConf, target, head: DraftHead | HeadRunner | None) 
     machine, model, dtype and head shape: eagle_infer.trees.cost_measure), measured when the cache has none; None under
     a fixed budget. A config the engine would refuse is refused first (one-line errors), before any timing."""
     config = checked(infer, target, head)
+    return cost_of(config, target, runner_for(head, target) if method_of(config).head else None)
+
+
+def cost_of(config: InferConf, target, runner: HeadRunner | None) -> CostModel | None:
+    """measure_cost for a config already checked (engine.checked) and its head's runner."""
     if config.budget != "auto":
         return None
-    return load_or_measure(target, runner_for(head, target) if method_of(config).head else None, config.top_k,
-                           1 + tree_size(config))
+    return load_or_measure(target, runner, config.top_k, 1 + tree_size(config))
 
 
 def build_engine(infer: InferConf, target, head=None, drafter=None) -> Engine:
-    """An Engine for `target` configured by `infer`: its head loaded unless given, the auto budget's cost model
-    measured (measure_cost); `drafter` replaces the method's (Engine's argument)."""
+    """An Engine for `target` configured by `infer`: its head loaded unless given, the config checked and the head's
+    runner built once, the auto budget's cost model measured (cost_of); `drafter` replaces the method's (Engine's
+    argument)."""
     if head is None:
         head = build_head(infer, target)
-    head = runner_for(head, target) if method_of(infer).head else None
-    return Engine(target, head, infer, drafter, measure_cost(infer, target, head))
+    config = checked(infer, target, head)
+    runner = runner_for(head, target) if method_of(config).head else None
+    return Engine(target, runner, config, drafter, cost_of(config, target, runner))

@@ -38,6 +38,7 @@ from .methods import at_batch, drafter_for, feed_budget, method_of, resolve, tre
 from ..models.compiled import CompiledForward
 from .verify_batch import accept_and_commit
 from .records import BatchResult, GenerationResult
+from .batch_state import Models
 from .scheduler import BatchRun, Call
 from ..trees.tree import DraftTree, TreeBatch
 
@@ -81,6 +82,7 @@ class Engine:
         self.accept = (CompiledForward(None, accept_and_commit, target.device, "acceptance") if captured
                        else accept_and_commit)
         self.plan_ahead = config.plan_ahead == "on" or (config.plan_ahead == "auto" and target.device.type == "cuda")
+        self.chains = method_of(config).chains(config)  # every tree one chain: verified causally (cycle.target_mask)
         self._policies: dict[int, CyclePolicy] = {}  # per batch size (policy_at)
 
     def _check_room(self, prompt_len: int, max_new_tokens: int, which: str = "") -> int:
@@ -164,7 +166,9 @@ class Engine:
         start = time.perf_counter()
         call = Call(prompts=prompts, max_new=max_new_tokens, sampling=sampling, stops=set(stop_ids or ()),
                     stream=stream, seed=seed, size=size, max_len=max_len, on_finish=on_finish)
-        results = BatchRun(self, call).run()
+        policies = None if self.drafter is None else {b: self.policy_at(b) for b in range(1, size + 1)}
+        run = BatchRun(Models(self.target, self.head), self.config, policies, call, feed_budget(self.config))
+        results = run.run()
         sync(self.target.device)
         return BatchResult(results=results, wall_s=time.perf_counter() - start, batch_size=size, cache_bytes=need)
 
@@ -176,5 +180,5 @@ class Engine:
             budget = Budget(self.cost, batch, tree_size(config), self.pad_trees) if config.budget == "auto" else None
             self._policies[batch] = CyclePolicy(config, tree_size(config), self.drafter, budget, self.pad_trees,
                                                 self.plan_ahead, tree_budget(self.config, batch),
-                                                1 + tree_size(self.config), self.accept)
+                                                1 + tree_size(self.config), self.accept, self.chains)
         return self._policies[batch]

@@ -18,7 +18,7 @@ from ..config import (AUTO_MAX_DEPTH, AUTO_MAX_TOKENS, AUTO_ON_OFF, BUDGETS, DEF
 from ..errors import EagleError
 from ..trees.drafters import (ChainDrafter, CustomDrafter, Drafter, DynamicDrafter, HybridDrafter, LookupDrafter,
                               StaticDrafter)
-from ..trees.drafting import EXPAND_BY
+from ..head.expansion import EXPAND_BY
 from ..trees.tree import check_paths
 
 TREE_KINDS = ("none", "chain", "static", "dynamic", "lookup", "hybrid")

@@ -69,11 +69,6 @@ def argmax(logits: torch.Tensor) -> torch.Tensor:
     return logits.max(dim=-1).indices
 
 
-def sample_tokens(logits: torch.Tensor, params: SamplingParams, generators: list[torch.Generator]) -> list[int]:
-    """sample_device's tokens on the host (one host read)."""
-    return sample_device(logits, params, generators).tolist()
-
-
 def sample_device(logits: torch.Tensor, params: SamplingParams, generators: list[torch.Generator]) -> torch.Tensor:
     """One token per row of float logits [B, V], LongTensor [B] on their device: the argmax when greedy, else an
     inverse-CDF draw from row b's target_probs with one uniform from generators[b], so a row's draw depends only on

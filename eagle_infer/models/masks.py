@@ -44,7 +44,7 @@ def additive_mask(allowed: torch.Tensor, prefix: int | list[int], dtype: torch.d
     # key column c of row b: its prefix (c < prefix: 0), new key c - prefix (1 + it), or past the block (S + 1)
     column = (constants.arange(1, width + 1, device) - prefix_column).clamp_(0, s + 1).view(b, 1, 1, width)
     # [B, 1, T, W] by one index: row b's query i reads its table at each key's column
-    return table[constants.along(b, 0, 4, device), constants.along(t, 2, 4, device), column]
+    return table[constants.index_along(b, 0, 4, device), constants.index_along(t, 2, 4, device), column]
 
 
 def causal_mask(prefix: int | list[int], t: int, dtype, device, keys: torch.Tensor | None = None) -> torch.Tensor:

@@ -32,9 +32,9 @@ class DraftInput:
     feeder: the head over its cache and the rows' roots (feeder.root: predicted features [B, H], root tokens, their
     positions, request indices); contexts[b]: row b's prompt and emitted tokens, ending with the root (built only
     when the config uses lookup); rates[b]: its measured acceptance of copied tokens per depth (lookup only);
-    config: the settings at this batch size, tree_size: the draft nodes its tree holds (methods.tree_size); budget: the auto budget for this batch (None: fixed trees) and plan:
-    what it decided for this cycle (levels, nodes), to be followed without reading the device (None beside a
-    budget: decide now, reading the device); extra: [B, E] path log-values of candidates another drafter proposes
+    config: the settings at this batch size, tree_size: the draft nodes its tree holds (methods.tree_size);
+    budget: the auto budget for this batch (None: fixed trees) and plan: what it decided for this cycle (levels,
+    nodes), to be followed without reading the device (None beside a budget: decide now, reading the device); extra: [B, E] path log-values of candidates another drafter proposes
     for the same verification (a hybrid's copies, -inf padding), which the budget counts beside the head's when it
     plans the next cycle."""
 
@@ -89,15 +89,11 @@ class DynamicDrafter:
         if budget is None:
             d = grow_dynamic(inp.feeder, c.depth, c.top_k, c.total_tokens, grow)
             return Drafted(d.trees, None, d.kept_values)
-        with_extra = (lambda x: x) if inp.extra is None else (lambda x: torch.cat([x, inp.extra], 1))  # noqa: E731
         if plan is None:  # decide now: one host read before each level and at the end
-            def decide(values, frontier, newest_own, levels):
-                more, nodes = budget.next_plan(with_extra(values), levels, frontier, newest_own, ahead=False)
-                return more > levels, nodes
-            d = grow_dynamic(inp.feeder, c.depth, c.top_k, c.total_tokens, grow, decide)
+            d = grow_dynamic(inp.feeder, c.depth, c.top_k, c.total_tokens, grow, budget, inp.extra)
             return Drafted(d.trees, None, d.kept_values)
         d = grow_dynamic(inp.feeder, plan.levels, c.top_k, plan.nodes, grow)
-        values = with_extra(d.values)
+        values = d.values if inp.extra is None else torch.cat([d.values, inp.extra], 1)
         older = None if d.levels == 1 else d.older(values)
         return Drafted(d.trees, budget.evidence(values, d.levels, d.frontier, d.newest_own, older), d.kept_values)
 
@@ -167,7 +163,7 @@ class HybridDrafter:
         device = inp.feeder.root.feature.device
         extra = inp.budget is not None and found
         drafted = self.head.propose(replace(inp, extra=copied.log_values) if extra else inp)
-        heads, plan = as_batch(drafted, device), plan_evidence(drafted)
+        heads, evidence = as_batch(drafted, device), plan_evidence(drafted)
         if heads.batch != copied.tokens.shape[0] or not found:  # (a custom drafter's wrong count: the engine names it)
             return drafted
         budget, levels, values = inp.budget, heads.depth, tree_values(drafted, heads)
@@ -178,6 +174,6 @@ class HybridDrafter:
         merged = merge(heads, values, copied, copied.log_values, limit)
         if budget is None:
             return merged.tree
-        if plan is None:  # a head drafter that does not plan: the merged candidates decide the count
-            plan = budget.evidence(merged.values(), levels)
-        return Drafted(merged.tree, plan)
+        if evidence is None:  # a head drafter that does not plan: the merged candidates decide the count
+            evidence = budget.evidence(merged.values(), levels)
+        return Drafted(merged.tree, evidence)

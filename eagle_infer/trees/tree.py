@@ -50,13 +50,6 @@ class DraftTree:
     def depth(self) -> int:
         return int(self.depths.max()) if len(self) else 0
 
-    def children(self) -> list[list[int]]:
-        """children()[j] lists the node indices under flattened index j (0 = root, node i = i + 1), in order."""
-        out: list[list[int]] = [[] for _ in range(len(self) + 1)]
-        for i, p in enumerate(self.parents.tolist()):
-            out[p + 1].append(i)
-        return out
-
     def ancestor_mask(self) -> torch.Tensor:
         """Bool [N+1, N+1] over flattened indices: row j may attend column c iff c is j or an ancestor of j."""
         return ancestor_masks(self.parents[None].cpu())[0]
@@ -144,9 +137,6 @@ class TreeBatch:
         return DraftTree(self.tokens[b, :k], self.parents[b, :k], self.depths[b, :k], self.probs[b, :k],
                          self.copied[b, :k])
 
-    def rows(self) -> list[DraftTree]:
-        return [self.row(b) for b in range(self.batch)]
-
     def select(self, index: torch.Tensor, sizes: torch.Tensor, depth: int | None = None, distinct: bool = False
                ) -> "TreeBatch":
         """The nodes at slots index [B, M], renumbered: row b's sizes[b] kept nodes first (ascending, parents among
@@ -157,7 +147,7 @@ class TreeBatch:
         # slot -> new slot; column n stays -1 (the root, which parents % (n + 1) reads for -1); the padding slot
         # takes some padding entry's number, which nothing reads (no node's parent is padding)
         renumber = constants.filled((b, n + 1), -1, torch.long, index.device).scatter(
-            1, index, constants.numbers(b, m, index.device))
+            1, index, constants.slot_numbers(b, m, index.device))
         take = lambda x: x.gather(1, index)  # noqa: E731
         return TreeBatch(take(self.tokens), renumber.gather(1, self.parents % (n + 1)).gather(1, index),
                          take(self.depths), take(self.probs), take(self.copied), sizes,
@@ -206,13 +196,13 @@ def node_ancestors(parents: torch.Tensor, dtype=torch.float64, root: bool = Fals
     n = parents.shape[1]
     device = torch.device(parents.device)
     if root:  # row p < n: -e_(p + 1), node p's flattened column; row n (what -1 reads): -e_0, the root's
-        minus_parent = constants.made(("flattened parent rows", n, dtype, device), lambda: -torch.eye(
+        minus_parent = constants.built_once(("flattened parent rows", n, dtype, device), lambda: -torch.eye(
             n + 1, dtype=dtype, device=device).roll(-1, 0))
         rows = torch.nn.functional.pad(minus_parent[parents], (0, 0, 1, 0))  # the root's row first: no parent
         return torch.linalg.solve_triangular(rows, constants.eye(n + 1, dtype, device), upper=False,
                                              unitriangular=True)
     # row p < n: -e_p, the parent's column; row n (what -1 reads, a child of the root's): zeros
-    minus_parent = constants.made(("parent rows", n, dtype, device),
+    minus_parent = constants.built_once(("parent rows", n, dtype, device),
                                   lambda: -torch.eye(n + 1, dtype=dtype, device=device)[:, :n].contiguous())
     eye = constants.eye(n, dtype, device)
     return torch.linalg.solve_triangular(minus_parent[parents], eye, upper=False, unitriangular=True)
