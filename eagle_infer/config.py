@@ -102,7 +102,7 @@ class InferConf:
     # a registered method (eagle_infer.decoding.methods): eagle2+lookup (the default: EAGLE-2 with prompt lookup merged in),
     # eagle2, eagle1, chain (and their +lookup hybrids), lookup (prompt lookup alone, no head) or vanilla
     method: str = DEFAULT_METHOD
-    head: str = "shipped"  # "shipped" (eagle_infer/heads/<model>), "random" (untrained) or a head directory
+    head: str = "shipped"  # "shipped" (eagle_infer/shipped_heads/<model>), "random" (untrained) or a head directory
     # "head": draft from the head's own draft vocabulary; "full": from the target's whole vocabulary (a head that
     # borrows the target's LM head only: an EAGLE-1/2 block, never an eagle3 one with its own LM head)
     draft_vocab: str = "head"
