@@ -36,6 +36,7 @@ import huggingface_hub
 import torch
 from safetensors.torch import save_file
 
+from eagle_infer.head.dflash_head import DFlashHead
 from eagle_infer.head.draft_head import INPUT_MODES, DraftHead
 from eagle_infer.errors import EagleError
 from eagle_infer.head.head_card import CARD_FILE, serve_section
@@ -152,6 +153,15 @@ def layer_config(head: DraftHead, dtype: str) -> dict:
     config = {**keep, "model_type": layer_type(head), "num_hidden_layers": head.config.layers,
               "tie_word_embeddings": False, **rope_keys(target_config), "torch_dtype": dtype, "dtype": dtype}
     config["attention_bias"] = head.config.architecture == "qwen2" or bool(keep.get("attention_bias", False))
+    return config
+
+
+def dflash_layer_config(head: DFlashHead, dtype: str) -> dict:
+    """A DFlash drafter's transformer_layer_config: layer_config, and with a sliding window every layer's type
+    `sliding_attention` over it (speculators' window; its full-attention layers see the whole context)."""
+    config, c = layer_config(head, dtype), head.config
+    if c.sliding_window:
+        config.update(sliding_window=c.sliding_window, layer_types=["sliding_attention"] * c.layers)
     return config
 
 

@@ -30,9 +30,11 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from eagle_infer.head.dflash_head import DFlashHead, block_mask  # noqa: E402
 from eagle_infer.head.draft_head import DraftHead, random_head  # noqa: E402
 from eagle_infer.errors import EagleError  # noqa: E402
-from eagle_train.export import FORMATS, ExportSettings, check_servable, export, layer_type  # noqa: E402
+from eagle_train.export import (FORMATS, ExportSettings, check_servable, dflash_layer_config, export,  # noqa: E402
+                                layer_type)
 
 TOLERANCE = 1e-4
 FAMILIES = ("llama", "llama3", "mistral", "qwen2", "qwen3")
@@ -145,6 +147,80 @@ def compare(head: DraftHead, directory: Path, positions: int) -> tuple[float, in
     diff = float((ours[:, ids] - theirs).abs().max())
     top1 = int((ours.argmax(-1) == ids[theirs.argmax(-1)]).sum())
     return diff, top1
+
+
+def speculators_dflash(head: DFlashHead):
+    """speculators' DFlashDraftModel built from its config class with `head`'s shape and weights (float32; SDPA
+    attention over the dense masks speculators builds for it; the target's embedding and LM-head rows of the draft
+    vocabulary, ascending, as speculators loads them from a verifier)."""
+    from speculators.config import SpeculatorsConfig, VerifierConfig
+    from speculators.models.dflash import DFlashDraftModel, DFlashSpeculatorConfig
+    from speculators.proposals.greedy import GreedyTokenProposalConfig
+
+    c = head.config
+    layer = dflash_layer_config(head, "float32")
+    verifier = VerifierConfig(name_or_path=None, architectures=[type(head.target.model).__name__])
+    config = DFlashSpeculatorConfig(
+        transformer_layer_config=layer, draft_vocab_size=c.draft_vocab_size or c.vocab_size, block_size=c.block_size,
+        aux_hidden_state_layer_ids=[i + 1 for i in c.feature_layers], mask_token_id=c.mask_token_id,
+        sliding_window_non_causal=c.block_attention == "bidirectional",
+        speculators_config=SpeculatorsConfig(algorithm="dflash", default_proposal_method="greedy", verifier=verifier,
+                                             proposal_methods=[GreedyTokenProposalConfig(
+                                                 speculative_tokens=c.block_size - 1)]))
+    config.transformer_layer_config._attn_implementation = "sdpa"
+    model = DFlashDraftModel(config).float().eval()
+    ids = torch.arange(c.vocab_size) if head.draft_vocab is None else head.draft_vocab.cpu().sort().values
+    state = {k: v.float() for k, v in head.trainable_state_dict().items() if k != "draft_vocab"}
+    state["embed_tokens.weight"] = head.target.embed_tokens.weight.float()
+    state["lm_head.weight"] = head.target.lm_head.weight.float()[ids]
+    if head.draft_vocab is not None:
+        t2d = torch.zeros(c.vocab_size, dtype=torch.bool)
+        t2d[ids] = True
+        state.update(t2d=t2d, d2t=ids - torch.arange(ids.numel()))
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    if unexpected or [k for k in missing if not k.startswith(("verifier_", "rotary_emb"))]:
+        raise EagleError(f"speculators' DFlash model does not take this head's weights: missing {missing[:3]}, "
+                         f"unexpected {unexpected[:3]}")
+    return model
+
+
+def dflash_inputs(head: DFlashHead, length: int, seed: int = 3):
+    """(fused target states [1, T, k*H], token ids [1, T]) in float32."""
+    gen = torch.Generator().manual_seed(seed)
+    features = torch.randn(1, length, head.config.hidden_size * len(head.config.feature_layers), generator=gen)
+    return features, torch.randint(0, head.config.vocab_size, (1, length), generator=gen)
+
+
+def toolkit_blocks(head: DFlashHead, features, tokens, anchors) -> torch.Tensor:
+    """The toolkit's DFlash logits [A*B, V] (-inf outside the draft vocabulary) of one block at each anchor [A]."""
+    c = head.config
+    with torch.no_grad():
+        context = head.context_kv(features.to(head.weight.dtype), torch.arange(tokens.shape[1])[None])
+        ids, positions = head.block_inputs(tokens[:, anchors], anchors[None])
+        mask = block_mask(anchors[None], tokens.shape[1], c.block_size, c.block_attention == "causal",
+                          c.sliding_window)
+        return head.logits(head(ids, positions, context, mask))[0]
+
+
+def speculators_blocks(model, features, tokens) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """speculators' DFlash logits [A*B, Vd] of one block at every position it anchors (all T - B of them: the loss
+    mask all ones, as many anchors), the anchors [A], and the target ids of the Vd columns."""
+    length, block = tokens.shape[1], model.block_size
+    with torch.no_grad():
+        _, logits, _, _, indices = model._backbone_forward(
+            features, tokens, torch.ones_like(tokens), torch.zeros(*tokens.shape, model.hidden_size),
+            torch.zeros_like(tokens), max_anchors=length - block)
+    ids = torch.arange(logits.shape[-1]) + (model.d2t.long() if model.d2t is not None else 0)
+    return logits[0].float(), indices[::block], ids
+
+
+def compare_dflash(head: DFlashHead, model, length: int) -> tuple[float, int, int]:
+    """(max abs difference of the block logits, positions whose top-1 target token agrees, positions) between the
+    toolkit's drafter and speculators' `model` on the same random context states and tokens."""
+    features, tokens = dflash_inputs(head, length)
+    theirs, anchors, ids = speculators_blocks(model, features, tokens)
+    ours = toolkit_blocks(head, features, tokens, anchors)[:, ids]
+    return float((ours - theirs).abs().max()), int((ours.argmax(-1) == theirs.argmax(-1)).sum()), ours.shape[0]
 
 
 def convert(export_dir: Path, out: Path, verifier: str, aux: list[int]) -> None:

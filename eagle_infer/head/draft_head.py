@@ -41,7 +41,13 @@ from ..models.lean_layer import cast
 from ..models.masks import causal_mask
 
 INPUT_MODES = ("feature+shifted_token", "feature+token", "token", "feature")
-BLOCKS = ("eagle", "eagle3")
+BLOCKS = ("eagle", "eagle3", "dflash")
+# A DFlash block's attention inside the block (speculators' options): bidirectional; or causal, which speculators
+# offers on sliding-window layers only (its full-attention layers are bidirectional)
+BLOCK_ATTENTION = ("bidirectional", "causal")
+# The target families a DFlash drafter builds (dflash_head: speculators' DFlash layers, of Llama's form with
+# per-head q/k norms); Qwen2's biases (q/k/v, not o) have no place in them
+DFLASH_FAMILIES = ("llama", "mistral", "qwen3")
 
 
 def eagle3_layers(num_layers: int) -> tuple[int, int, int]:
@@ -69,7 +75,12 @@ class DraftHeadConfig:
     layers: int = 1  # decoder layers (EAGLE: 1)
     feature_layers: list = field(default_factory=list)  # target decoder layers fused as input ([] = last hidden)
     target_layers: int = 0  # the target's decoder layers (0 = not recorded, heads saved before it was)
-    block: str = "eagle"  # "eagle": fc + the target's decoder layer(s); "eagle3": EAGLE-3's midlayer + own LM head
+    block: str = "eagle"  # "eagle": fc + the target's decoder layer(s); "eagle3": EAGLE-3's midlayer + own LM head;
+    # "dflash": a block drafter (dflash_head), whose fields follow
+    block_size: int = 0  # dflash: B, the block's tokens (the bonus token, then B - 1 mask tokens)
+    mask_token_id: int = -1  # dflash: the token id at the block's masked positions
+    sliding_window: int = 0  # dflash: context positions each layer attends before the block (0 = all)
+    block_attention: str = "bidirectional"  # dflash: inside the block, BLOCK_ATTENTION
 
     @property
     def fused(self) -> bool:
@@ -82,6 +93,29 @@ class DraftHeadConfig:
             raise EagleError(f"unknown draft head block {self.block!r}: expected one of {', '.join(BLOCKS)}")
         if self.block == "eagle3" and self.layers != 1:
             raise EagleError(f"an eagle3 draft head has one decoder layer, not {self.layers}")
+        if self.block == "dflash":
+            self.check_dflash()
+
+    def check_dflash(self) -> None:
+        """A DFlash drafter's settings: one line naming the first bad value."""
+        if self.architecture not in DFLASH_FAMILIES:
+            raise EagleError(f"head.block=dflash builds drafters for {', '.join(DFLASH_FAMILIES)} targets, not a "
+                             f"{self.architecture!r} one")
+        if not self.fused:
+            raise EagleError("head.block=dflash reads fused target layers: expected head.features=fused")
+        if self.block_size < 2:
+            raise EagleError(f"head.block_size {self.block_size} is invalid: a DFlash block holds the bonus token and "
+                             "at least one mask token (expected >= 2)")
+        if not 0 <= self.mask_token_id < self.vocab_size:
+            raise EagleError(f"head.mask_token_id {self.mask_token_id} is invalid: expected a token id below "
+                             f"{self.vocab_size}")
+        if self.block_attention not in BLOCK_ATTENTION:
+            raise EagleError(f"unknown head.block_attention {self.block_attention!r}: expected one of "
+                             f"{', '.join(BLOCK_ATTENTION)}")
+        if self.sliding_window < 0 or (self.block_attention == "causal" and not self.sliding_window):
+            raise EagleError(f"head.sliding_window {self.sliding_window} with head.block_attention="
+                             f"{self.block_attention}: expected a window >= 0, and > 0 for causal blocks (as "
+                             "speculators, whose full-attention layers are bidirectional)")
 
     @property
     def token_shift(self) -> int:
@@ -134,7 +168,29 @@ class Eagle3Layer(nn.Module):
         return hidden + self.mlp(self.post_attention_layernorm(hidden))
 
 
-class DraftHead(nn.Module):
+class SavedHead(nn.Module):
+    """What every drafter module saves: its own weights (not the borrowed embedding and LM head, nor the rotary
+    tables) and its DraftHeadConfig."""
+
+    config: DraftHeadConfig
+
+    def trainable_state_dict(self) -> dict[str, torch.Tensor]:
+        return {k: v for k, v in self.state_dict().items() if not k.startswith("rotary.")}
+
+    def save(self, directory: str | Path, dtype: torch.dtype = torch.bfloat16) -> None:
+        """Write config.json + model.safetensors (bfloat16 by default: half the size, drafting is unaffected in
+        any way that matters, and verification keeps the output exact whatever the head)."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        state = {
+            k: v.detach().to("cpu", dtype if v.is_floating_point() else v.dtype).contiguous()
+            for k, v in self.trainable_state_dict().items()
+        }
+        save_file(state, str(directory / WEIGHTS_FILE))
+        (directory / CONFIG_FILE).write_text(json.dumps(asdict(self.config), indent=2) + "\n")
+
+
+class DraftHead(SavedHead):
     """[fuse +] fc + decoder layer(s) of the target's class; embedding and LM head are borrowed from the target
     (block "eagle3": fuse + EAGLE-3's layer, with a norm and LM head of its own). The trainable module: training and
     checkpoints use it as it is; drafting runs it through a head_runner.HeadRunner built for the target."""
@@ -256,22 +312,6 @@ class DraftHead(nn.Module):
     def logits(self, predicted: torch.Tensor) -> torch.Tensor:
         """Predicted features [..., H] -> float32 logits [..., V]; -inf outside the draft vocabulary."""
         return full_vocabulary(self.draft_logits(predicted), self.draft_vocab, self.config.vocab_size)
-
-    def trainable_state_dict(self) -> dict[str, torch.Tensor]:
-        return {k: v for k, v in self.state_dict().items() if not k.startswith("rotary.")}
-
-    def save(self, directory: str | Path, dtype: torch.dtype = torch.bfloat16) -> None:
-        """Write config.json + model.safetensors (bfloat16 by default: half the size, drafting is unaffected in
-        any way that matters, and verification keeps the output exact whatever the head)."""
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        state = {
-            k: v.detach().to("cpu", dtype if v.is_floating_point() else v.dtype).contiguous()
-            for k, v in self.trainable_state_dict().items()
-        }
-        save_file(state, str(directory / WEIGHTS_FILE))
-        (directory / CONFIG_FILE).write_text(json.dumps(asdict(self.config), indent=2) + "\n")
-
 
 def _both(features: torch.Tensor, embeds: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return features, embeds

@@ -15,7 +15,8 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file
 
 from ..models.config_limits import HEAD_LIMITS, check_head_config, check_numbers, not_plain_tensors
-from .draft_head import CONFIG_FILE, WEIGHTS_FILE, DraftHead, DraftHeadConfig, eagle3_layers
+from .blocks import build_head
+from .draft_head import CONFIG_FILE, WEIGHTS_FILE, DraftHeadConfig, SavedHead, eagle3_layers
 from ..errors import EagleError
 from ..models.hub import unreachable_reason
 from ..models.registry import is_hub_id
@@ -190,7 +191,7 @@ def _token_map(path: Path, vocab_size: int) -> torch.Tensor:
     return ids
 
 
-def load_head(directory: str | Path, target) -> DraftHead:
+def load_head(directory: str | Path, target) -> SavedHead:
     """Load a head saved by this toolkit, or a published EAGLE-1/2 or EAGLE-3 checkpoint directory, for `target`
     (the trainable module, in eval mode; the engine drafts with it through a HeadRunner). A hub id ("owner/name")
     is downloaded on first use."""
@@ -216,7 +217,7 @@ def load_head(directory: str | Path, target) -> DraftHead:
         if config.block == "eagle" and (directory / TOKEN_MAP_FILE).exists():  # a reduced draft vocabulary
             state["draft_vocab"] = _token_map(directory / TOKEN_MAP_FILE, config.vocab_size)
             config.draft_vocab_size = state["draft_vocab"].numel()
-    head = DraftHead(config, target)
+    head = build_head(config, target)
     missing, unexpected = head.load_state_dict(state, strict=False)
     missing = [k for k in missing if not k.startswith("rotary.")]
     if missing or unexpected:
