@@ -180,7 +180,7 @@ def run_featurize(cfg: TrainRunConf, target) -> None:
     check_ranks(len(dict(splits)["train"]), cfg.featurize)
     for name, convs in splits:
         manifest = featurize(convs, target, f"{cfg.data.features_dir}/{name}", cfg.featurize,
-                             states=cfg.train.features == "offline")
+                             states=cfg.train.features == "offline", fused=cfg.head.feature_layers)
         log.info("%s features: %d conversations, %d tokens (%d in the loss), skipped %s", name,
                  manifest.conversations, manifest.tokens, manifest.loss_tokens, manifest.skipped or "none")
 
@@ -300,7 +300,12 @@ def plan(cfg: TrainRunConf, costs: bool = True) -> str:
              f"loss per {cfg.train.loss_per}{' (draftable positions)' if cfg.train.draftable_only else ''}, "
              f"input {cfg.train.input_mode}, states {cfg.train.features} from {cfg.train.features_dir}"
              f"{''.join(' + ' + d for d in cfg.train.extra_features)} -> {cfg.train.out_dir}",
-             f"head: block {cfg.head.block}, layers {cfg.head.layers}, features {cfg.head.features}",
+             f"head: block {cfg.head.block}, layers {cfg.head.layers}, features {cfg.head.features}"
+             + (f" {cfg.head.feature_layers}" if cfg.head.feature_layers else "")
+             + (f", blocks of {cfg.head.block_size} (mask token {cfg.head.mask_token_id}, {cfg.head.block_attention}"
+                f"{f', window {cfg.head.sliding_window}' if cfg.head.sliding_window else ''}), {cfg.train.anchors} "
+                f"anchors, slot weights {cfg.train.position_weights} (gamma {cfg.train.decay_gamma})"
+                if cfg.head.block == "dflash" else ""),
              f"deepspeed ({cfg.train.deepspeed_config}): {shown} (its scheduler: {cfg.train.lr_schedule} after "
              f"{cfg.train.warmup_steps} warmup steps, sized to the run's steps when training starts)"]
     if cfg.notes:

@@ -152,7 +152,7 @@ def compare(head: DraftHead, directory: Path, positions: int) -> tuple[float, in
 def speculators_dflash(head: DFlashHead):
     """speculators' DFlashDraftModel built from its config class with `head`'s shape and weights (float32; SDPA
     attention over the dense masks speculators builds for it; the target's embedding and LM-head rows of the draft
-    vocabulary, ascending, as speculators loads them from a verifier)."""
+    vocabulary, ascending, and its final norm, as speculators loads them from a verifier)."""
     from speculators.config import SpeculatorsConfig, VerifierConfig
     from speculators.models.dflash import DFlashDraftModel, DFlashSpeculatorConfig
     from speculators.proposals.greedy import GreedyTokenProposalConfig
@@ -172,13 +172,14 @@ def speculators_dflash(head: DFlashHead):
     ids = torch.arange(c.vocab_size) if head.draft_vocab is None else head.draft_vocab.cpu().sort().values
     state = {k: v.float() for k, v in head.trainable_state_dict().items() if k != "draft_vocab"}
     state["embed_tokens.weight"] = head.target.embed_tokens.weight.float()
-    state["lm_head.weight"] = head.target.lm_head.weight.float()[ids]
+    state["lm_head.weight"] = state["verifier_lm_head.weight"] = head.target.lm_head.weight.float()[ids]
+    state["verifier_norm.weight"] = head.target.model.model.norm.weight.float()
     if head.draft_vocab is not None:
         t2d = torch.zeros(c.vocab_size, dtype=torch.bool)
         t2d[ids] = True
         state.update(t2d=t2d, d2t=ids - torch.arange(ids.numel()))
     missing, unexpected = model.load_state_dict(state, strict=False)
-    if unexpected or [k for k in missing if not k.startswith(("verifier_", "rotary_emb"))]:
+    if unexpected or [k for k in missing if not k.startswith("rotary_emb")]:
         raise EagleError(f"speculators' DFlash model does not take this head's weights: missing {missing[:3]}, "
                          f"unexpected {unexpected[:3]}")
     return model
