@@ -120,6 +120,9 @@ def check_servable(head: SavedHead, fmt: str) -> None:
                          f"this drafter drafts {c.draft_vocab_size or c.vocab_size} of {c.vocab_size} tokens with "
                          f"context window {c.sliding_window or 'none'}: export format=speculators, or train with "
                          "train.draft_vocab_size=0 head.sliding_window=0")
+    if (c.fc_norm or c.norm_output) and fmt != "speculators":
+        raise EagleError(f"SafeAILab's EAGLE-3 layout ({fmt}) has no fc_norm or norm_output, and this EAGLE-3.1 head "
+                         "sets them: export format=speculators (vLLM)")
     if c.block == "eagle" and fmt == "speculators":
         raise EagleError("speculators (0.9.0) has no EAGLE-1 model, so vLLM's speculators format cannot hold an "
                          "EAGLE-1-block head: export format=vllm (trained with head.fc_bias=false), sglang or eagle")
@@ -205,6 +208,8 @@ def _eagle3_state(head: DraftHead, layer_prefix: str) -> dict[str, torch.Tensor]
     lm_head = head.lm_head.weight if order is None else head.lm_head.weight[order.to(head.lm_head.weight.device)]
     state.update({"norm.weight": head.norm.weight, "lm_head.weight": lm_head, "fc.weight": head.fuse.weight,
                   "embed_tokens.weight": head.target.embed_tokens.weight})
+    for i, norm in enumerate(head.fc_norm or ()):
+        state[f"fc_norm.{i}.weight"] = norm.weight
     state["d2t"] = ids - torch.arange(ids.numel())
     t2d = torch.zeros(c.vocab_size, dtype=torch.bool)
     t2d[ids] = True
@@ -243,8 +248,8 @@ def speculators_config(head: DraftHead, settings: ExportSettings) -> dict:
                                "default_proposal_method": "greedy",
                                "verifier": {"name_or_path": verifier_of(head, settings.verifier),
                                             "architectures": architectures}},
-        "transformer_layer_config": layer, **eagle3_extra(head), "norm_before_fc": False, "fc_norm": False,
-        "norm_output": False, "embed_requires_grad": False, "tie_word_embeddings": False,
+        "transformer_layer_config": layer, **eagle3_extra(head), "norm_before_fc": False,
+        "fc_norm": head.config.fc_norm, "norm_output": head.config.norm_output, "embed_requires_grad": False, "tie_word_embeddings": False,
         "torch_dtype": layer["torch_dtype"], "dtype": layer["dtype"],
     }
 

@@ -117,6 +117,10 @@ class HeadConf:
     features: str = "last"
     block: str = "eagle"
     fc_bias: bool = True
+    # EAGLE-3.1 (block=eagle3, as speculators defines them): an RMSNorm of each fused layer before the fusion, and
+    # the final norm's output as the predicted feature fed to the next step
+    fc_norm: bool = False
+    norm_output: bool = False
     # fused heads: the target's decoder layers read (0-based outputs; z-lab's target_layer_ids); null: EAGLE-3's
     # low/middle/high layers (speculators' default for EAGLE-3 and DFlash alike)
     feature_layers: Optional[list[int]] = None
@@ -148,6 +152,7 @@ def build_head_config(target, cfg: TrainConfig, head: HeadConf) -> DraftHeadConf
     if head.features == "fused":
         config.feature_layers = list(head.feature_layers or eagle3_layers(target.config.num_hidden_layers))
     config.block, config.fc_bias = head.block, head.fc_bias
+    config.fc_norm, config.norm_output = head.fc_norm, head.norm_output
     if head.block == "dflash":
         config.block_size, config.sliding_window, config.block_attention = (head.block_size, head.sliding_window,
                                                                            head.block_attention)

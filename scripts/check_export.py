@@ -8,8 +8,9 @@ states, tokens and positions; a row passes when the draft logits differ by at mo
 token agrees at every position.
 
 Heads: the shipped head (eagle_infer/shipped_heads/smollm2-135m, an EAGLE-1-block head: speculators has no EAGLE-1 model,
-so its row says so), and random EAGLE-3-block heads (every weight perturbed so each one matters; a draft vocabulary
-of random, unordered ids) on SmolLM2-135M (--smollm2, the real target) and on tiny random targets of each family
+so its row says so), and random EAGLE-3-block heads, plain and EAGLE-3.1 (fc_norm, norm_output; every weight
+perturbed so each one matters; a draft vocabulary of random, unordered ids), compared over two drafting steps (the
+second fed the first's predicted feature) on SmolLM2-135M (--smollm2, the real target) and on tiny random targets of each family
 (llama, llama with Llama 3 rope scaling, mistral, qwen2, qwen3; rope_theta 50,000 so a dropped rope_theta shows).
 Formats a server refuses for a family print the refusal.
 
@@ -41,6 +42,7 @@ from eagle_infer.head.dflash_head import DFlashHead, block_mask, random_dflash_h
 from eagle_infer.head.mask_token import default_mask_token  # noqa: E402
 from eagle_infer.head.draft_head import DraftHead, random_head  # noqa: E402
 from eagle_infer.errors import EagleError  # noqa: E402
+from eagle_train.objective import ttt_outputs  # noqa: E402
 from eagle_train.export import (FORMATS, ExportSettings, check_servable, dflash_layer_config, export,  # noqa: E402
                                 layer_type)
 
@@ -95,12 +97,12 @@ def perturbed(head: DraftHead, seed: int = 7) -> DraftHead:
     return head
 
 
-def eagle3_head(target, seed: int = 7) -> DraftHead:
-    """A random EAGLE-3-block head drafting a third of the vocabulary, its ids in random order, weights stored as
-    an export stores them (bfloat16)."""
+def eagle3_head(target, seed: int = 7, eagle31: bool = False) -> DraftHead:
+    """A random EAGLE-3-block head (eagle31: with EAGLE-3.1's fc_norm and norm_output) drafting a third of the
+    vocabulary, its ids in random order, weights stored as an export stores them (bfloat16)."""
     gen = torch.Generator().manual_seed(seed)
     vocab = torch.randperm(target.vocab_size, generator=gen)[: target.vocab_size // 3]
-    head = perturbed(random_head(target, block="eagle3", draft_vocab=vocab), seed)
+    head = perturbed(random_head(target, block="eagle3", draft_vocab=vocab, fc_norm=eagle31, norm_output=eagle31), seed)
     with torch.no_grad():
         for p in head.parameters():
             p.copy_(p.to(torch.bfloat16).to(p.dtype))
@@ -124,30 +126,44 @@ def inputs(head: DraftHead, positions: int, seed: int = 3):
 
 
 def toolkit_logits(head: DraftHead, features, tokens, positions) -> torch.Tensor:
-    """The toolkit's draft logits [T, V] (-inf outside the draft vocabulary)."""
+    """The toolkit's draft logits [2T - 1, V] (-inf outside the draft vocabulary) of two drafting steps: the first at
+    every position, then the second of the chains started at positions 0..T-2 (the head fed its own first
+    prediction: the training-time test's step 1)."""
     with torch.no_grad():
-        return head.logits(head(features.to(head.weight.dtype), tokens, positions))[0].float()
+        first, second = ttt_outputs(head, features.to(head.weight.dtype), tokens, positions, 1)
+        return head.logits(torch.cat((first[0], second[0, 1:]))).float()
+
+
+def load_speculators(directory: Path):
+    """SpeculatorModel.from_pretrained of an export, float32, in eval mode, attending with SDPA over speculators' dense
+    masks (its training option draft_attn_impl; its default flex-attention masks are padded to 128 positions, which
+    a second drafting step over fewer positions refuses on a CPU)."""
+    from speculators import SpeculatorModel, SpeculatorModelConfig
+
+    config = SpeculatorModelConfig.from_pretrained(str(directory))
+    config.transformer_layer_config._attn_implementation = "sdpa"
+    return SpeculatorModel.from_pretrained(str(directory), config=config).float().eval()
 
 
 def speculators_logits(directory: Path, features, tokens, positions) -> tuple[torch.Tensor, torch.Tensor]:
-    """speculators' draft logits [T, Vd] for the checkpoint in `directory` (loaded by SpeculatorModel, float32,
-    one drafting step of its forward: the LM head's output captured) and the target ids of its Vd columns."""
-    from speculators import SpeculatorModel
-
-    model = SpeculatorModel.from_pretrained(str(directory)).float().eval()
+    """speculators' draft logits [2T - 1, Vd] for the checkpoint in `directory` (loaded by SpeculatorModel, float32,
+    two steps of its forward, the LM head's outputs captured: the first at every position, the second of the chains
+    started at 0..T-2, fed the data's next tokens as toolkit_logits is) and the target ids of its Vd columns."""
+    model = load_speculators(directory)
     captured = []
     hook = model.lm_head.register_forward_hook(lambda module, args, out: captured.append(out))
     with torch.no_grad():
         model(hidden_states=features, input_ids=tokens, document_ids=torch.zeros_like(tokens),
-              position_ids=positions, ttt_steps=1)
+              position_ids=positions, ttt_steps=2)
     hook.remove()
     vd = captured[0].shape[-1]
     ids = torch.arange(vd) + (model.d2t.long() if model.d2t is not None else 0)
-    return captured[0][0].float(), ids
+    return torch.cat((captured[0][0], captured[1][0, :-1])).float(), ids
 
 
 def compare(head: DraftHead, directory: Path, positions: int) -> tuple[float, int]:
-    """(max abs difference of the draft logits, positions whose top-1 target token agrees)."""
+    """(max abs difference of the draft logits, positions whose top-1 target token agrees) over two drafting
+    steps (2 x positions - 1 rows)."""
     features, tokens, pos = inputs(head, positions)
     ours = toolkit_logits(head, features, tokens, pos)
     theirs, ids = speculators_logits(directory, features, tokens, pos)
@@ -279,7 +295,7 @@ def check_head(head: DraftHead, kind: str, family: str, verifier: str, work: Pat
         else:
             route = "SpeculatorModel.from_pretrained"
         diff, top1 = compare(head, directory, positions)
-        rows.append(Row(kind, family, fmt, route, diff, top1, positions))
+        rows.append(Row(kind, family, fmt, route, diff, top1, 2 * positions - 1))
         print(rows[-1].line(), flush=True)
     return rows
 
@@ -317,10 +333,7 @@ def check_dflash(head: DFlashHead, family: str, verifier: str, work: Path, posit
             continue
         directory = work / f"dflash-{family}-{fmt}"
         export(head, fmt, directory, ExportSettings(verifier=verifier, overwrite=True, dtype="float32"))
-        from speculators import SpeculatorModel
-
-        model = SpeculatorModel.from_pretrained(str(directory)).float().eval()
-        diff, top1, n = compare_dflash(head, model, positions, states="target")
+        diff, top1, n = compare_dflash(head, load_speculators(directory), positions, states="target")
         rows.append(Row(kind, family, fmt, "SpeculatorModel.from_pretrained, states by its aux ids", diff, top1, n))
         print(rows[-1].line(), flush=True)
     return rows
@@ -333,6 +346,8 @@ def tiny_rows(families, work: Path, positions: int) -> list[Row]:
         verifier = work / f"verifier-{family}"
         target.model.save_pretrained(str(verifier))
         rows += check_head(eagle3_head(target), "eagle3 (random)", family, str(verifier), work, positions)
+        rows += check_head(eagle3_head(target, eagle31=True), "eagle3.1 (random)", family, str(verifier), work,
+                           positions)
         try:
             head = dflash_head(target, target.vocab_size - 1, layers=2, block_size=4)
         except EagleError as err:
@@ -363,6 +378,7 @@ def smollm2_rows(work: Path, positions: int) -> list[Row]:
         rows.append(Row("eagle1 (shipped)", "smollm2", fmt, route))
         print(rows[-1].line(), flush=True)
     rows += check_head(eagle3_head(target), "eagle3 (random)", "smollm2", verifier, work, positions)
+    rows += check_head(eagle3_head(target, eagle31=True), "eagle3.1 (random)", "smollm2", verifier, work, positions)
     return rows + check_dflash(dflash_head(target, default_mask_token(target), layers=1, block_size=8), "smollm2",
                                verifier, work, positions)
 

@@ -324,7 +324,7 @@ def test_speculators_loads_every_export_and_drafts_what_the_toolkit_drafts(tmp_p
         (family, fmt) for family in ("llama", "qwen3") for fmt in ("forward", "speculators")}
     assert all(r.ok for r in rows), [r.line() for r in rows if not r.ok]
     assert all(r.max_diff <= r.bound <= check_export.TOLERANCE and r.top1 == r.positions for r in rows if r.loaded)
-    assert {r.positions for r in rows if r.loaded} == {19, (19 - 4) * 4}  # EAGLE-3: positions; DFlash: blocks x B
+    assert {r.positions for r in rows if r.loaded} == {2 * 19 - 1, (19 - 4) * 4}  # EAGLE-3: two steps; DFlash: blocks x B
     assert "speculators convert -> SpeculatorModel.from_pretrained" in capsys.readouterr().out
 
 
@@ -426,3 +426,32 @@ def test_dflash_cards_name_vllm_and_sglang_commands(tmp_path):
     sglang = (tmp_path / "sglang" / "README.md").read_text()
     assert (f"--speculative-algorithm DFLASH --speculative-draft-model-path {tmp_path / 'sglang'} "
             "--speculative-num-draft-tokens 4") in sglang
+
+
+@pytest.mark.skipif(check_export.unavailable() is not None, reason=str(check_export.unavailable()))
+def test_eagle31_exports_to_speculators_with_its_flags_and_loads_back(tmp_path):
+    """An EAGLE-3.1 head (fc_norm, norm_output) exported in the speculators format: its flags and per-layer norms
+    written, speculators drafting its two steps within 1e-4; this toolkit's loader reads it back to the same drafts;
+    the same weights drafting without norm_output differ at the second step (the check sees the flag); the
+    SafeAILab layouts refuse it in one line."""
+    target = tiny_target(vocab=300, hidden=64, layers=8, rope_theta=check_export.ROPE_THETA)
+    head = check_export.eagle3_head(target, eagle31=True)
+    verifier = tmp_path / "verifier"
+    target.model.save_pretrained(str(verifier))
+    export(head, "speculators", tmp_path / "spec", ExportSettings(verifier=str(verifier), dtype="float32"))
+    config = json.loads((tmp_path / "spec" / "config.json").read_text())
+    assert config["speculators_model_type"] == "eagle3" and config["fc_norm"] and config["norm_output"]
+    assert {f"fc_norm.{i}.weight" for i in range(3)} <= set(load_file(str(tmp_path / "spec" / "model.safetensors")))
+    diff, top1 = check_export.compare(head, tmp_path / "spec", 19)
+    assert diff <= check_export.TOLERANCE and top1 == 2 * 19 - 1
+    loaded = load_head(tmp_path / "spec", target)
+    assert (loaded.config.fc_norm, loaded.config.norm_output) == (True, True)
+    features, tokens, positions = check_export.inputs(head, 19)
+    torch.testing.assert_close(check_export.toolkit_logits(loaded, features, tokens, positions),
+                               check_export.toolkit_logits(head, features, tokens, positions))
+    head.config.norm_output = False
+    assert check_export.compare(head, tmp_path / "spec", 19)[0] > 100 * check_export.TOLERANCE
+    head.config.norm_output = True
+    for fmt in ("vllm", "sglang", "eagle"):
+        with pytest.raises(EagleError, match=r"has no fc_norm or norm_output.*export format=speculators"):
+            export(head, fmt, tmp_path / fmt)
