@@ -43,7 +43,7 @@ from .provenance import checkout_commit, shown_path
 from .regenerate import first_turn_questions
 from .self_prompts import SelfPromptConf, read_self_prompts, write_self_prompts
 from .states import check_mode
-from .train import HeadConf, TrainConfig, precision, read_ds_config, train
+from .train import HeadConf, TrainConfig, build_head_config, objective, precision, read_ds_config, train
 
 log = logging.getLogger("eagle_train")
 SELF = "self"  # data.source: every prompt self-written
@@ -172,7 +172,10 @@ def _splits(cfg: TrainRunConf, target=None):
 
 def run_featurize(cfg: TrainRunConf, target) -> None:
     """Featurize the recipe's splits into data.features_dir: the target's states for train.features=offline, tokens
-    only for online and cached (training computes the states)."""
+    only for online and cached (training computes the states). The head the recipe trains is built on paper first, so
+    a setting it refuses (a block drafter for a family it cannot build, a block longer than max_length) is one line
+    before any featurizing, not after."""
+    objective(cfg.train, cfg.featurize.max_length, build_head_config(target, cfg.train, cfg.head))
     splits = _splits(cfg, target)
     check_ranks(len(dict(splits)["train"]), cfg.featurize)
     for name, convs in splits:

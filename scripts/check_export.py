@@ -272,22 +272,34 @@ def convert(export_dir: Path, out: Path, verifier: str, aux: list[int]) -> None:
                   algorithm="eagle3", eagle_aux_hidden_state_layer_ids=aux)
 
 
+def emit(rows: list[Row], row: Row) -> None:
+    """Append `row` and print it."""
+    rows.append(row)
+    print(row.line(), flush=True)
+
+
+def refusal(head, kind: str, family: str, fmt: str) -> Row | None:
+    """The row of a format whose server refuses `head` (check_servable's line), or None."""
+    try:
+        check_servable(head, fmt)
+    except EagleError as err:
+        return Row(kind, family, fmt, f"refused: {err}")
+    return None
+
+
 def check_head(head: DraftHead, kind: str, family: str, verifier: str, work: Path, positions: int) -> list[Row]:
     """One row per format for `head` (its target saved at `verifier`)."""
     rows = []
     for fmt in FORMATS:
-        try:
-            check_servable(head, fmt)
-        except EagleError as err:
-            rows.append(Row(kind, family, fmt, f"refused: {err}"))
-            print(rows[-1].line(), flush=True)
+        refused = refusal(head, kind, family, fmt)
+        if refused is not None:
+            emit(rows, refused)
             continue
         directory = work / f"{kind}-{family}-{fmt}"
         export(head, fmt, directory, ExportSettings(verifier=verifier, overwrite=True, dtype="float32"))
         if fmt != "speculators":
             if layer_type(head) != "llama":
-                rows.append(Row(kind, family, fmt, "not read: speculators convert builds Llama layers only"))
-                print(rows[-1].line(), flush=True)
+                emit(rows, Row(kind, family, fmt, "not read: speculators convert builds Llama layers only"))
                 continue
             converted = directory.with_name(directory.name + "-converted")
             convert(directory, converted, verifier, [i + 1 for i in head.config.feature_layers])
@@ -295,8 +307,7 @@ def check_head(head: DraftHead, kind: str, family: str, verifier: str, work: Pat
         else:
             route = "SpeculatorModel.from_pretrained"
         diff, top1 = compare(head, directory, positions)
-        rows.append(Row(kind, family, fmt, route, diff, top1, 2 * positions - 1))
-        print(rows[-1].line(), flush=True)
+        emit(rows, Row(kind, family, fmt, route, diff, top1, 2 * positions - 1))
     return rows
 
 
@@ -317,25 +328,18 @@ def check_dflash(head: DFlashHead, family: str, verifier: str, work: Path, posit
     (SpeculatorModel.from_pretrained, drafting from the target's own states picked by the export's aux ids)."""
     kind = "dflash (random)"
     diff, top1, n = compare_dflash(head, speculators_dflash(head), positions)
-    rows = [Row(kind, family, "forward", "DFlashDraftModel(its config class) with these weights", diff, top1, n,
-                FORWARD_BOUND)]
-    print(rows[-1].line(), flush=True)
+    rows: list[Row] = []
+    emit(rows, Row(kind, family, "forward", "DFlashDraftModel(its config class) with these weights", diff, top1, n,
+                   FORWARD_BOUND))
     for fmt in FORMATS:
-        try:
-            check_servable(head, fmt)
-        except EagleError as err:
-            rows.append(Row(kind, family, fmt, f"refused: {err}"))
-            print(rows[-1].line(), flush=True)
-            continue
-        if fmt != "speculators":
-            rows.append(Row(kind, family, fmt, "written, not read: speculators reads its own layout only"))
-            print(rows[-1].line(), flush=True)
+        refused = refusal(head, kind, family, fmt)
+        if refused is not None or fmt != "speculators":
+            emit(rows, refused or Row(kind, family, fmt, "written, not read: speculators reads its own layout only"))
             continue
         directory = work / f"dflash-{family}-{fmt}"
         export(head, fmt, directory, ExportSettings(verifier=verifier, overwrite=True, dtype="float32"))
         diff, top1, n = compare_dflash(head, load_speculators(directory), positions, states="target")
-        rows.append(Row(kind, family, fmt, "SpeculatorModel.from_pretrained, states by its aux ids", diff, top1, n))
-        print(rows[-1].line(), flush=True)
+        emit(rows, Row(kind, family, fmt, "SpeculatorModel.from_pretrained, states by its aux ids", diff, top1, n))
     return rows
 
 
@@ -351,8 +355,7 @@ def tiny_rows(families, work: Path, positions: int) -> list[Row]:
         try:
             head = dflash_head(target, target.vocab_size - 1, layers=2, block_size=4)
         except EagleError as err:
-            rows.append(Row("dflash (random)", family, "-", f"refused: {err}"))
-            print(rows[-1].line(), flush=True)
+            emit(rows, Row("dflash (random)", family, "-", f"refused: {err}"))
             continue
         rows += check_dflash(head, family, str(verifier), work, positions)
     return rows
@@ -375,8 +378,7 @@ def smollm2_rows(work: Path, positions: int) -> list[Row]:
             route = "not read: speculators 0.9.0 has no EAGLE-1 model"
         except EagleError as err:
             route = f"refused: {err}"
-        rows.append(Row("eagle1 (shipped)", "smollm2", fmt, route))
-        print(rows[-1].line(), flush=True)
+        emit(rows, Row("eagle1 (shipped)", "smollm2", fmt, route))
     rows += check_head(eagle3_head(target), "eagle3 (random)", "smollm2", verifier, work, positions)
     rows += check_head(eagle3_head(target, eagle31=True), "eagle3.1 (random)", "smollm2", verifier, work, positions)
     return rows + check_dflash(dflash_head(target, default_mask_token(target), layers=1, block_size=8), "smollm2",
