@@ -282,6 +282,17 @@ def _plan_conversations(cfg: TrainRunConf):
     return _conversations(replace(cfg, data=data), None)
 
 
+def _block_plan(cfg: TrainRunConf) -> str:
+    """The plan's words for a block drafter's settings ("" for an EAGLE head)."""
+    if cfg.head.block != "dflash":
+        return ""
+    h, t = cfg.head, cfg.train
+    mask = "the target's default" if h.mask_token_id is None else h.mask_token_id
+    window = f", window {h.sliding_window}" if h.sliding_window else ""
+    return (f", blocks of {h.block_size} (mask token {mask}, {h.block_attention}{window}), {t.anchors} anchors, slot "
+            f"weights {t.position_weights} (gamma {t.decay_gamma})")
+
+
 def plan(cfg: TrainRunConf, costs: bool = True) -> str:
     """The resolved settings and, with `costs`, what the run costs (eagle_train.plan)."""
     ds = read_ds_config(cfg.train.deepspeed_config, cfg.train, cfg.train.max_steps or 1)
@@ -300,11 +311,7 @@ def plan(cfg: TrainRunConf, costs: bool = True) -> str:
              f"input {cfg.train.input_mode}, states {cfg.train.features} from {cfg.train.features_dir}"
              f"{''.join(' + ' + d for d in cfg.train.extra_features)} -> {cfg.train.out_dir}",
              f"head: block {cfg.head.block}, layers {cfg.head.layers}, features {cfg.head.features}"
-             + (f" {cfg.head.feature_layers}" if cfg.head.feature_layers else "")
-             + (f", blocks of {cfg.head.block_size} (mask token {cfg.head.mask_token_id}, {cfg.head.block_attention}"
-                f"{f', window {cfg.head.sliding_window}' if cfg.head.sliding_window else ''}), {cfg.train.anchors} "
-                f"anchors, slot weights {cfg.train.position_weights} (gamma {cfg.train.decay_gamma})"
-                if cfg.head.block == "dflash" else ""),
+             + (f" {cfg.head.feature_layers}" if cfg.head.feature_layers else "") + _block_plan(cfg),
              f"deepspeed ({cfg.train.deepspeed_config}): {shown} (its scheduler: {cfg.train.lr_schedule} after "
              f"{cfg.train.warmup_steps} warmup steps, sized to the run's steps when training starts)"]
     if cfg.notes:
