@@ -75,6 +75,8 @@ class DraftHeadConfig:
     layers: int = 1  # decoder layers (EAGLE: 1)
     feature_layers: list = field(default_factory=list)  # target decoder layers fused as input ([] = last hidden)
     target_layers: int = 0  # the target's decoder layers (0 = not recorded, heads saved before it was)
+    fc_norm: bool = False  # eagle3 (EAGLE-3.1): an RMSNorm of each fused layer's output before the fusion
+    norm_output: bool = False  # eagle3 (EAGLE-3.1): the predicted feature is the final norm's output (fed back as is)
     block: str = "eagle"  # "eagle": fc + the target's decoder layer(s); "eagle3": EAGLE-3's midlayer + own LM head;
     # "dflash": a block drafter (dflash_head), whose fields follow
     block_size: int = 0  # dflash: B, the block's tokens (the bonus token, then B - 1 mask tokens)
@@ -93,6 +95,9 @@ class DraftHeadConfig:
             raise EagleError(f"unknown draft head block {self.block!r}: expected one of {', '.join(BLOCKS)}")
         if self.block == "eagle3" and self.layers != 1:
             raise EagleError(f"an eagle3 draft head has one decoder layer, not {self.layers}")
+        if (self.fc_norm or self.norm_output) and self.block != "eagle3":
+            raise EagleError(f"head.fc_norm and head.norm_output are EAGLE-3.1's, on the eagle3 block: expected them "
+                             f"false for head.block={self.block}")
         if self.block == "dflash":
             self.check_dflash()
 
@@ -217,6 +222,9 @@ class DraftHead(SavedHead):
             self.layers[0].input_layernorm = nn.Identity()
             self.norm = self.lm_head = None
         self.rotary = type(target.model.model.rotary_emb)(config=layer_config)
+        eps = getattr(target.config, "rms_norm_eps", 1e-6)
+        norm = type(target.model.model.norm)
+        self.fc_norm = nn.ModuleList(norm(h, eps=eps) for _ in config.feature_layers) if config.fc_norm else None
         self._target = (target,)  # a tuple keeps the target's modules out of this module's parameters
         vd = config.draft_vocab_size
         self.register_buffer("draft_vocab", torch.arange(vd, dtype=torch.long) if vd else None)
@@ -280,15 +288,16 @@ class DraftHead(SavedHead):
         """`forward` over a transformers Cache `past` (or None), the mask as given -> [B, T, H]. Inference runs the
         same function as lean steps (head_runner.head_step)."""
         features, embeds = head_inputs(INPUT_HALVES[self.config.input_mode], self.config.hidden_size, features, tokens,
-                                       self.target.embed_tokens, self.fuse)
+                                       self.target.embed_tokens, self.fuse, self.fc_norm)
         attention = {"attention_mask": mask, "position_ids": positions, "past_key_values": past,
                      "position_embeddings": self.rotary(features, positions)}
         if chain_step is not None:
             attention["chain_step"] = chain_step
         if segments is not None:
             attention["segments"] = tuple(segments)
-        if self.fc is None:  # eagle3
-            return self.layers[0](embeds, features, **attention)
+        if self.fc is None:  # eagle3 (EAGLE-3.1's norm_output: the normalised state is the prediction)
+            out = self.layers[0](embeds, features, **attention)
+            return self.norm(out) if self.config.norm_output else out
         hidden = self.fc(torch.cat((embeds, features), dim=-1))
         for layer in self.layers:
             hidden = layer(hidden, **attention)
@@ -298,7 +307,7 @@ class DraftHead(SavedHead):
         """Predicted features [..., H] -> float32 logits [..., Vd] over the draft vocabulary (the target's frozen LM
         head restricted to draft_vocab, or an eagle3 head's own norm and LM head)."""
         if self.lm_head is not None:
-            return self.lm_head(self.norm(predicted)).float()
+            return self.lm_head(predicted if self.config.norm_output else self.norm(predicted)).float()
         return self.target_draft_logits(predicted)
 
     def target_draft_logits(self, features: torch.Tensor) -> torch.Tensor:
@@ -330,15 +339,18 @@ INPUT_HALVES = {"feature+shifted_token": _both, "feature+token": _both, "token":
 
 
 def head_inputs(halves, hidden_size: int, features: torch.Tensor, tokens: torch.Tensor, embed: nn.Module,
-                fuse: nn.Module | None) -> tuple[torch.Tensor, torch.Tensor]:
+                fuse: nn.Module | None, fc_norm: nn.ModuleList | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """A head's two inputs, training's and inference's alike: (features [B, T, H], token embeddings [B, T, H]), fused
-    target features [B, T, k*H] projected by `fuse`; halves: INPUT_HALVES of the head's input mode."""
+    target features [B, T, k*H] projected by `fuse` (each layer's H first normalised by its fc_norm, EAGLE-3.1's);
+    halves: INPUT_HALVES of the head's input mode."""
     if features.shape[-1] != hidden_size:
         if fuse is None:
             raise EagleError(
                 f"draft head takes features of width {hidden_size}, got {features.shape[-1]}: "
                 "a fused head needs fused target features"
             )
+        if fc_norm is not None:
+            features = torch.cat([n(x) for n, x in zip(fc_norm, features.chunk(len(fc_norm), dim=-1))], dim=-1)
         features = fuse(features)
     return halves(features, cast(embed(tokens), features.dtype))
 
@@ -364,7 +376,7 @@ def vocab_order(draft_vocab: torch.Tensor | None, vocab_size: int) -> torch.Tens
 
 def random_head(target, seed: int = 0, input_mode: str = "feature+shifted_token", layers: int = 1,
                 feature_layers: list[int] | None = None, draft_vocab: torch.Tensor | None = None,
-                block: str = "eagle") -> DraftHead:
+                block: str = "eagle", fc_norm: bool = False, norm_output: bool = False) -> DraftHead:
     """An untrained head (deterministic for a seed): low acceptance, same output; lets the engine run before training.
     `draft_vocab` ([Vd] distinct target ids) restricts its drafts; block "eagle3" builds EAGLE-3's block, fused over
     `feature_layers` (default: eagle3_layers of the target), its own norm and LM head starting from the target's."""
@@ -372,6 +384,7 @@ def random_head(target, seed: int = 0, input_mode: str = "feature+shifted_token"
     if block == "eagle3" and feature_layers is None:
         feature_layers = list(eagle3_layers(target.config.num_hidden_layers))
     config.layers, config.feature_layers, config.block = layers, list(feature_layers or []), block
+    config.fc_norm, config.norm_output = fc_norm, norm_output
     config.draft_vocab_size = 0 if draft_vocab is None else draft_vocab.numel()
     config.check()
     with torch.random.fork_rng(devices=[]):

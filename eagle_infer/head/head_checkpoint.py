@@ -48,7 +48,7 @@ def _from_eagle3_keys(state: dict[str, torch.Tensor], subset: bool) -> dict[str,
     """EAGLE-3 names -> this head's: midlayer.* -> layers.0.*, fc -> fuse, d2t -> draft_vocab (target ids) when the
     head drafts a subset of the vocabulary (a full-vocabulary head's d2t is all zeros)."""
     out = {"layers.0." + k[len("midlayer."):]: v for k, v in state.items() if k.startswith("midlayer.")}
-    out.update({k: state[k] for k in ("norm.weight", "lm_head.weight") if k in state})
+    out.update({k: v for k, v in state.items() if k in ("norm.weight", "lm_head.weight") or k.startswith("fc_norm.")})
     if "fc.weight" in state:
         out["fuse.weight"] = state["fc.weight"]
     if subset:
@@ -59,12 +59,13 @@ def _from_eagle3_keys(state: dict[str, torch.Tensor], subset: bool) -> dict[str,
 def _from_speculators(raw: dict, state: dict[str, torch.Tensor], where: str) -> tuple[dict, dict[str, torch.Tensor]]:
     """vLLM's speculators layout of an EAGLE-3 head (speculators_model_type eagle3: the decoder layer's config in
     transformer_layer_config, its weights as layers.0.*) -> the published EAGLE-3 config and names."""
-    variants = [k for k in ("norm_before_residual", "norm_before_fc", "fc_norm", "norm_output") if raw.get(k)]
+    variants = [k for k in ("norm_before_residual", "norm_before_fc") if raw.get(k)]
     if variants:
-        raise EagleError(f"EAGLE-3 head {where} sets {', '.join(variants)}: this toolkit's EAGLE-3 layer has none of "
-                         "these variants (expected them false)")
+        raise EagleError(f"EAGLE-3 head {where} sets {', '.join(variants)}: this toolkit's EAGLE-3 layer has neither "
+                         "variant (expected them false; EAGLE-3.1's fc_norm and norm_output it has)")
     layer = raw.get("transformer_layer_config") or {}
-    config = {**layer, **{k: raw[k] for k in ("draft_vocab_size", "target_hidden_size") if k in raw},
+    config = {**layer, **{k: raw[k] for k in ("draft_vocab_size", "target_hidden_size", "fc_norm", "norm_output")
+                          if k in raw},
               "eagle_config": {"eagle_aux_hidden_state_layer_ids": raw.get("eagle_aux_hidden_state_layer_ids")}}
     return config, {("midlayer." + k[len("layers.0."):] if k.startswith("layers.0.") else k): v for k, v in state.items()}
 
@@ -80,6 +81,7 @@ def _published_config(raw: dict, state: dict[str, torch.Tensor], target, where: 
         config.fc_bias, config.layers = "fc.bias" in state, _layer_count(state)
     else:
         config.block = "eagle3"
+        config.fc_norm, config.norm_output = bool(raw.get("fc_norm")), bool(raw.get("norm_output"))
         fc = state.get("fc.weight")
         if fc is not None and fc.shape[1] != target.hidden_size:
             aux = (raw.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")

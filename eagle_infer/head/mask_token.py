@@ -30,8 +30,8 @@ def template_ids(target) -> set[int]:
 
 def default_mask_token(target) -> int:
     """The first embedding row beyond the tokenizer's ids, else the lowest special id the chat template never emits;
-    a one-line error when the target has neither. A target without a tokenizer (a test's, whose ids are no text):
-    its last id."""
+    a one-line error when the target has neither. A target without a tokenizer (a shape on the meta device, a test's
+    stand-in) takes its last row."""
     tokenizer = target.tokenizer
     if tokenizer is None:
         return target.vocab_size - 1
