@@ -3,8 +3,10 @@
 Methods (the registry, eagle_infer.decoding.methods): `vanilla` (one target forward per token, the baseline), `chain` (EAGLE
 without a tree), `eagle1` (static tree), `eagle2` (dynamic tree), `lookup` (prompt lookup, no head), and the hybrids
 `chain+lookup`, `eagle1+lookup`, `eagle2+lookup` (the default), prompt lookup's copies merged into a head's tree
-(eagle_infer.trees.lookup, eagle_infer.trees.merge). All share the target adapter, the caches and the
-samplers, so greedy output is the target's own greedy output and sampled output is distributed as the target's.
+(eagle_infer.trees.lookup, eagle_infer.trees.merge); `dflash` and `dflash-tree` (a DFlash block drafter: one
+forward a cycle drafts a block, verified as a chain or as a tree of its positions' top-k) and their hybrids. All
+share the target adapter, the caches and the samplers, so greedy output is the target's own greedy output and
+sampled output is distributed as the target's.
 
 Batches (`generate_batch`): up to `batch_size` requests decode together, each in one row of the caches with its own
 length, tree, accepted length and stop condition; the rest wait and take the row of a request that finishes
