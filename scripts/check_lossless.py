@@ -58,7 +58,7 @@ def check(args, compile: bool) -> tuple[list[list[int]], bool, str]:
         if method in BATCHED:
             batch = engine.generate_batch(prompts, args.max_new, stop_ids=stops, batch_size=n).results
             batched = sum(x == r.tokens for x, r in zip(out, batch))
-            parts.append(f"a {method} batch of {n} = its batch of one on {batched}/{n}")
+            parts.append(f"{method}, a batch of {n} = its batch of one on {batched}/{n}")
             passed &= batched == n
     path = "compiled" if compile else "eager, packed" if target.packed else "eager"
     line = f"{path} ({target.device.type}): {'; '.join(parts)}; {time.perf_counter() - start:.0f} s"
