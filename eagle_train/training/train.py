@@ -19,18 +19,18 @@ from typing import Optional
 
 import torch
 
-from eagle_infer.entry.cli_support import REPO, missing_extra
+from eagle_infer.errors import missing_extra
+from eagle_infer.paths import REPO
 from eagle_infer.head.draft_head import DraftHead, DraftHeadConfig, eagle3_layers
 from eagle_infer.head.head_card import machine as card_machine
 from eagle_infer.head.head_card import target_revision, write_card
 from eagle_infer.errors import EagleError
 from eagle_infer.platform import resolve_dtype
 
-from .disk import ID_BYTES, check_disk
-from .features import Manifest, Sample, read_samples
+from ..features.disk import ID_BYTES, check_disk
+from ..features.shards import Manifest, Sample, read_samples
 from .objective import Objective, chain_acceptance, collate, compile_layers, frequent_tokens, losses, with_target_top
-from .states import (CACHE_DIR, check_directory, check_mode, read_cached, states_in_batches, with_states,
-                     write_cached)
+from ..features.states import CACHE_DIR, check_directory, check_mode, read_cached, states_in_batches, with_states, write_cached
 from .train_numbers import check_train_numbers
 
 log = logging.getLogger(__name__)
@@ -38,7 +38,7 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class TrainConfig:
-    # where the target's states come from (eagle_train.states): offline (features_dir holds them) | online (the
+    # where the target's states come from (eagle_train.features.states): offline (features_dir holds them) | online (the
     # target computes each micro batch's, features_dir holds tokens only) | cached (online in epoch 1, kept after)
     features: str = "offline"
     features_dir: str = "runs/features/train"  # a feature directory (offline) or a token directory (online, cached)
