@@ -1,6 +1,6 @@
 """Exports checked by the serving stack's own library (make check-export).
 
-For each head kind x target family x export format, the head is exported (eagle_train.export), the layouts
+For each head kind x target family x export format, the head is exported (eagle_train.export.formats), the layouts
 speculators reads are turned into its format by `speculators convert` (its convert_model entry point, validated on
 the CPU), and the result is loaded with speculators' own classes (SpeculatorModel.from_pretrained, the class
 `vllm serve` configs name). Both the toolkit's head and speculators' model then draft on the same fused target
@@ -42,9 +42,9 @@ from eagle_infer.head.dflash_head import DFlashHead, block_mask, random_dflash_h
 from eagle_infer.head.mask_token import default_mask_token  # noqa: E402
 from eagle_infer.head.draft_head import DraftHead, random_head  # noqa: E402
 from eagle_infer.errors import EagleError  # noqa: E402
-from eagle_train.objective import ttt_outputs  # noqa: E402
-from eagle_train.export import (FORMATS, ExportSettings, check_servable, dflash_layer_config, export,  # noqa: E402
-                                layer_type)
+from eagle_train.training.objective import ttt_outputs  # noqa: E402
+from eagle_train.export.formats import (FORMATS, ExportSettings, check_servable, dflash_layer_config, export,  # noqa: E402
+                                        layer_type)
 
 TOLERANCE = 1e-4
 FAMILIES = ("llama", "llama3", "mistral", "qwen2", "qwen3")

@@ -28,7 +28,7 @@ from eagle_infer.decoding.build import build_engine  # noqa: E402
 from eagle_infer.config import InferConf  # noqa: E402
 from eagle_infer.errors import EagleError  # noqa: E402
 from eagle_infer.models.target import load_target  # noqa: E402
-from eagle_train.benchmarks import load_benchmark  # noqa: E402
+from eagle_train.plumbing.benchmarks import load_benchmark
 
 
 METHODS = ("eagle2", "eagle2+lookup", "dflash", "dflash+lookup")  # each against vanilla

@@ -1,4 +1,4 @@
-"""The block drafters' objective (eagle_train.block_objective) against speculators' own functions: DFlash's slot
+"""The block drafters' objective (eagle_train.training.block_objective) against speculators' own functions: DFlash's slot
 weights (dflash_loss_decay), D-PACE's (dpace_loss_decay), the weighted, normalised loss (loss_function with its eager
 KL), and the whole loss of a batch (DFlashDraftModel.forward); and the anchors sampled."""
 from __future__ import annotations
@@ -8,7 +8,7 @@ from functools import partial
 import pytest
 import torch
 
-from eagle_train.block_objective import (BlockObjective, block_loss, block_losses, decay_weights, dpace_weights,
+from eagle_train.training.block_objective import (BlockObjective, block_loss, block_losses, decay_weights, dpace_weights,
                                          sample_anchors)
 from scripts import check_export
 
@@ -78,7 +78,7 @@ def test_whole_loss_is_speculators_forward(weighting):
     from speculators.losses.eager import kl_div_loss
 
     from eagle_infer.head.dflash_head import random_dflash_head
-    from eagle_train.objective import Batch
+    from eagle_train.training.objective import Batch
     from tests.tiny import tiny_target
 
     target = tiny_target(vocab=96, layers=6)

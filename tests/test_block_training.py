@@ -1,4 +1,4 @@
-"""A DFlash drafter trained on the EAGLE pipeline (eagle_train.train with head.block=dflash): offline features, a
+"""A DFlash drafter trained on the EAGLE pipeline (eagle_train.training.train with head.block=dflash): offline features, a
 held-out simulated acceptance length logged at each evaluation (for EAGLE heads too), the saved drafter and its
 card, and the one-line refusals of settings it cannot train."""
 from __future__ import annotations
@@ -11,10 +11,10 @@ import torch
 from eagle_infer.errors import EagleError
 from eagle_infer.head.dflash_head import DFlashHead
 from eagle_infer.head.head_checkpoint import load_head
-from eagle_train.block_objective import acceptance_of_chains, block_acceptance
-from eagle_train.featurize import FeaturizeConfig, featurize
-from eagle_train.features import read_samples
-from eagle_train.train import HeadConf, TrainConfig, build_head_config, objective, train
+from eagle_train.training.block_objective import acceptance_of_chains, block_acceptance
+from eagle_train.features.featurize import FeaturizeConfig, featurize
+from eagle_train.features.shards import read_samples
+from eagle_train.training.train import HeadConf, TrainConfig, build_head_config, objective, train
 from tests.oracles import one_thread  # noqa: F401 (autouse)
 from tests.test_train import DS_CPU, conversations
 

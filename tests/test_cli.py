@@ -16,7 +16,7 @@ import pytest
 
 from eagle_infer.models.chat import Message, prompt_ids
 from eagle_infer.decoding.records import BatchResult, CycleStats, GenerationResult
-from eagle_train.benchmarks import BENCHMARKS, Question
+from eagle_train.plumbing.benchmarks import BENCHMARKS, Question
 from eval.harness import HarnessSettings, run as harness_run
 from eval.records import RECORD_FIELDS, RecordWriter, read_records
 
@@ -49,7 +49,7 @@ import torch, transformers, hydra, omegaconf, tqdm, safetensors.torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 import transformers.models.llama.modeling_llama
 import eagle_infer.models.target, eagle_infer.decoding.engine, eagle_infer.head.draft_head, eagle_infer.models.chat
-import eagle_train.featurize, eagle_train.train, eagle_train.benchmarks, eval.harness, eval.methods, eval.metrics, eval.report
+import eagle_train.features.featurize, eagle_train.training.train, eagle_train.plumbing.benchmarks, eval.harness, eval.methods, eval.metrics, eval.report
 for line in sys.stdin:
     job = json.loads(line)
     sys.stdout.flush(); sys.stderr.flush()

@@ -8,10 +8,10 @@ import torch
 
 from eagle_infer.errors import EagleError
 from eagle_infer.head.head_runner import HeadRunner
-from eagle_train.features import Sample
-from eagle_train.objective import Objective, collate, losses
-from eagle_train.states import with_states
-from eagle_train.train import HeadConf, TrainConfig, build_head_config, new_head
+from eagle_train.features.shards import Sample
+from eagle_train.training.objective import Objective, collate, losses
+from eagle_train.features.states import with_states
+from eagle_train.training.train import HeadConf, TrainConfig, build_head_config, new_head
 from tests.oracles import one_thread  # noqa: F401 (autouse)
 from tests.tiny import tiny_target
 

@@ -1,4 +1,4 @@
-"""Export to the servers' layouts (eagle_train.export): what vLLM's, speculators' and SGLang's loaders read
+"""Export to the servers' layouts (eagle_train.export.formats): what vLLM's, speculators' and SGLang's loaders read
 (tests/fixtures/serving_loaders.json), every format complete (rope, embedding, dtypes, ascending draft ids), the same
 predictions when this toolkit loads the export back, speculators' own classes drafting what the toolkit drafts
 (scripts/check_export.py, when speculators imports), the model card's serve commands, and one-line refusals."""
@@ -18,7 +18,7 @@ from eagle_infer.head.draft_head import DraftHead, DraftHeadConfig, eagle3_layer
 from eagle_infer.errors import EagleError
 from eagle_infer.head.head_checkpoint import load_head
 from eagle_infer.head.head_runner import HeadRunner
-from eagle_train.export import FAMILIES, FORMATS, SERVERS, ExportSettings, check_servable, export, write_card
+from eagle_train.export.formats import FAMILIES, FORMATS, SERVERS, ExportSettings, check_servable, export, write_card
 from scripts import check_export
 from tests.tiny import LLAMA3_ROPE, tiny_target
 
@@ -280,7 +280,7 @@ def test_card_names_complete_serve_commands(tiny_smol6, tmp_path):
 
 def test_head_fc_bias_false_builds_the_fc_vllm_holds(tiny_smol, tmp_path):
     """head.fc_bias=false reaches the head config training builds (and saves), so the fc has no bias."""
-    from eagle_train.train import HeadConf, TrainConfig, build_head_config
+    from eagle_train.training.train import HeadConf, TrainConfig, build_head_config
 
     for fc_bias in (True, False):
         config = build_head_config(tiny_smol, TrainConfig(draft_vocab_size=0), HeadConf(fc_bias=fc_bias))
@@ -292,8 +292,8 @@ def test_head_fc_bias_false_builds_the_fc_vllm_holds(tiny_smol, tmp_path):
 
 def test_a_head_trained_without_fc_bias_exports_for_vllm(tiny_smol, deepspeed_cpu_env, tmp_path):
     """head.fc_bias=false: training builds, trains and saves an fc without a bias, and vLLM's layout takes it."""
-    from eagle_train.featurize import featurize
-    from eagle_train.train import HeadConf, train
+    from eagle_train.features.featurize import featurize
+    from eagle_train.training.train import HeadConf, train
     from tests.test_train import FEAT, conversations, train_config
 
     convs = conversations(8)
@@ -334,7 +334,7 @@ def test_push_uploads_an_export_with_its_card_and_offline_is_one_line(tiny_smol,
 
     import huggingface_hub
 
-    from eagle_train.export import push
+    from eagle_train.export.formats import push
 
     hub = tmp_path / "hub"
 

@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 
 from eagle_infer.models.chat import Message, loss_mask, render
-from eagle_train.featurize import featurize
+from eagle_train.features.featurize import featurize
 from eagle_train.launch import accelerator_env, free_port
-from eagle_train.train import TrainConfig, micro_batches, train
+from eagle_train.training.train import TrainConfig, micro_batches, train
 from tests.test_train import FEAT, assert_same_weights
 from tests.test_train_states import LOSS_TOLERANCE, config, curve
 

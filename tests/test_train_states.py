@@ -1,4 +1,4 @@
-"""train.features=offline|online|cached (eagle_train.states): for the same data, seed and settings the three train
+"""train.features=offline|online|cached (eagle_train.features.states): for the same data, seed and settings the three train
 the same head. The target is tiny and float32 and offline features are stored in float32, so the states are the same
 forward's: the losses agree to float rounding (a batched forward over other rows rounds differently, ~1e-7)."""
 from __future__ import annotations
@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-import eagle_train.train as train_mod
+import eagle_train.training.train as train_mod
 from eagle_infer.errors import EagleError
-from eagle_train.featurize import featurize
-from eagle_train.features import Manifest
-from eagle_train.train import HeadConf, TrainConfig, train
+from eagle_train.features.featurize import featurize
+from eagle_train.features.shards import Manifest
+from eagle_train.training.train import HeadConf, TrainConfig, train
 from tests.test_train import DS_CPU, FEAT, conversations
 
 STATES = dataclasses.replace(FEAT, store_dtype="float32")
@@ -155,7 +155,7 @@ def test_online_trains_on_regenerated_answers(tiny_smol, deepspeed_cpu_env, tmp_
 def test_a_directory_given_as_train_features_is_a_one_line_error(last_dirs):
     """train.features names a mode; a feature directory there (its meaning before the modes) is refused in one
     line pointing to train.features_dir."""
-    from eagle_train.states import check_mode
+    from eagle_train.features.states import check_mode
 
     for mode in ("offline", "online", "cached"):
         check_mode(mode)

@@ -21,7 +21,7 @@ State lives in plain tensors the caller passes (nothing is cached on the module)
 - `block_mask(anchors, L, T, ...)`: which keys each block query sees, bool [B, 1, A*T, L + A*T] for A blocks of T
   tokens per row, block a of row b starting at position anchors[b, a] (it sees context positions < anchors[b, a]).
 Decoding drafts one block a row after a context of the committed tokens' states (`draft_block`); training runs A
-anchored blocks per row over the row's whole context in one forward (eagle_train.block_objective); both go
+anchored blocks per row over the row's whole context in one forward (eagle_train.training.block_objective); both go
 through `DFlashHead.forward`.
 """
 from __future__ import annotations

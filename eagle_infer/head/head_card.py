@@ -1,10 +1,10 @@
 """Model cards: a README.md in every saved head directory saying what the head drafts for and how it was made.
 
-Training writes one beside the weights (eagle_train.train, from its summary and the features' manifest); it names
+Training writes one beside the weights (eagle_train.training.train, from its summary and the features' manifest); it names
 the target and its revision, the chat template, the data (source, conversations, loss tokens, licence), the
 training (recipe, epochs, steps, time), held-out top-1 and chain acceptance, and τ with the command that measures
 it (filled where a command measured it, else the command to run), and how to export it for a server. An exported
-head's card (eagle_train.export) adds the server commands that run it (`serve_section`).
+head's card (eagle_train.export.formats) adds the server commands that run it (`serve_section`).
 """
 from __future__ import annotations
 
@@ -60,7 +60,7 @@ def _row(name: str, value) -> str:
 
 
 def stage_text(stage: dict) -> str:
-    """A data stage's time as a card states it (stage: eagle_train.stage_times.StageTime as a dict)."""
+    """A data stage's time as a card states it (stage: eagle_train.data.stage_times.StageTime as a dict)."""
     where = f" on {stage['machine']}" if stage["machine"] else ""
     return (f"{stage['seconds'] / 60:.1f} min for {stage['units']:,} {stage['unit']} ({stage['timed']} of "
             f"{stage['shards']} shards timed){where}")
@@ -165,7 +165,7 @@ def serve_section(config: DraftHeadConfig, fmt: str, target: str, tokens: int, d
         "eagle": [("the EAGLE reference code", f"EaModel.from_pretrained(base_model_path=\"{target}\", "
                                                f"ea_model_path=\"{directory}\")")],
     }[fmt]
-    lines = ["## Serve", "", f"Exported in the `{fmt}` layout (eagle_train.export). Commands read from {SERVER_VERSIONS}:", ""]
+    lines = ["## Serve", "", f"Exported in the `{fmt}` layout (eagle_train.export.formats). Commands read from {SERVER_VERSIONS}:", ""]
     for what, command in commands:
         lines += [f"{what}:", "", "```", command, "```", ""]
     return "\n".join(lines)

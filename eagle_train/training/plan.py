@@ -6,9 +6,8 @@ architecture the head cannot take.
 
 The target's shape comes without its weights: a registered name's architecture (eagle_infer.models.registry), a synthetic
 stand-in's, or a local directory's config.json, built on PyTorch's meta device; the head is built on it the way
-training builds it, so its parameter count is the real one. Before featurize, the data's tokens are estimated from
-its characters (CHARS_PER_TOKEN, each message's template markup TEMPLATE_TOKENS; capped at max_length, regenerated
-answers at regenerate_max_new_tokens); after, the feature or token directory's manifest gives them exactly.
+training builds it, so its parameter count is the real one. The data's tokens are estimated from its characters
+before featurize and read from the manifest after (eagle_train.features.data_size).
 
 Memory per rank (bytes a parameter; ZeRO stage z over N ranks): the target's weights in the training dtype (loaded
 in every mode: the head reads its embedding and LM head; online it also runs its forward); the head's weights and
@@ -21,7 +20,6 @@ every step, and, online, the target's forward of that micro batch (no gradient: 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 
@@ -32,14 +30,13 @@ from eagle_infer.models.registry import lookup
 from eagle_infer.models.synthetic import PREFIX, is_synthetic, synthetic_model
 from eagle_infer.models.target import SUPPORTED_ARCHITECTURES, Target, load_target
 
-from .disk import ID_BYTES, size
-from .features import Manifest, Sample
+from ..features.data_size import CHARS_PER_TOKEN, DataSize, disk_bytes, estimate_data, manifest_data, state_values
+from ..features.disk import size
+from ..features.shards import Sample
 from .objective import collate
-from .states import with_states
+from ..features.states import with_states
 from .train import build_head_config, objective, precision, step_losses
 
-CHARS_PER_TOKEN = 4.0  # English text in Llama-3 / Qwen / SmolLM2 BPE vocabularies: ~4 characters a token
-TEMPLATE_TOKENS = 6  # a message's role markers and separators
 ACTIVATION_VALUES = 17  # 34 x hidden bytes a token and layer in 16-bit values
 
 
@@ -49,14 +46,6 @@ def count(n: float) -> str:
         if n >= size:
             return f"{n / size:.1f}{unit}"
     return f"{n:.0f}"
-
-
-@dataclass
-class DataSize:
-    conversations: int
-    tokens: int
-    loss_tokens: int
-    exact: bool  # from a manifest; else estimated from characters
 
 
 @dataclass
@@ -95,44 +84,6 @@ def check_architecture(name: str, model_type: str) -> None:
     if model_type not in SUPPORTED_ARCHITECTURES:
         raise EagleError(f"model {name!r} has architecture {model_type!r}, which the draft head cannot take: expected "
                          f"one of {', '.join(SUPPORTED_ARCHITECTURES)}")
-
-
-def estimate_data(conversations, max_length: int, regenerate: bool, max_new_tokens: int, turns: int) -> DataSize:
-    """Tokens and loss tokens of `conversations` (lists of eagle_infer.models.chat.Message) estimated from characters."""
-    tokens = loss = 0
-    for conv in conversations:
-        if regenerate:
-            users = [m for m in conv if m.role == "user"][:turns]
-            answers = [m for m in conv if m.role == "assistant"][: len(users)]
-            pieces = [(len(m.content) / CHARS_PER_TOKEN, False) for m in users]
-            pieces += [(min(max(len(m.content) / CHARS_PER_TOKEN, max_new_tokens / 2), max_new_tokens), True)
-                       for m in answers or users]  # a user turn without its answer gets one
-        else:
-            pieces = [(len(m.content) / CHARS_PER_TOKEN, m.role == "assistant") for m in conv]
-        total = sum(n + TEMPLATE_TOKENS for n, _ in pieces)
-        kept = min(1.0, max_length / max(total, 1))
-        tokens += int(total * kept)
-        loss += int(sum(n + 1 for n, answer in pieces if answer) * kept)
-    return DataSize(len(conversations), tokens, loss, exact=False)
-
-
-def manifest_data(directory: str | Path) -> DataSize | None:
-    """The exact sizes of a featurized directory, or None before featurize."""
-    if not (Path(directory) / "manifest.json").exists():
-        return None
-    m = Manifest.load(directory)
-    return DataSize(m.conversations, m.tokens, m.loss_tokens, exact=True) if m.conversations else None
-
-
-def state_values(target, fused: int) -> int:
-    """Values stored a token: the last hidden state, and the `fused` layers beside it (EAGLE-3's three)."""
-    return target.hidden_size * (1 + fused)
-
-
-def disk_bytes(tokens: int, target, fused: int, store_bytes: int, mode: str) -> int:
-    """Bytes a mode writes for `tokens` with `fused` layers: states at store_bytes a value (offline, cached) or tokens
-    only (online)."""
-    return tokens * (ID_BYTES + (0 if mode == "online" else state_values(target, fused) * store_bytes))
 
 
 @dataclass
@@ -230,7 +181,7 @@ def cost_lines(conf, conversations, ds: dict) -> list[str]:
 def timed_steps(conf, ds: dict, steps: int) -> tuple[float, str]:
     """Loss tokens a second of `steps` online training steps (after one warm-up step) on this machine's device: the
     target's forward of a micro batch (batch x max_length random tokens, every position a loss position) and the
-    head's forward, backward and AdamW step, as training runs them (eagle_train.states, eagle_train.objective),
+    head's forward, backward and AdamW step, as training runs them (eagle_train.features.states, eagle_train.training.objective),
     without DeepSpeed's communication. A registered target is timed as its synthetic stand-in (the same shape; a
     step's cost does not depend on the weights' values). Returns (tokens/s, the device in words)."""
     import time

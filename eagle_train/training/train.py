@@ -19,7 +19,8 @@ from typing import Optional
 
 import torch
 
-from eagle_infer.entry.cli_support import REPO, missing_extra
+from eagle_infer.errors import missing_extra
+from eagle_infer.paths import REPO
 from eagle_infer.head.blocks import build_head
 from eagle_infer.head.draft_head import DraftHeadConfig, eagle3_layers
 from eagle_infer.head.head_card import machine as card_machine
@@ -29,11 +30,10 @@ from eagle_infer.errors import EagleError
 from eagle_infer.platform import resolve_dtype
 
 from .block_objective import BlockObjective, acceptance_of_chains, block_acceptance, block_losses
-from .disk import ID_BYTES, check_disk
-from .features import Manifest, Sample, read_samples
+from ..features.disk import ID_BYTES, check_disk
+from ..features.shards import Manifest, Sample, read_samples
 from .objective import Objective, chain_acceptance, collate, compile_layers, frequent_tokens, losses, with_target_top
-from .states import (CACHE_DIR, check_directory, check_mode, read_cached, states_in_batches, with_states,
-                     write_cached)
+from ..features.states import CACHE_DIR, check_directory, check_mode, read_cached, states_in_batches, with_states, write_cached
 from .train_numbers import check_train_numbers
 
 log = logging.getLogger(__name__)
@@ -41,7 +41,7 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class TrainConfig:
-    # where the target's states come from (eagle_train.states): offline (features_dir holds them) | online (the
+    # where the target's states come from (eagle_train.features.states): offline (features_dir holds them) | online (the
     # target computes each micro batch's, features_dir holds tokens only) | cached (online in epoch 1, kept after)
     features: str = "offline"
     features_dir: str = "runs/features/train"  # a feature directory (offline) or a token directory (online, cached)
@@ -74,7 +74,7 @@ class TrainConfig:
     ttt_decay: float = 0.8  # step k's loss weight is ttt_decay ** k
     loss_per: str = "loss_token"  # each step's sum / its loss tokens (EAGLE-1/2) | position (B x T: EAGLE-3's trainer)
     draftable_only: bool = False  # count only positions whose target argmax is a draft token (EAGLE-3's trainer)
-    # block drafters (head.block=dflash; eagle_train.block_objective): blocks sampled a row each step, and each
+    # block drafters (head.block=dflash; eagle_train.training.block_objective): blocks sampled a row each step, and each
     # block slot's weight: decay exp(-(j - 1) / decay_gamma) (DFlash: 7 for blocks of 16, 4 for 8) | dpace (D-PACE's
     # detached acceptance weights, smoothed by dpace_alpha)
     anchors: int = 512

@@ -32,7 +32,7 @@ Every config carries `rope_theta` (and `rope_scaling` when the target scales) at
 `rope_parameters`, and `torch_dtype` = `dtype` = the weights' dtype; draft-vocabulary ids are written ascending
 (the LM-head rows permuted alike). Which target families each server's drafter builds is FAMILIES; what each
 loader reads is written down in tests/fixtures/serving_loaders.json (sources and commits named there), and
-`make check-export` (eagle_train.check_export) loads every export speculators reads with speculators' own classes.
+`make check-export` (scripts/check_export.py) loads every export speculators reads with speculators' own classes.
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The block drafters' training objective and held-out acceptance (head.block=dflash), as speculators and SpecForge
 train DFlash.
 
-A batch (eagle_train.objective.Batch) is B rows right-padded to T tokens with the target's fused states (inputs)
+A batch (eagle_train.training.objective.Batch) is B rows right-padded to T tokens with the target's fused states (inputs)
 and post-norm last hidden states (hidden). Each step samples up to `anchors` positions a row among its loss
 positions (a block of T_b tokens must fit in the row: p + T_b <= length); the block at anchor p is [x_p, mask x
 (T_b - 1)] at positions p .. p + T_b - 1, sees the row's context positions < p, and its slot j >= 1 is trained on
@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from eagle_infer.errors import EagleError
 from eagle_infer.head.dflash_head import block_mask
 
-from .features import Sample
+from ..features.shards import Sample
 from .objective import Batch, collate
 
 WEIGHTINGS = ("decay", "dpace")

@@ -19,10 +19,10 @@ from eagle_infer.decoding.engine import Engine
 from eagle_infer.errors import EagleError
 from eagle_infer.platform import machine_facts
 
-from .features import Manifest, shard_name, stats_name, write_shard
+from .shards import Manifest, shard_name, stats_name, write_shard
 from .disk import ID_BYTES, check_disk
-from .plan import estimate_data
-from .regenerate import RegenerateSettings, answer_shards, regenerated_shard
+from .data_size import estimate_data
+from ..data.regenerate import RegenerateSettings, answer_shards, regenerated_shard
 from .states import flash_attention, target_features
 
 log = logging.getLogger(__name__)
@@ -111,7 +111,7 @@ def regeneration_engine(target, cfg: FeaturizeConfig):
 
 
 def _check_room(conversations, todo: list[int], out: Path, cfg: FeaturizeConfig, state_bytes: int) -> None:
-    """Refuse to start, in one line, when the shards still to write (estimated as eagle_train.plan does: characters
+    """Refuse to start, in one line, when the shards still to write (estimated as eagle_train.features.data_size does: characters
     to tokens, `state_bytes` a token beside its id and mask) do not fit on out's disk."""
     chunks = [c for i in todo for c in conversations[i * cfg.shard_size : (i + 1) * cfg.shard_size]]
     size = estimate_data(chunks, cfg.max_length, cfg.regenerate, cfg.regenerate_max_new_tokens, cfg.regenerate_turns)
