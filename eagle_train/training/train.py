@@ -234,9 +234,9 @@ def read_ds_config(path: str, cfg: TrainConfig, total_steps: int) -> dict:
     ds.setdefault("gradient_accumulation_steps", 1)
     ds.pop("train_batch_size", None)
     ds["gradient_clipping"] = cfg.grad_clip
-    params = {"lr": cfg.lr, "betas": list(cfg.betas), "weight_decay": cfg.weight_decay}
-    if torch.cuda.is_available():  # torch's AdamW, the same update: DeepSpeed's FusedAdam first JIT-compiles a CUDA
-        params["torch_adam"] = True  # extension (nvcc + ninja, a minute or more) on every fresh machine
+    # torch's AdamW, the same update: DeepSpeed's FusedAdam first JIT-compiles an extension on every fresh machine
+    # (a CUDA one with nvcc, a minute or more; on a CPU a C++ one, about as long on two cores)
+    params = {"lr": cfg.lr, "betas": list(cfg.betas), "weight_decay": cfg.weight_decay, "torch_adam": True}
     ds["optimizer"] = {"type": "AdamW", "params": params}
     ds["scheduler"] = lr_scheduler(cfg, total_steps)
     ds.setdefault("steps_per_print", 10**9)
