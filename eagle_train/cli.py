@@ -44,7 +44,7 @@ from .plumbing.provenance import checkout_commit, shown_path
 from .data.regenerate import first_turn_questions
 from .data.self_prompts import SelfPromptConf, read_self_prompts, write_self_prompts
 from .features.states import check_mode
-from .training.train import HeadConf, TrainConfig, precision, read_ds_config, train
+from .training.train import HeadConf, TrainConfig, build_head_config, objective, precision, read_ds_config, train
 
 log = logging.getLogger("eagle_train")
 SELF = "self"  # data.source: every prompt self-written
@@ -173,12 +173,15 @@ def _splits(cfg: TrainRunConf, target=None):
 
 def run_featurize(cfg: TrainRunConf, target) -> None:
     """Featurize the recipe's splits into data.features_dir: the target's states for train.features=offline, tokens
-    only for online and cached (training computes the states)."""
+    only for online and cached (training computes the states). The head the recipe trains is built on paper first, so
+    a setting it refuses (a block drafter for a family it cannot build, a block longer than max_length) is one line
+    before any featurizing, not after."""
+    objective(cfg.train, cfg.featurize.max_length, build_head_config(target, cfg.train, cfg.head))
     splits = _splits(cfg, target)
     check_ranks(len(dict(splits)["train"]), cfg.featurize)
     for name, convs in splits:
         manifest = featurize(convs, target, f"{cfg.data.features_dir}/{name}", cfg.featurize,
-                             states=cfg.train.features == "offline")
+                             states=cfg.train.features == "offline", fused=cfg.head.feature_layers)
         log.info("%s features: %d conversations, %d tokens (%d in the loss), skipped %s", name,
                  manifest.conversations, manifest.tokens, manifest.loss_tokens, manifest.skipped or "none")
 
@@ -280,6 +283,17 @@ def _plan_conversations(cfg: TrainRunConf):
     return _conversations(replace(cfg, data=data), None)
 
 
+def _block_plan(cfg: TrainRunConf) -> str:
+    """The plan's words for a block drafter's settings ("" for an EAGLE head)."""
+    if cfg.head.block != "dflash":
+        return ""
+    h, t = cfg.head, cfg.train
+    mask = "the target's default" if h.mask_token_id is None else h.mask_token_id
+    window = f", window {h.sliding_window}" if h.sliding_window else ""
+    return (f", blocks of {h.block_size} (mask token {mask}, {h.block_attention}{window}), {t.anchors} anchors, slot "
+            f"weights {t.position_weights} (gamma {t.decay_gamma})")
+
+
 def plan(cfg: TrainRunConf, costs: bool = True) -> str:
     """The resolved settings and, with `costs`, what the run costs (eagle_train.training.plan)."""
     ds = read_ds_config(cfg.train.deepspeed_config, cfg.train, cfg.train.max_steps or 1)
@@ -297,7 +311,8 @@ def plan(cfg: TrainRunConf, costs: bool = True) -> str:
              f"loss per {cfg.train.loss_per}{' (draftable positions)' if cfg.train.draftable_only else ''}, "
              f"input {cfg.train.input_mode}, states {cfg.train.features} from {cfg.train.features_dir}"
              f"{''.join(' + ' + d for d in cfg.train.extra_features)} -> {cfg.train.out_dir}",
-             f"head: block {cfg.head.block}, layers {cfg.head.layers}, features {cfg.head.features}",
+             f"head: block {cfg.head.block}, layers {cfg.head.layers}, features {cfg.head.features}"
+             + (f" {cfg.head.feature_layers}" if cfg.head.feature_layers else "") + _block_plan(cfg),
              f"deepspeed ({cfg.train.deepspeed_config}): {shown} (its scheduler: {cfg.train.lr_schedule} after "
              f"{cfg.train.warmup_steps} warmup steps, sized to the run's steps when training starts)"]
     if cfg.notes:

@@ -181,6 +181,17 @@ def test_train_that_would_train_nothing_is_refused_before_featurizing(cli, args,
     assert_one_line_error(cli("eagle_train.cli", "recipes=demo", "stage=featurize", *args), *needles)
 
 
+@pytest.mark.parametrize("args, needles", [
+    (["head.block_size=300"], ["head.block_size 300 is above the context", "max_length 256"]),
+    (["head.block_size=1"], ["head.block_size 1 is invalid", ">= 2"]),
+    (["head.mask_token_id=17"], ["head.mask_token_id 17 is text to the tokenizer", "the default is 0"]),
+])
+def test_a_dflash_drafter_it_cannot_train_is_refused_before_featurizing(cli, model_dir, tmp_path, args, needles):
+    assert_one_line_error(cli("eagle_train.cli", "recipes=demo", "block=dflash", "stage=featurize",
+                              f"model.name={model_dir}", "head.feature_layers=[0,1]",
+                              f"data.features_dir={tmp_path / 'features'}", *args), *needles)
+
+
 def test_train_unknown_data_template(cli):
     assert_one_line_error(cli("eagle_train.cli", "recipes=demo", "stage=featurize", "data.template=bogus"),
                           "'bogus'", "tokenizer", "chatml")

@@ -107,15 +107,24 @@ def test_cached_resumes_from_its_cache(last_dirs, offline_run, tiny_smol, deepsp
     assert Manifest.load(out / "states").conversations == 16
 
 
-def test_fused_online_trains_what_offline_trains(tiny_smol6, deepspeed_cpu_env, tmp_path):
-    """EAGLE-3's block over the fused low/middle/high layers: online computes the same three layers."""
+# draftable_only off: the random target's argmax is rarely among the data's 256 most frequent tokens, which would
+# leave nothing in the loss
+FUSED_HEADS = {
+    "eagle3": (HeadConf(layers=1, features="fused", block="eagle3"),
+               dict(ttt_steps=2, w_reg=0.0, w_cls=1.0, noise=0.0, loss_per="position", max_steps=4, heldout=None)),
+    "dflash": (HeadConf(layers=1, features="fused", block="dflash", block_size=4),
+               dict(noise=0.0, anchors=8, max_steps=4, heldout=None)),
+}
+
+
+@pytest.mark.parametrize("block", sorted(FUSED_HEADS))
+def test_fused_online_trains_what_offline_trains(tiny_smol6, deepspeed_cpu_env, tmp_path, block):
+    """EAGLE-3's block and a DFlash drafter over the fused low/middle/high layers: online computes the same three
+    layers (and a DFlash step draws the same anchors in either mode)."""
     dirs = directories(tmp_path / "features", tiny_smol6, fused=True)
-    # draftable_only off: the random target's argmax is rarely among the data's 256 most frequent tokens, which
-    # would leave nothing in the loss
-    eagle3 = dict(ttt_steps=2, w_reg=0.0, w_cls=1.0, noise=0.0, loss_per="position", max_steps=4, heldout=None)
-    head = HeadConf(layers=1, features="fused", block="eagle3")
-    train(config(dirs, "offline", tmp_path / "offline", **eagle3), tiny_smol6, head)
-    train(config(dirs, "online", tmp_path / "online", **eagle3), tiny_smol6, head)
+    head, settings = FUSED_HEADS[block]
+    train(config(dirs, "offline", tmp_path / "offline", **settings), tiny_smol6, head)
+    train(config(dirs, "online", tmp_path / "online", **settings), tiny_smol6, head)
     assert min(curve(tmp_path / "offline")) > 0
     assert curve(tmp_path / "online") == pytest.approx(curve(tmp_path / "offline"), **LOSS_TOLERANCE)
 

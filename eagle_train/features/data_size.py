@@ -49,11 +49,12 @@ def manifest_data(directory: str | Path) -> DataSize | None:
     return DataSize(m.conversations, m.tokens, m.loss_tokens, exact=True) if m.conversations else None
 
 
-def state_values(target, fused: bool) -> int:
-    """Values stored a token: the last hidden state, and EAGLE-3's three fused layers beside it."""
-    return target.hidden_size * (4 if fused else 1)
+def state_values(target, fused: int) -> int:
+    """Values stored a token: the last hidden state, and the `fused` layers beside it (EAGLE-3's three)."""
+    return target.hidden_size * (1 + fused)
 
 
-def disk_bytes(tokens: int, target, fused: bool, store_bytes: int, mode: str) -> int:
-    """Bytes a mode writes for `tokens`: states at store_bytes a value (offline, cached) or tokens only (online)."""
+def disk_bytes(tokens: int, target, fused: int, store_bytes: int, mode: str) -> int:
+    """Bytes a mode writes for `tokens` with `fused` layers: states at store_bytes a value (offline, cached) or tokens
+    only (online)."""
     return tokens * (ID_BYTES + (0 if mode == "online" else state_values(target, fused) * store_bytes))

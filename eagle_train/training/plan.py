@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
-from eagle_infer.head.draft_head import DraftHead
+from eagle_infer.head.blocks import build_head
 from eagle_infer.errors import EagleError
 from eagle_infer.platform import available_memory
 from eagle_infer.models.registry import lookup
@@ -33,9 +33,9 @@ from eagle_infer.models.target import SUPPORTED_ARCHITECTURES, Target, load_targ
 from ..features.data_size import CHARS_PER_TOKEN, DataSize, disk_bytes, estimate_data, manifest_data, state_values
 from ..features.disk import size
 from ..features.shards import Sample
-from .objective import collate, losses
+from .objective import collate
 from ..features.states import with_states
-from .train import build_head_config, objective, precision
+from .train import build_head_config, objective, precision, step_losses
 
 ACTIVATION_VALUES = 17  # 34 x hidden bytes a token and layer in 16-bit values
 
@@ -100,18 +100,28 @@ class Memory:
         return self.target + self.head + self.optimizer + self.activations
 
 
+def draft_positions(conf, head) -> int:
+    """Positions a row the head runs at once: max_length x the training-time test's steps for an EAGLE head, the
+    anchored blocks' queries for a block drafter (A x B, each also attending the row's context)."""
+    if head.config.block == "dflash":
+        return min(conf.train.anchors, conf.featurize.max_length) * head.config.block_size
+    return conf.featurize.max_length * (conf.train.ttt_steps + 1)
+
+
 def memory_per_rank(target, head, dtype: torch.dtype, zero: int, ranks: int, batch: int, max_length: int,
-                    ttt_steps: int, online: bool) -> Memory:
-    """The module docstring's model of one rank's memory."""
+                    positions: int, online: bool) -> Memory:
+    """The module docstring's model of one rank's memory; `positions`: draft_positions."""
     width = torch.finfo(dtype).bits // 8
     target_params = sum(p.numel() for p in target.model.parameters())
     head_params = sum(p.numel() for p in head.parameters() if p.requires_grad)
     grads = head_params * width / (ranks if zero >= 2 else 1)
     optimizer = head_params * (8 + (4 if width < 4 else 0)) / (ranks if zero >= 1 else 1)
-    tokens, steps, h = batch * max_length, ttt_steps + 1, target.hidden_size
+    tokens, h = batch * max_length, target.hidden_size
     vocab = head.config.draft_vocab_size or target.vocab_size
-    inputs = tokens * h * (3 if head.config.fused else 1) * width * 2  # the fused inputs and the regression goal
-    head_acts = tokens * steps * (head.config.layers * ACTIVATION_VALUES * h * width + 2 * vocab * 4)
+    inputs = tokens * h * (len(head.config.feature_layers) or 1) * width * 2  # the fused inputs and the goal
+    head_acts = batch * positions * (head.config.layers * ACTIVATION_VALUES * h * width + 2 * vocab * 4)
+    if head.config.block == "dflash":  # the block mask: each query's keys, context and blocks
+        head_acts += batch * positions * (max_length + positions)
     cfg = target.config
     target_acts = tokens * (2 * h + 2 * cfg.intermediate_size) * width if online else 0
     return Memory(target_params * width, int(head_params * width + grads), int(optimizer),
@@ -142,7 +152,7 @@ def cost_lines(conf, conversations, ds: dict) -> list[str]:
     dtype = precision(ds)
     target = meta_target(conf.model.name, dtype)
     head = head_on_meta(conf, target)
-    fused = head.config.fused
+    fused = len(head.config.feature_layers)
     data = data_size(conf, conversations)
     accum = int(ds.get("gradient_accumulation_steps", 1))
     per_epoch = data.conversations // (conf.train.batch_size * ranks) // accum
@@ -160,7 +170,7 @@ def cost_lines(conf, conversations, ds: dict) -> list[str]:
              f"online {size(disk_bytes(data.tokens, target, fused, store, 'online'))} (tokens only)"]
     for mode in ("offline", "online"):
         m = memory_per_rank(target, head, dtype, zero_stage(ds), ranks, conf.train.batch_size,
-                            conf.featurize.max_length, conf.train.ttt_steps, mode == "online")
+                            conf.featurize.max_length, draft_positions(conf, head), mode == "online")
         lines.append(f"  memory per rank, {mode}{' (and cached)' if mode == 'online' else ''}: {size(m.total)} = "
                      f"target weights {size(m.target)} + head {size(m.head)} + optimizer {size(m.optimizer)} "
                      f"(ZeRO-{zero_stage(ds)}) + activations {size(m.activations)} (micro batch "
@@ -180,9 +190,9 @@ def timed_steps(conf, ds: dict, steps: int) -> tuple[float, str]:
     name = PREFIX + conf.model.name if lookup(conf.model.name) else conf.model.name
     target = load_target(name, dtype, conf.model.device, "off", allow_synthetic=True)
     hconf = build_head_config(target, conf.train, conf.head)
-    head = DraftHead(hconf, target).to(target.device)
+    head = build_head(hconf, target).to(target.device)
     optimizer = torch.optim.AdamW([p for p in head.parameters() if p.requires_grad], lr=conf.train.lr)
-    obj = objective(conf.train, conf.featurize.max_length)
+    obj = objective(conf.train, conf.featurize.max_length, hconf)
     b, t = conf.train.batch_size, conf.featurize.max_length
     generator = torch.Generator().manual_seed(0)
     samples = [Sample(torch.randint(3, target.vocab_size, (t,), generator=generator), torch.ones(t), None)
@@ -194,7 +204,7 @@ def timed_steps(conf, ds: dict, steps: int) -> tuple[float, str]:
             torch.cuda.synchronize(target.device)
         start = time.perf_counter()
         batch = collate(with_states(samples, target, layers), target.dtype, target.device, hconf.fused)
-        result = losses(head, batch, conf.train.noise, obj)
+        result = step_losses(head, batch, conf.train.noise, obj)
         result["loss"].backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
@@ -221,7 +231,7 @@ def timing_lines(conf, ds: dict, data: DataSize) -> list[str]:
 def head_on_meta(conf, target):
     """The head training would build for `target` (a meta target), on the meta device: its parameters' shapes."""
     with torch.device("meta"):
-        return DraftHead(build_head_config(target, conf.train, conf.head), target)
+        return build_head(build_head_config(target, conf.train, conf.head), target)
 
 
 def check_fits(conf, ds: dict, ranks: int, device: torch.device) -> None:
@@ -229,8 +239,9 @@ def check_fits(conf, ds: dict, ranks: int, device: torch.device) -> None:
     target loads, when the memory model (module docstring) exceeds what `device` has free."""
     dtype = precision(ds)
     target = meta_target(conf.model.name, dtype)
-    m = memory_per_rank(target, head_on_meta(conf, target), dtype, zero_stage(ds), ranks, conf.train.batch_size,
-                        conf.featurize.max_length, conf.train.ttt_steps, online=True)
+    head = head_on_meta(conf, target)
+    m = memory_per_rank(target, head, dtype, zero_stage(ds), ranks, conf.train.batch_size, conf.featurize.max_length,
+                        draft_positions(conf, head), online=True)
     free = available_memory(device)
     if m.total > free:
         raise EagleError(f"train.features={conf.train.features}: {conf.model.name} needs ~{size(m.total)} on each rank "

@@ -21,12 +21,15 @@ import torch
 
 from eagle_infer.errors import missing_extra
 from eagle_infer.paths import REPO
-from eagle_infer.head.draft_head import DraftHead, DraftHeadConfig, eagle3_layers
+from eagle_infer.head.blocks import build_head
+from eagle_infer.head.draft_head import DraftHeadConfig, eagle3_layers
 from eagle_infer.head.head_card import machine as card_machine
 from eagle_infer.head.head_card import target_revision, write_card
+from eagle_infer.head.mask_token import check_mask_token, default_mask_token
 from eagle_infer.errors import EagleError
 from eagle_infer.platform import resolve_dtype
 
+from .block_objective import BlockObjective, acceptance_of_chains, block_acceptance, block_losses
 from ..features.disk import ID_BYTES, check_disk
 from ..features.shards import Manifest, Sample, read_samples
 from .objective import Objective, chain_acceptance, collate, compile_layers, frequent_tokens, losses, with_target_top
@@ -71,6 +74,13 @@ class TrainConfig:
     ttt_decay: float = 0.8  # step k's loss weight is ttt_decay ** k
     loss_per: str = "loss_token"  # each step's sum / its loss tokens (EAGLE-1/2) | position (B x T: EAGLE-3's trainer)
     draftable_only: bool = False  # count only positions whose target argmax is a draft token (EAGLE-3's trainer)
+    # block drafters (head.block=dflash; eagle_train.training.block_objective): blocks sampled a row each step, and each
+    # block slot's weight: decay exp(-(j - 1) / decay_gamma) (DFlash: 7 for blocks of 16, 4 for 8) | dpace (D-PACE's
+    # detached acceptance weights, smoothed by dpace_alpha)
+    anchors: int = 512
+    decay_gamma: float = 7.0
+    position_weights: str = "decay"
+    dpace_alpha: float = 0.5
     eval_every: int = 100
     save_every: int = 200
     keep_checkpoints: int = 2  # the newest checkpoints kept (resuming reads the latest); 0 = keep all
@@ -107,6 +117,19 @@ class HeadConf:
     features: str = "last"
     block: str = "eagle"
     fc_bias: bool = True
+    # EAGLE-3.1 (block=eagle3, as speculators defines them): an RMSNorm of each fused layer before the fusion, and
+    # the final norm's output as the predicted feature fed to the next step
+    fc_norm: bool = False
+    norm_output: bool = False
+    # fused heads: the target's decoder layers read (0-based outputs; z-lab's target_layer_ids); null: EAGLE-3's
+    # low/middle/high layers (speculators' default for EAGLE-3 and DFlash alike)
+    feature_layers: Optional[list[int]] = None
+    # block drafters (block=dflash, eagle_infer.head.dflash_head): tokens a block, the mask token (null: the target's
+    # default, eagle_infer.head.mask_token), the context window (0: all) and attention inside the block
+    block_size: int = 8
+    mask_token_id: Optional[int] = None
+    sliding_window: int = 0
+    block_attention: str = "bidirectional"
 
 
 def build_head_config(target, cfg: TrainConfig, head: HeadConf) -> DraftHeadConfig:
@@ -126,8 +149,19 @@ def build_head_config(target, cfg: TrainConfig, head: HeadConf) -> DraftHeadConf
                          f"{target.vocab_size}: expected at most {target.vocab_size} (0 = the full vocabulary)")
     config = DraftHeadConfig.of_target(target, cfg.input_mode)
     config.draft_vocab_size, config.layers = cfg.draft_vocab_size, head.layers
-    config.feature_layers = list(eagle3_layers(target.config.num_hidden_layers)) if head.features == "fused" else []
+    if head.features == "fused":
+        config.feature_layers = list(head.feature_layers or eagle3_layers(target.config.num_hidden_layers))
     config.block, config.fc_bias = head.block, head.fc_bias
+    config.fc_norm, config.norm_output = head.fc_norm, head.norm_output
+    if head.block == "dflash":
+        config.block_size, config.sliding_window, config.block_attention = (head.block_size, head.sliding_window,
+                                                                           head.block_attention)
+        config.mask_token_id = default_mask_token(target) if head.mask_token_id is None else head.mask_token_id
+        config.check()
+        check_mask_token(target, config.mask_token_id)
+        if cfg.compile:
+            raise EagleError("train.compile compiles an EAGLE head's decoder layers: expected train.compile=false "
+                             "with head.block=dflash")
     config.check()
     if head.block == "eagle3" and (cfg.w_reg != 0 or not cfg.draft_vocab_size):
         raise EagleError(f"head.block=eagle3 predicts no target feature and drafts from its own LM head over a draft "
@@ -136,7 +170,13 @@ def build_head_config(target, cfg: TrainConfig, head: HeadConf) -> DraftHeadConf
     return config
 
 
-def objective(cfg: TrainConfig, max_length: int) -> Objective:
+def objective(cfg: TrainConfig, max_length: int, head: DraftHeadConfig | None = None) -> Objective | BlockObjective:
+    """The training objective of `head` (a block drafter's, or EAGLE's) for sequences of max_length tokens."""
+    if head is not None and head.block == "dflash":
+        if head.block_size > max_length:
+            raise EagleError(f"head.block_size {head.block_size} is above the context: expected at most the "
+                             f"features' max_length {max_length}")
+        return BlockObjective(cfg.anchors, cfg.decay_gamma, cfg.position_weights, cfg.dpace_alpha)
     if not 0 <= cfg.ttt_steps < max_length:
         raise EagleError(f"train.ttt_steps {cfg.ttt_steps} is invalid: expected 0 <= ttt_steps < max_length {max_length}")
     return Objective(cfg.w_cls, cfg.w_reg, cfg.ttt_steps, cfg.ttt_decay, cfg.loss_per, cfg.draftable_only,
@@ -167,11 +207,11 @@ def training_samples(cfg: TrainConfig, fused: bool) -> list:
     return first_loss_tokens(everything[: cfg.max_conversations], cfg.max_loss_tokens)
 
 
-def new_head(hconf: DraftHeadConfig, target, cfg: TrainConfig, samples: list) -> DraftHead:
+def new_head(hconf: DraftHeadConfig, target, cfg: TrainConfig, samples: list):
     """The untrained head a run starts from (the same for a seed): its draft vocabulary the train.draft_vocab_size
     most frequent training tokens; EAGLE-3's block's norm and LM head start as the target's."""
     torch.manual_seed(cfg.seed)
-    head = DraftHead(hconf, target)
+    head = build_head(hconf, target)
     if cfg.draft_vocab_size:
         head.set_draft_vocab(frequent_tokens(samples, cfg.draft_vocab_size))
         if hconf.block == "eagle3":
@@ -269,11 +309,25 @@ def _truncate_jsonl(path: Path, keep) -> None:
 
 
 ALPHA_STEPS = 7  # simulated chain acceptance 0-α..6-α
+HELDOUT_SEED = 0  # a block drafter's held-out anchors: the same at every evaluation
+
+
+def step_losses(head, batch, noise: float, obj: Objective | BlockObjective, accuracy: bool = False,
+                generator: torch.Generator | None = None) -> dict[str, torch.Tensor]:
+    """A micro batch's losses for either kind of head: a block drafter's (block_objective; anchors from `generator`),
+    or EAGLE's with input noise."""
+    if isinstance(obj, BlockObjective):
+        return block_losses(head, batch, obj, accuracy, generator)
+    return losses(head, batch, noise=noise, objective=obj, accuracy=accuracy)
 
 
 @torch.no_grad()
-def evaluate(head, samples, dtype, device, obj: Objective = Objective()) -> dict[str, float]:
-    """Held-out loss, top-1/top-3 accuracy and simulated chain acceptance 0-α..6-α."""
+def evaluate(head, samples, dtype, device, obj: Objective | BlockObjective = Objective()) -> dict[str, float]:
+    """Held-out loss, top-1 accuracies and the simulated acceptance length (greedy, bonus included: `acceptance`):
+    an EAGLE head's from simulated chains of ALPHA_STEPS (with their 0-α..6-α), a block drafter's from its blocks
+    (block_objective.block_acceptance)."""
+    if isinstance(obj, BlockObjective):
+        return evaluate_blocks(head, samples, dtype, device, obj)
     head.eval()
     sums, tokens = {}, 0.0
     tried, hit = [0] * ALPHA_STEPS, [0] * ALPHA_STEPS
@@ -291,6 +345,28 @@ def evaluate(head, samples, dtype, device, obj: Objective = Objective()) -> dict
     head.train()
     result = {f"heldout/{k}": v / max(weights[k], 1) for k, v in sums.items()}
     result.update({f"heldout/alpha_{k}": hit[k] / tried[k] if tried[k] else float("nan") for k in range(ALPHA_STEPS)})
+    result["heldout/acceptance"] = acceptance_of_chains(tried, hit)
+    return result
+
+
+@torch.no_grad()
+def evaluate_blocks(head, samples, dtype, device, obj: BlockObjective) -> dict[str, float]:
+    """A block drafter's held-out loss and top-1 per slot (anchors drawn from HELDOUT_SEED: the same each time) and
+    simulated acceptance length."""
+    head.eval()
+    generator = torch.Generator().manual_seed(HELDOUT_SEED)
+    sums, weights, anchors, accepted = {}, {}, 0, 0
+    for s in samples:
+        out = block_losses(head, collate([s], dtype, device, fused=True), obj, accuracy=True, generator=generator)
+        n = float(out.pop("tokens"))
+        for k, v in out.items():
+            if n and not math.isnan(float(v)):
+                sums[k], weights[k] = sums.get(k, 0.0) + float(v) * n, weights.get(k, 0.0) + n
+        a, total = block_acceptance(head, s, dtype=dtype)
+        anchors, accepted = anchors + a, accepted + total
+    head.train()
+    result = {f"heldout/{k}": v / weights[k] for k, v in sums.items()}
+    result["heldout/acceptance"] = accepted / anchors if anchors else float("nan")
     return result
 
 
@@ -329,7 +405,7 @@ def train(cfg: TrainConfig, target, head_shape: HeadConf = HeadConf(), provenanc
 
     manifest = Manifest.load(cfg.features_dir)
     hconf = build_head_config(target, cfg, head_shape)
-    obj = objective(cfg, manifest.max_length)
+    obj = objective(cfg, manifest.max_length, hconf)
     online = cfg.features != "offline"
     layers = tuple(hconf.feature_layers)
     forward_dtypes = set()  # the target dtypes the features were computed in (the card records them)
@@ -399,7 +475,7 @@ def train(cfg: TrainConfig, target, head_shape: HeadConf = HeadConf(), provenanc
     autocast = use_autocast(cfg.autocast, dtype, engine.device)
     if autocast and rank == 0:
         log.info("bfloat16 autocast: float32 weights, bfloat16 matmuls")
-    if obj.draftable_only and not online:  # every epoch needs the target's full-vocabulary argmax: once per run directory (timed)
+    if isinstance(obj, Objective) and obj.draftable_only and not online:  # every epoch needs the target's full-vocabulary argmax: once per run directory (timed)
         started = time.perf_counter()
         samples = with_target_top(samples, target, autocast, progress=rank == 0,
                                   cache=out / f"target-top-rank{rank}.safetensors")
@@ -443,7 +519,7 @@ def train(cfg: TrainConfig, target, head_shape: HeadConf = HeadConf(), provenanc
                         computed[i] = samples[i] = s
             batch = collate(chosen, dtype, engine.device, hconf.fused)
             with torch.autocast(engine.device.type, dtype=torch.bfloat16, enabled=autocast):
-                result = losses(engine.module, batch, cfg.noise, obj)
+                result = step_losses(engine.module, batch, cfg.noise, obj)
             engine.backward(result["loss"])
             engine.step()
             with seen_path.open("a") as f:
