@@ -141,13 +141,23 @@ class DFlashHead(SavedHead):
             raise EagleError(f"draft vocabulary has {token_ids.numel()} ids, expected {self.config.draft_vocab_size}")
         self.draft_vocab = token_ids.to(self.weight.device)
 
+    def use_full_vocabulary(self) -> None:
+        """Draft from the target's whole vocabulary instead of draft_vocab (infer.draft_vocab=full): the drafter
+        borrows the target's LM head, so any of its rows can score a position."""
+        self.draft_vocab = None
+        self.config.draft_vocab_size = 0
+
     def context(self, fused: torch.Tensor) -> torch.Tensor:
         """Fused target states [B, L, k*H] -> the context the layers project [B, L, H] (fc, hidden_norm)."""
         return self.hidden_norm(self.fc(fused))
 
     def context_kv(self, fused: torch.Tensor, positions: torch.Tensor) -> ContextKV:
         """Fused target states [B, L, k*H] of the tokens at positions [B, L] -> their ContextKV [N, B, kvh, L, D]."""
-        hidden = self.context(fused)
+        return self.projected(self.context(fused), positions)
+
+    def projected(self, hidden: torch.Tensor, positions: torch.Tensor) -> ContextKV:
+        """The context [B, L, H] (`context`'s output) of the tokens at positions [B, L] -> every layer's keys (k_norm,
+        rotated) and values of it, ContextKV [N, B, kvh, L, D] (decoding keeps `hidden` too: BlockRunner)."""
         cos, sin = self.rotary(hidden, positions)
         keys, values = [], []
         for layer in self.layers:

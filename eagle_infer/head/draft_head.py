@@ -364,6 +364,16 @@ def full_vocabulary(sub: torch.Tensor, draft_vocab: torch.Tensor | None, vocab_s
     return full.index_copy_(-1, draft_vocab, sub)
 
 
+def vocab_order(draft_vocab: torch.Tensor | None, vocab_size: int) -> torch.Tensor | None:
+    """[V]: the draft vocabulary's target ids ([Vd], draft_vocab), then every other id, what maps a top-k over the
+    draft vocabulary to target ids (expansion.top_tokens); None: the whole vocabulary, in order."""
+    if draft_vocab is None:
+        return None
+    outside = torch.ones(vocab_size, dtype=torch.bool, device=draft_vocab.device)
+    outside[draft_vocab] = False
+    return torch.cat([draft_vocab, outside.nonzero()[:, 0]])
+
+
 def random_head(target, seed: int = 0, input_mode: str = "feature+shifted_token", layers: int = 1,
                 feature_layers: list[int] | None = None, draft_vocab: torch.Tensor | None = None,
                 block: str = "eagle", fc_norm: bool = False, norm_output: bool = False) -> DraftHead:

@@ -18,7 +18,8 @@ import torch
 from torch import nn
 
 from ..models.compiled import CompiledForward, mark_dynamic_step, static_length
-from .draft_head import INPUT_HALVES, DraftHead, full_vocabulary, head_inputs
+from .block_runner import BLOCK_DRAFTERS, BlockRunner
+from .draft_head import INPUT_HALVES, DraftHead, SavedHead, full_vocabulary, head_inputs, vocab_order
 from ..models.kv_cache import KVCache
 from ..models.lean_layer import RopeTable, cast, lean_layer
 from ..models.lean_layer import run as lean_run
@@ -99,11 +100,7 @@ class HeadRunner:
                              vocab_weight, PackedLinear(vocab_weight) if self.packed else None, module.fc_norm,
                              module.norm if norm_output else None)
         self.rope = RopeTable(module.rotary)
-        self.vocab_order = None  # [V]: the draft vocabulary's target ids, then every other id (expansion.top_tokens)
-        if module.draft_vocab is not None:
-            outside = torch.ones(self.config.vocab_size, dtype=torch.bool, device=module.draft_vocab.device)
-            outside[module.draft_vocab] = False
-            self.vocab_order = torch.cat([module.draft_vocab, outside.nonzero()[:, 0]])
+        self.vocab_order = vocab_order(module.draft_vocab, self.config.vocab_size)
         self.compiled = (CompiledForward(self.step, head_step, target.device, "the draft head's step")
                          if compile_step else None)
 
@@ -147,8 +144,9 @@ class HeadRunner:
         return full_vocabulary(self.draft_logits(predicted), self.draft_vocab, self.config.vocab_size)
 
 
-def runner_for(head: DraftHead | HeadRunner | None, target) -> HeadRunner | None:
-    """`head` ready to draft for `target`: a runner built for it, or the runner given."""
-    if head is None or isinstance(head, HeadRunner):
+def runner_for(head: SavedHead | HeadRunner | BlockRunner | None, target) -> HeadRunner | BlockRunner | None:
+    """`head` ready to draft for `target`: the runner its block drafts through (a BlockRunner for the block drafters,
+    block_runner.BLOCK_DRAFTERS; a HeadRunner for an EAGLE head) built for it, or the runner given."""
+    if head is None or isinstance(head, (HeadRunner, BlockRunner)):
         return head
-    return HeadRunner(head, target)
+    return BlockRunner(head, target) if head.config.block in BLOCK_DRAFTERS else HeadRunner(head, target)
