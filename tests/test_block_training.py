@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 
 import pytest
-import torch
 
 from eagle_infer.errors import EagleError
 from eagle_infer.head.dflash_head import DFlashHead

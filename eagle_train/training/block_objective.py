@@ -22,7 +22,6 @@ import math
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 
 from eagle_infer.errors import EagleError
 from eagle_infer.head.dflash_head import block_mask
