@@ -156,6 +156,14 @@ def test_the_block_drafter_methods_are_registered_with_their_hybrids():
     assert hybrid_size == max(7, LookupConf().num_tokens)
 
 
+@pytest.mark.parametrize("name", ["dflash", "dflash-tree", "dflash+lookup", "dflash-tree+lookup"])
+def test_the_block_drafter_methods_shrink_to_a_batch_budget(name):
+    """infer.batch_token_budget: each row's tree of a batch of 3 within 12 // 3 - 1 = 3 nodes (the chain shorter,
+    the tree fewer nodes, the hybrid's chain and copies both cut)."""
+    config = resolve(InferConf(method=name, budget="fixed", depth=7, top_k=3, total_tokens=20, batch_token_budget=12))
+    assert methods.tree_size(config) > 3 and methods.tree_size(methods.at_batch(config, 3)) <= 3
+
+
 def test_a_block_drafters_block_bounds_the_depth(target):
     """depth "auto" is every token the block drafts (B - 1), under either budget; an integer is a cap."""
     head = random_dflash_head(target, 95, seed=3, block_size=6, feature_layers=[0, 1])
