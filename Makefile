@@ -149,7 +149,7 @@ FEATURIZE ?=
 ablate-head: $(STAMP)
 	$(PY) -m lab.ablate_head recipe=$(MODEL) $(if $(ROWS),'rows=[$(ROWS)]') $(if $(FEATURIZE),featurize=true) coverage=true $(ARGS)
 
-# An ablation row's head becomes eagle_infer/heads/$(MODEL), its card written from the row's files (lab/ship_head.py),
+# An ablation row's head becomes eagle_infer/shipped_heads/$(MODEL), its card written from the row's files (lab/ship_head.py),
 # then docs/training.md's shipped-head block is regenerated. ROW=<row of conf/ablate/$(MODEL).yaml>.
 .PHONY: ship-head
 ship-head: $(STAMP)
@@ -165,7 +165,7 @@ reproduce: $(STAMP)
 # A trained head in a server's layout, with its card's serve commands: make export HEAD=<head directory or hub id>
 # FORMAT=speculators|vllm|sglang|eagle OUT=<dir> (speculators: vLLM's format, EAGLE-3-block heads; ARGS=export.verifier=
 # <target hub id or path> export.speculative_tokens=N export.overwrite=true export.dtype=float32 as needed)
-HEAD ?= eagle_infer/heads/$(MODEL)
+HEAD ?= eagle_infer/shipped_heads/$(MODEL)
 FORMAT ?= sglang
 OUT ?= runs/$(MODEL)/export-$(FORMAT)
 export: $(STAMP)

@@ -17,14 +17,14 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 import hydra
 from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
 
-import eagle_infer.models.target  # load_target looked up when called: tests stand one in
 from eagle_infer.models.chat import Message, check_template
+from eagle_infer.models.target import load_target
 from eagle_infer.entry.cli_support import CONF_DIR, REPO, launch, one_line_errors, setup_logging
 from eagle_infer.config import ModelConf
 from eagle_infer.errors import EagleError
@@ -43,12 +43,9 @@ from .provenance import checkout_commit, shown_path
 from .regenerate import first_turn_questions
 from .self_prompts import SelfPromptConf, read_self_prompts, write_self_prompts
 from .states import check_mode
-from .train import HeadConf, TrainConfig, read_ds_config, train
+from .train import HeadConf, TrainConfig, precision, read_ds_config, train
 
 log = logging.getLogger("eagle_train")
-STAGES = ("featurize", "train", "plan", "regenerate", "export", "push", "export-conversations", "heldout-questions",
-          "self-prompts", "prompt-categories", "save-generated")
-GENERATING = ("featurize", "regenerate", "self-prompts", "heldout-questions", "export-conversations")
 SELF = "self"  # data.source: every prompt self-written
 
 
@@ -260,8 +257,7 @@ def prompt_categories(cfg: TrainRunConf, results_root: Path = REPO) -> str:
 
 def train_dtype(cfg: TrainConfig) -> str:
     """The dtype the target is loaded in for training: the DeepSpeed config's precision."""
-    ds = read_ds_config(cfg.deepspeed_config, cfg, 1)
-    return "bfloat16" if ds.get("bf16", {}).get("enabled") else "float16" if ds.get("fp16", {}).get("enabled") else "float32"
+    return str(precision(read_ds_config(cfg.deepspeed_config, cfg, 1))).removeprefix("torch.")
 
 
 def _self_plan(data: DataConf) -> str:
@@ -327,18 +323,96 @@ def _kept_generated(conf: TrainRunConf) -> None:
             log.info("restored %d generated shards from %s", len(restored), kept)
 
 
+def compiles_target(conf: TrainRunConf) -> bool:
+    """Whether a stage loads the target compiled: the stages that write text (regenerated answers, self-written
+    prompts, featurize's regeneration) where featurize.compile asks; training never."""
+    return conf.featurize.compile and conf.stage != "train"
+
+
 def _load_target(conf: TrainRunConf):
     training = conf.stage == "train"
     if training and conf.train.features != "offline":  # the target runs beside the head: refused where it cannot
         ds = read_ds_config(conf.train.deepspeed_config, conf.train, 1)
         check_fits(conf, ds, launched_rank()[1], resolve_device(rank_device(conf.model.device)))
     dtype = train_dtype(conf.train) if training else conf.model.dtype
-    target = eagle_infer.models.target.load_target(conf.model.name, dtype, rank_device(conf.model.device),
-                                            "off" if training else conf.model.pack,
-                                            compile=conf.featurize.compile and not training)
+    target = load_target(conf.model.name, dtype, rank_device(conf.model.device), "off" if training else conf.model.pack,
+                         compile=compiles_target(conf))
     if conf.data.template is not None:  # features record it (their manifest), so training checks it too
         target = replace(target, template=conf.data.template)
     return target
+
+
+def stage_plan(conf: TrainRunConf, target) -> None:
+    print(plan(conf))
+
+
+def stage_push(conf: TrainRunConf, target) -> None:
+    if not conf.export.out or not conf.export.repo:
+        raise EagleError("stage=push needs export.out=<exported head directory> and export.repo=<owner/name>")
+    log.info("pushed %s to %s", conf.export.out, push(conf.export.out, conf.export.repo, conf.export.private))
+
+
+def stage_prompt_categories(conf: TrainRunConf, target) -> None:
+    print(prompt_categories(conf))
+
+
+def stage_save_generated(conf: TrainRunConf, target) -> None:
+    rank_zero_first(lambda: _kept_generated(conf))
+
+
+def stage_export_conversations(conf: TrainRunConf, target) -> None:
+    path = f"{conf.data.features_dir}/conversations.jsonl"
+    write_jsonl(_conversations(conf, target), path)
+    log.info("wrote %s (use it as data.source= elsewhere)", path)
+
+
+def stage_export(conf: TrainRunConf, target) -> None:
+    run_export(conf.export, target)
+
+
+def stage_heldout_questions(conf: TrainRunConf, target) -> None:
+    path = write_heldout_questions(conf, target)
+    log.info("wrote %s (eval: bench.names=[heldout] bench.data_dir=%s)", path, conf.data.features_dir)
+
+
+def stage_self_prompts(conf: TrainRunConf, target) -> None:
+    if not self_count(conf.data):
+        raise EagleError("stage=self-prompts: this recipe's data has no self-written prompts; expected "
+                         "data.source=self or data.self_fraction > 0")
+    _self_written(conf, target)
+
+
+def stage_train(conf: TrainRunConf, target) -> None:
+    metrics = train(conf.train, target, conf.head, {"data_source": conf.data.source, "recipe": conf.recipe})
+    log.info("done: %s", " ".join(f"{k}={v:.4g}" for k, v in metrics.items() if isinstance(v, float)))
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One `stage=` of this command. run(conf, target): what it does (target None where it loads none); target:
+    whether it loads the target ("self": only where the data has self-written prompts to write); ranks: under the
+    DeepSpeed launcher each rank takes its share of the shards; generating: it writes text the target generates
+    (kept generated shards are restored first, self-written prompts written first, by rank 0)."""
+
+    run: Callable[[TrainRunConf, object], None]
+    target: bool | str = True
+    ranks: bool = False
+    generating: bool = False
+
+
+STAGE_TABLE: dict[str, Stage] = {
+    "featurize": Stage(run_featurize, ranks=True, generating=True),
+    "train": Stage(stage_train),
+    "plan": Stage(stage_plan, target=False),
+    "regenerate": Stage(run_regenerate, ranks=True, generating=True),
+    "export": Stage(stage_export),
+    "push": Stage(stage_push, target=False),
+    "export-conversations": Stage(stage_export_conversations, target="self", generating=True),
+    "heldout-questions": Stage(stage_heldout_questions, generating=True),
+    "self-prompts": Stage(stage_self_prompts, generating=True),
+    "prompt-categories": Stage(stage_prompt_categories, target=False),
+    "save-generated": Stage(stage_save_generated, target=False),
+}
 
 
 @hydra.main(version_base=None, config_path=CONF_DIR, config_name="train")
@@ -346,59 +420,27 @@ def _load_target(conf: TrainRunConf):
 def main(cfg) -> None:
     setup_logging()
     conf: TrainRunConf = OmegaConf.to_object(cfg)
-    if conf.stage not in STAGES:
-        raise EagleError(f"unknown stage {conf.stage!r}: expected one of {', '.join(STAGES)}")
+    stage = STAGE_TABLE.get(conf.stage)
+    if stage is None:
+        raise EagleError(f"unknown stage {conf.stage!r}: expected one of {', '.join(STAGE_TABLE)}")
     check_mode(conf.train.features)
     conf.train.check()  # before featurizing: `make train` featurizes first
     _check_self_answers(conf)
     if conf.data.template is not None:
         check_template(conf.data.template)
-    if conf.stage == "plan":
-        print(plan(conf))
-        return
     if conf.stage == "export":
-        _check_export(conf.export)
-    if conf.stage == "push":
-        if not conf.export.out or not conf.export.repo:
-            raise EagleError("stage=push needs export.out=<exported head directory> and export.repo=<owner/name>")
-        log.info("pushed %s to %s", conf.export.out, push(conf.export.out, conf.export.repo, conf.export.private))
-        return
-    if conf.stage == "prompt-categories":
-        print(prompt_categories(conf))
-        return
-    if conf.stage in ("featurize", "regenerate"):  # under the deepspeed launcher: this rank's shards
+        _check_export(conf.export)  # before the target loads
+    if stage.ranks:  # under the deepspeed launcher: this rank's shards
         rank, world = launched_rank()
         if world > 1 and conf.featurize.world == 1:
             conf.featurize = replace(conf.featurize, rank=rank, world=world)
-    if conf.stage == "save-generated" or (conf.stage in GENERATING and conf.data.generated_dir is not None):
+    if stage.generating and conf.data.generated_dir is not None:
         rank_zero_first(lambda: _kept_generated(conf))
-        if conf.stage == "save-generated":
-            return
-    target = None if conf.stage == "export-conversations" and not self_count(conf.data) else _load_target(conf)
-    if conf.stage in GENERATING and self_count(conf.data):  # written once, by rank 0; the other ranks read them
-        rank_zero_first(lambda: _self_written(conf, target))
-    if conf.stage == "export-conversations":
-        path = f"{conf.data.features_dir}/conversations.jsonl"
-        write_jsonl(_conversations(conf, target), path)
-        log.info("wrote %s (use it as data.source= elsewhere)", path)
-        return
-    if conf.stage == "export":
-        run_export(conf.export, target)
-    elif conf.stage == "featurize":
-        run_featurize(conf, target)
-    elif conf.stage == "heldout-questions":
-        path = write_heldout_questions(conf, target)
-        log.info("wrote %s (eval: bench.names=[heldout] bench.data_dir=%s)", path, conf.data.features_dir)
-    elif conf.stage == "regenerate":
-        run_regenerate(conf, target)
-    elif conf.stage == "self-prompts":
-        if not self_count(conf.data):
-            raise EagleError("stage=self-prompts: this recipe's data has no self-written prompts; expected "
-                             "data.source=self or data.self_fraction > 0")
-        _self_written(conf, target)
-    else:
-        metrics = train(conf.train, target, conf.head, {"data_source": conf.data.source, "recipe": conf.recipe})
-        log.info("done: %s", " ".join(f"{k}={v:.4g}" for k, v in metrics.items() if isinstance(v, float)))
+    loads = stage.target is True or (stage.target == "self" and self_count(conf.data))
+    target = _load_target(conf) if loads else None
+    if stage.generating and self_count(conf.data):
+        rank_zero_first(lambda: _self_written(conf, target))  # written once, by rank 0; the other ranks read them
+    stage.run(conf, target)
 
 
 def run() -> None:

@@ -29,7 +29,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from eagle_infer.errors import EagleError
-from eagle_infer.trees.tree import additive_mask, causal_mask
+from eagle_infer.models.masks import additive_mask, causal_mask
 
 from .features import Sample
 

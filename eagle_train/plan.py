@@ -36,7 +36,7 @@ from .disk import ID_BYTES, size
 from .features import Manifest, Sample
 from .objective import collate, losses
 from .states import with_states
-from .train import build_head_config, objective
+from .train import build_head_config, objective, precision
 
 CHARS_PER_TOKEN = 4.0  # English text in Llama-3 / Qwen / SmolLM2 BPE vocabularies: ~4 characters a token
 TEMPLATE_TOKENS = 6  # a message's role markers and separators
@@ -187,7 +187,7 @@ def cost_lines(conf, conversations, ds: dict) -> list[str]:
     """The plan's cost lines for the recipe `conf` (an eagle_train.cli.TrainRunConf) over `ranks`; `conversations`:
     a callable returning the recipe's conversations (called only before featurize)."""
     ranks = conf.plan.ranks
-    dtype = getattr(torch, "bfloat16" if ds.get("bf16", {}).get("enabled") else "float32")
+    dtype = precision(ds)
     target = meta_target(conf.model.name, dtype)
     head = head_on_meta(conf, target)
     fused = head.config.fused
@@ -224,7 +224,7 @@ def timed_steps(conf, ds: dict, steps: int) -> tuple[float, str]:
     step's cost does not depend on the weights' values). Returns (tokens/s, the device in words)."""
     import time
 
-    dtype = "bfloat16" if ds.get("bf16", {}).get("enabled") else "float32"
+    dtype = str(precision(ds)).removeprefix("torch.")
     name = PREFIX + conf.model.name if lookup(conf.model.name) else conf.model.name
     target = load_target(name, dtype, conf.model.device, "off", allow_synthetic=True)
     hconf = build_head_config(target, conf.train, conf.head)
@@ -275,7 +275,7 @@ def head_on_meta(conf, target):
 def check_fits(conf, ds: dict, ranks: int, device: torch.device) -> None:
     """Online training (and cached's first epoch) runs the target beside the head: a one-line refusal, before the
     target loads, when the memory model (module docstring) exceeds what `device` has free."""
-    dtype = getattr(torch, "bfloat16" if ds.get("bf16", {}).get("enabled") else "float32")
+    dtype = precision(ds)
     target = meta_target(conf.model.name, dtype)
     m = memory_per_rank(target, head_on_meta(conf, target), dtype, zero_stage(ds), ranks, conf.train.batch_size,
                         conf.featurize.max_length, conf.train.ttt_steps, online=True)

@@ -46,7 +46,7 @@ from eagle_infer.config import InferConf
 from eagle_infer.decoding.engine import Engine
 from eagle_infer.errors import EagleError
 from eagle_infer.platform import machine_facts
-from eagle_infer.decoding.verify import SamplingParams
+from eagle_infer.config import SamplingParams
 
 from .benchmarks import BENCHMARKS, benchmark_dir, load_benchmark
 from .near_duplicates import DuplicateIndex

@@ -210,6 +210,14 @@ def lr_scheduler(cfg: TrainConfig, total_steps: int) -> dict:
     raise EagleError(f"unknown train.lr_schedule {cfg.lr_schedule!r}: expected constant, linear or cosine")
 
 
+def precision(ds: dict) -> torch.dtype:
+    """The dtype a DeepSpeed config trains in: bfloat16 or float16 where its bf16 / fp16 section is enabled, else
+    float32. The one reader of it: training, the plan's memory model and the target's load all ask here."""
+    if ds.get("bf16", {}).get("enabled"):
+        return torch.bfloat16
+    return torch.float16 if ds.get("fp16", {}).get("enabled") else torch.float32
+
+
 def read_ds_config(path: str, cfg: TrainConfig, total_steps: int) -> dict:
     """The DeepSpeed JSON (ZeRO stage, precision, accumulation) plus the optimizer/scheduler from TrainConfig."""
     if not Path(path).exists() and (REPO / path).exists():  # a config shipped with the toolkit, from any directory
@@ -367,8 +375,7 @@ def train(cfg: TrainConfig, target, head_shape: HeadConf = HeadConf(), provenanc
         compile_layers(head)
     if cfg.draft_vocab_size and rank == 0:
         log.info("draft vocabulary: %d most frequent training tokens", cfg.draft_vocab_size)
-    dtype = torch.bfloat16 if ds_config.get("bf16", {}).get("enabled") else (
-        torch.float16 if ds_config.get("fp16", {}).get("enabled") else torch.float32)
+    dtype = precision(ds_config)
     if dtype != target.dtype:
         raise EagleError(f"DeepSpeed precision {dtype} differs from the target's dtype {target.dtype}: load the target in the same dtype")
     engine, _, _, _ = deepspeed.initialize(model=head, model_parameters=[p for p in head.parameters() if p.requires_grad], config=ds_config)

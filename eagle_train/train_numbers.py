@@ -2,7 +2,7 @@
 NaN noise or a zero batch would otherwise train (or crash) without a word."""
 from __future__ import annotations
 
-from eagle_infer.models.config_limits import check_number
+from eagle_infer.errors import check_number
 from eagle_infer.errors import EagleError
 
 

@@ -15,7 +15,7 @@ from tqdm import tqdm
 
 from eagle_infer.models.chat import Message, prompt_ids
 from eagle_infer.errors import EagleError
-from eagle_infer.decoding.verify import SamplingParams
+from eagle_infer.config import SamplingParams
 
 from eagle_train.benchmarks import Question
 from .records import RecordWriter

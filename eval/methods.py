@@ -20,7 +20,7 @@ from eagle_infer.head.head_runner import HeadRunner
 from eagle_infer.decoding.methods import Method, method_named, method_names
 from eagle_infer.decoding.records import BatchResult, GenerationResult
 from eagle_infer.models.target import load_target
-from eagle_infer.decoding.verify import SamplingParams
+from eagle_infer.config import SamplingParams
 
 from .vllm_backend import VLLM, VllmConf, VllmMethod
 

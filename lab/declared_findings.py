@@ -22,7 +22,6 @@ in code.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from pathlib import Path
 
 from omegaconf import OmegaConf
@@ -30,6 +29,7 @@ from omegaconf import OmegaConf
 from eagle_infer.errors import EagleError
 from eval.metrics import ALL
 from lab.ablation_file import FIGURES
+from lab.declaration import Declared, Ref
 from lab.finding_rules import MEASURES, RULES
 from lab.published import PAPER_EFFECTS
 from lab.reproduce_plan import BY_NAME
@@ -46,54 +46,6 @@ REF = re.compile(r"(?P<run>\S+) (?P<method>\S+) (?P<figure>\S+)"
                  r"(?: on (?P<bench>\S+))?(?: at batch (?P<batch>\d+|largest))?")
 RUN_METHOD = re.compile(r"(?P<run>\S+) (?P<method>\S+)(?: on (?P<bench>\S+))?")  # a section's role
 FORMS = {REF: "<run> <method> <figure>[ on <bench>][ at batch <n|largest>]", RUN_METHOD: "<run> <method>[ on <bench>]"}
-
-
-@dataclass(frozen=True)
-class Ref:
-    """One figure of one run: its method's, over one benchmark (ALL: every one), at a batch size (throughput)."""
-
-    run: str
-    method: str
-    figure: str
-    bench: str = ALL
-    batch: int | str | None = None  # an int, "largest" (the largest the run measured) or None
-
-
-@dataclass(frozen=True)
-class Declared:
-    """One declared finding (the module docstring)."""
-
-    claim: str
-    section: str
-    effect: str
-    paper: str
-    rule: str = "larger"
-    tolerance: float | None = None
-    rows: tuple[str, ...] = ()
-    labels: tuple[str, ...] = ()
-    small: tuple[str, ...] = ()
-    large: tuple[str, ...] = ()
-    figure: str = "tau"  # the figure the effect's text names (a run finding's: its first figure's)
-    also: str | None = None
-    note: str = ""
-    read: tuple[Ref, ...] = ()
-    sources: tuple[str, ...] = ()  # `from`
-    because: tuple[str, tuple] | None = None  # (text, figures: each a Ref or a (Ref, Ref) ratio)
-    bins: int | None = None
-    bucket: str | None = None
-    min_count: int | None = None
-
-    @property
-    def named_rows(self) -> tuple[str, ...]:
-        """Every row an ablation finding reads, in the order a pending reason names them."""
-        return (*self.rows, *self.small, *self.large)
-
-    @property
-    def runs(self) -> set[str]:
-        """Every run a run finding reads or names."""
-        because = [r for item in (self.because[1] if self.because else ()) for r in
-                   (item if isinstance(item, tuple) else (item,))]
-        return {r.run for r in (*self.read, *because)} | {s.split()[0] for s in self.sources}
 
 
 COMMON = {"claim", "section", "effect", "paper"}

@@ -9,15 +9,14 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 from eval.metrics import alpha, calibration
 from lab import figure_text as ft
+from lab.declaration import Declared
 from lab.published import PAPER_EFFECTS
 from lab.verdict import AtMost, Larger, Near, Rule, verdict
 
-if TYPE_CHECKING:  # type-only: lab.declared_findings checks declarations against MEASURES and RULES
-    from lab.declared_findings import Declared
 
 
 @dataclass

@@ -21,7 +21,8 @@ from eval.report import line_plot
 from lab import published as pub
 from lab.ablate_head import load_spec
 from lab.ablation_file import ABLATION, ablation_path, plot_path
-from lab.declared_findings import Declared, Ref, declared, run_findings, section_runs
+from lab.declaration import Declared, Ref
+from lab.declared_findings import declared, run_findings, section_runs
 from lab.figure_text import f as _f, x as _x
 from lab.finding_rules import Finding, evaluate, rates_by_depth, reached as _reached
 from lab.result_store import read

@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 from omegaconf import OmegaConf
 
-from eagle_infer.decoding.build import HEADS_DIR
+from eagle_infer.decoding.build import SHIPPED_HEADS_DIR
 from eagle_infer.entry.cli_support import one_line_errors
 from eagle_infer.errors import EagleError
 from eagle_infer.platform import machine_label, resolve_device, resolve_dtype
@@ -42,7 +42,7 @@ def run_conf(run_dir: Path) -> EvalRunConf:
 def head_label(model: str, head: str) -> str:
     """The head setting as the result file records it: "shipped" names the ablation row its card says it came from
     ("shipped (layers2-all-cosine-2400k)"), so a table stays tied to its head after another is shipped."""
-    card = HEADS_DIR / model / "card.json"
+    card = SHIPPED_HEADS_DIR / model / "card.json"
     row = json.loads(card.read_text()).get("ablation_row") if head == "shipped" and card.is_file() else None
     return f"shipped ({row})" if row else head
 

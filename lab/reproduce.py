@@ -14,7 +14,6 @@ import json
 import logging
 import re
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from eagle_infer.config import InferConf
-from eagle_infer.trees.tree import DEFAULT_STATIC_PATHS
+from eagle_infer.config import DEFAULT_STATIC_PATHS
 from eval import throughput
 from eval.records import read_records, record_key
 

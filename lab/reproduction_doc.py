@@ -96,7 +96,7 @@ def head_text(stamp: Stamp) -> str:
     """The inference rows' head as the page names it: its ablation row and the commit it was shipped at, so the page
     stays tied to its head after another is shipped."""
     row = stamp.head.removeprefix("shipped (").removesuffix(")") if stamp.head.startswith("shipped (") else None
-    where = "`eagle_infer/heads/smollm2-135m`"
+    where = "`eagle_infer/shipped_heads/smollm2-135m`"
     return f"the head {row} ({where} at commit {stamp.commit})" if row else f"the {stamp.head} head ({where})"
 
 

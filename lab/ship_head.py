@@ -1,7 +1,7 @@
 """`make ship-head ROW=<row>` (python -m lab.ship_head row=<row>; conf/command/ship_head.yaml): an ablation row's head
 becomes the shipped head.
 
-Copies `<cache root>/ablate-head/<row>/head` (its weights and config) into `eagle_infer/heads/<model>` of the checkout
+Copies `<cache root>/ablate-head/<row>/head` (its weights and config) into `eagle_infer/shipped_heads/<model>` of the checkout
 and writes the card (`eagle_infer.head.head_card`) from files only: the training facts of the row's own card (data, loss
 tokens, steps, training time and machine), the row's line of the committed ablation file (held-out top-1 and α, τ
 on MT-bench and on held-out prompts, EAGLE-2 × vanilla with the machine it ran on), and each data stage's time from
@@ -32,7 +32,7 @@ HEAD_FILES = ("model.safetensors", "config.json")
 
 
 def shipped_dir(root: Path, model: str) -> Path:
-    return root / "eagle_infer" / "heads" / model
+    return root / "eagle_infer" / "shipped_heads" / model
 
 
 def ship_facts(row: str, line: dict, trained: dict, stages: list[dict], command: str, heldout_of: str) -> dict:

@@ -7,7 +7,7 @@ the CPU), and the result is loaded with speculators' own classes (SpeculatorMode
 states, tokens and positions; a row passes when the draft logits differ by at most 1e-4 (float32) and the top-1
 token agrees at every position.
 
-Heads: the shipped head (eagle_infer/heads/smollm2-135m, an EAGLE-1-block head: speculators has no EAGLE-1 model,
+Heads: the shipped head (eagle_infer/shipped_heads/smollm2-135m, an EAGLE-1-block head: speculators has no EAGLE-1 model,
 so its row says so), and random EAGLE-3-block heads (every weight perturbed so each one matters; a draft vocabulary
 of random, unordered ids) on SmolLM2-135M (--smollm2, the real target) and on tiny random targets of each family
 (llama, llama with Llama 3 rope scaling, mistral, qwen2, qwen3; rope_theta 50,000 so a dropped rope_theta shows).
@@ -196,14 +196,14 @@ def tiny_rows(families, work: Path, positions: int) -> list[Row]:
 
 def smollm2_rows(work: Path, positions: int) -> list[Row]:
     """The shipped head's row and a random EAGLE-3-block head's on the real SmolLM2-135M."""
-    from eagle_infer.decoding.build import HEADS_DIR
+    from eagle_infer.decoding.build import SHIPPED_HEADS_DIR
     from eagle_infer.head.head_checkpoint import load_head
     from eagle_infer.models.target import converted_gguf_dir, load_target
     from tests.conftest import SMOL
 
     target = load_target("smollm2-135m", "float32", "cpu")
     verifier = str(converted_gguf_dir(*SMOL))
-    shipped = load_head(HEADS_DIR / "smollm2-135m", target)
+    shipped = load_head(SHIPPED_HEADS_DIR / "smollm2-135m", target)
     rows = []
     for fmt in FORMATS:
         try:

@@ -214,16 +214,16 @@ def count_case(case: dict) -> dict:
     head_call = HeadRunner.__call__
 
     def head_layers_only(self, *args, **kwargs):
-        """What the head's call computes from its predictions (`then`: an EAGLE-2 level's draft logits and
+        """What the head's call computes from its predictions (`after`: an EAGLE-2 level's draft logits and
         bookkeeping) counts where it was asked for, not as the head's layer steps."""
         if len(args) > 5 and args[5] is not None:
-            then, outer = args[5], counter.region
+            after, outer = args[5], counter.region
 
             def counted(*inputs):
                 before = counter.region
                 counter.region = outer
                 try:
-                    return then(*inputs)
+                    return after(*inputs)
                 finally:
                     counter.region = before
             args = args[:5] + (counted,) + args[6:]

@@ -13,10 +13,11 @@ from dataclasses import dataclass
 import pytest
 import torch
 
-from eagle_infer.config import InferConf
+from eagle_infer.config import InferConf, SamplingParams
 from eagle_infer.decoding.engine import Engine
-from eagle_infer.trees.tree import DraftTree
-from eagle_infer.decoding.verify import Acceptance
+from eagle_infer.decoding.verify import Acceptance, sample_device
+from eagle_infer.trees.drafting import Growth, TreeFeeder, grow_dynamic
+from eagle_infer.trees.tree import DraftTree, TreeBatch
 from tests.tiny import tiny_target
 
 
@@ -268,7 +269,7 @@ def verify_sampling(tree: DraftTree, probs: torch.Tensor, generator: torch.Gener
     """Sequential rejection over one tree, node by node (the definition verify.sampled_choices and verify.follow batch; the exact
     tests script its draws through this module's `torch`). probs: [N+1, V] target sampling distributions at the
     flattened tree (row 0 = root)."""
-    tokens, children = tree.tokens.tolist(), tree.children()
+    tokens, children = tree.tokens.tolist(), children_of(tree)
     path, tested, row = [], [], 0
     while True:
         p = probs[row].clone()
@@ -286,3 +287,26 @@ def verify_sampling(tree: DraftTree, probs: torch.Tensor, generator: torch.Gener
             return Acceptance(path, int(torch.multinomial(p, 1, generator=generator)), tested)
         path.append(hit)
         row = hit + 1
+
+
+def children_of(tree: DraftTree) -> list[list[int]]:
+    """children_of(tree)[j] lists the node indices under flattened index j (0 = root, node i = i + 1), in order."""
+    out: list[list[int]] = [[] for _ in range(len(tree) + 1)]
+    for i, p in enumerate(tree.parents.tolist()):
+        out[p + 1].append(i)
+    return out
+
+
+def sample_tokens(logits: torch.Tensor, params: SamplingParams, generators: list[torch.Generator]) -> list[int]:
+    """The engine's sampler (verify.sample_device) with its tokens on the host."""
+    return sample_device(logits, params, generators).tolist()
+
+
+def draft_dynamic(feeder: TreeFeeder, depth: int, top_k: int, total_tokens: int, grow: Growth = Growth()) -> TreeBatch:
+    """EAGLE-2's trees alone, as the engine grows them (drafting.grow_dynamic)."""
+    return grow_dynamic(feeder, depth, top_k, total_tokens, grow).trees
+
+
+def rows_of(trees: TreeBatch) -> list[DraftTree]:
+    """Every row of a TreeBatch as a DraftTree."""
+    return [trees.row(b) for b in range(trees.batch)]

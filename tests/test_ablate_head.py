@@ -6,7 +6,7 @@ import json
 import pytest
 
 import lab.ablate_head as ab
-from eagle_infer.decoding.build import HEADS_DIR
+from eagle_infer.decoding.build import SHIPPED_HEADS_DIR
 from eagle_infer.errors import EagleError
 
 
@@ -89,7 +89,7 @@ def test_every_row_a_declared_finding_names_is_a_row_of_its_spec():
 def test_shipped_recipe_is_its_ablation_row():
     """recipes/smollm2-135m-shipped.yaml states the settings of the row it ships (the shipped head's card names it) a
     second time, so a recipe for `make train`; composed, the two must train the same head on the same data."""
-    card = json.loads((HEADS_DIR / "smollm2-135m" / "card.json").read_text())
+    card = json.loads((SHIPPED_HEADS_DIR / "smollm2-135m" / "card.json").read_text())
     spec = ab.load_spec("smollm2-135m")
     [row] = ab.named_rows(spec, [card["ablation_row"]])
     composed = ab.recipe("smollm2-135m", ab.row_overrides(spec, "smollm2-135m", row)[0])

@@ -7,7 +7,7 @@ import math
 import pytest
 
 from eagle_infer.config import InferConf
-from eagle_infer.models.config_limits import check_number
+from eagle_infer.errors import check_number
 from eagle_train.train import TrainConfig
 from tests.test_engine_errors import one_line_error
 
@@ -52,7 +52,7 @@ def test_unwritable_or_full_cache_is_refused_before_the_work(tmp_path, monkeypat
     import shutil
     from collections import namedtuple
 
-    from eagle_infer.decoding import cost_measure
+    from eagle_infer.trees import cost_measure
     from eagle_infer.platform import writable_cache
     from eagle_infer.models.target import converted_gguf_dir
     from tests.tiny import tiny_target

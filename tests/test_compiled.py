@@ -16,7 +16,8 @@ from eagle_infer.head.draft_head import random_head
 from eagle_infer.config import InferConf
 from eagle_infer.decoding.engine import Engine
 from eagle_infer.models.target import compile_target, load_target
-from eagle_infer.trees.tree import additive_mask, ancestor_masks
+from eagle_infer.trees.tree import ancestor_masks
+from eagle_infer.models.masks import additive_mask
 from tests.oracles import one_thread, scaled_target, vanilla_tokens  # noqa: F401 (one_thread is autouse)
 
 VOCAB = 96
@@ -103,19 +104,15 @@ def test_load_target_compiles_without_packing_modules(tmp_path, smol_tok):
     assert load_target(str(tmp_path), "float32", "cpu", "auto").compiled_forward is None
 
 
-def test_text_writing_stages_load_a_compiled_target_when_asked(monkeypatch):
+def test_text_writing_stages_load_a_compiled_target_when_asked():
     """featurize.compile: the stages that write text (regenerated answers, self-written prompts) decode through the
     compiled target; training never compiles it, and the default is the eager target."""
-    import eagle_infer.models.target as target_mod
-    from eagle_train.cli import FeaturizeConfig, TrainRunConf, _load_target
+    from eagle_train.cli import FeaturizeConfig, TrainRunConf, compiles_target
 
-    asked = []
-    monkeypatch.setattr(target_mod, "load_target", lambda *args, compile=False, **kw: asked.append(compile))
-    for stage, compile_ in [("regenerate", True), ("featurize", True), ("train", True), ("regenerate", False)]:
-        _load_target(TrainRunConf(stage=stage, featurize=FeaturizeConfig(compile=compile_)))
+    asked = [compiles_target(TrainRunConf(stage=stage, featurize=FeaturizeConfig(compile=compile_)))
+             for stage, compile_ in [("regenerate", True), ("featurize", True), ("train", True), ("regenerate", False)]]
     assert asked == [True, True, False, False]
-    _load_target(TrainRunConf(stage="regenerate"))
-    assert asked[-1] is False
+    assert compiles_target(TrainRunConf(stage="regenerate")) is False
 
 
 def test_feature_layers_outside_the_target_are_one_line_errors(pair):
@@ -129,13 +126,13 @@ def test_feature_layers_outside_the_target_are_one_line_errors(pair):
 
 
 class Recorded:
-    """A HeadRunner's compiled step, recording the `then` (head_runner.Then) of every call."""
+    """A HeadRunner's compiled step, recording the `after` (head_runner.AfterStep) of every call."""
 
     def __init__(self, inner):
-        self.inner, self.thens = inner, []
+        self.inner, self.afters = inner, []
 
     def __call__(self, *args):
-        self.thens.append(args[7])
+        self.afters.append(args[7])
         return self.inner(*args)
 
     def __getattr__(self, name):
@@ -147,7 +144,8 @@ def test_compiled_head_step_drafts_losslessly_with_no_graph_after_warm_up(pair):
     """The head's step compiled (what a HeadRunner does for a target compiled on a GPU, forced here on the CPU): it
     predicts what the eager head does over a static cache, every drafter's greedy output is vanilla's, EAGLE-2's
     levels run their bookkeeping in the compiled call, and more requests compile no graph."""
-    from eagle_infer.trees.drafting import DraftRoot, TreeFeeder, expanded
+    from eagle_infer.trees.drafting import DraftRoot, TreeFeeder
+    from eagle_infer.head.expansion import expanded
     from eagle_infer.head.head_runner import HeadRunner
 
     eager, fast = pair
@@ -178,7 +176,7 @@ def test_compiled_head_step_drafts_losslessly_with_no_graph_after_warm_up(pair):
     for engine in engines:
         assert [engine.generate(p, 15).tokens for p in prompts] == [vanilla_tokens(eager, p, 15) for p in prompts]
     assert head.compiled.compiles == warm
-    assert expanded in head.compiled.thens and None in head.compiled.thens  # EAGLE-2 expands in the compiled call
+    assert expanded in head.compiled.afters and None in head.compiled.afters  # EAGLE-2 expands in the compiled call
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -226,7 +224,8 @@ def test_verification_and_acceptance_compile_without_a_graph_break():
     """The verification input, greedy and sampled acceptance and the commit's index ops (accept_and_commit, the
     step the engine runs), traced as one graph at a padded width, give what the eager functions give."""
     from eagle_infer.trees.tree import TreeBatch
-    from eagle_infer.decoding.verify import SamplingParams, argmax, inverse_cdf, target_probs
+    from eagle_infer.decoding.verify import argmax, inverse_cdf, target_probs
+    from eagle_infer.config import SamplingParams
     from eagle_infer.decoding.verify_batch import accept_and_commit, kept_columns, verification_input
 
     gen = torch.Generator().manual_seed(0)
@@ -262,7 +261,7 @@ def test_compiled_acceptance_decodes_as_the_eager_one(pair):
     """Acceptance + commit compiled (what an engine over a target compiled on a GPU runs, captured per width; forced
     here on the CPU): greedy output is vanilla's, sampled output and batches are the eager engine's, and more requests
     compile no graph."""
-    from eagle_infer.decoding.verify import SamplingParams
+    from eagle_infer.config import SamplingParams
     from eagle_infer.decoding.verify_batch import accept_and_commit
     from eagle_infer.models.compiled import CompiledForward
 
@@ -292,11 +291,12 @@ def test_a_draft_level_compiles_without_a_graph_break():
     feeder's buffers, the head's step over a static cache with the level's draft logits, log-softmax, top-k over the
     vocabulary and bookkeeping in the same call (head_step with `expanded`, as the engine runs it), and the auto
     budget's plan, traced as one graph, give what the eager level gives."""
-    from eagle_infer.decoding.cost import Budget, CostModel
-    from eagle_infer.trees.drafting import by_value, expanded, level_inputs
+    from eagle_infer.trees.cost import Budget, CostModel
+    from eagle_infer.trees.drafting import level_inputs
+    from eagle_infer.head.expansion import by_value, expanded
     from eagle_infer.head.head_runner import HeadRunner, head_step
     from eagle_infer.models.kv_cache import KVCache
-    from eagle_infer.trees.tree import causal_mask
+    from eagle_infer.models.masks import causal_mask
 
     target = scaled_target(vocab=VOCAB, layers=2, seed=4, name="tiny-level")
     runner = HeadRunner(random_head(target, seed=4, draft_vocab=torch.arange(0, VOCAB, 16)), target)  # 6 ids < top-k 8

@@ -1,4 +1,4 @@
-"""The auto tree budget (eagle_infer/decoding/cost.py): the per-cycle choice maximises expected tokens per ms, drafting stops
+"""The auto tree budget (eagle_infer/trees/cost.py): the per-cycle choice maximises expected tokens per ms, drafting stops
 when a level cannot pay, decoding stays lossless whatever the cost model says, and a cost model measured on another
 machine is never reused."""
 from __future__ import annotations
@@ -10,9 +10,10 @@ from dataclasses import replace
 import pytest
 import torch
 
+from eagle_infer.decoding.methods import resolve, tree_size
 from eagle_infer.config import AUTO_MAX_DEPTH, AUTO_MAX_TOKENS, FIXED_DEPTH, FIXED_TOKENS, InferConf
-from eagle_infer.decoding.cost import COST_REVISION, Budget, CostModel, cache_path
-from eagle_infer.decoding.cost_measure import load_or_measure
+from eagle_infer.trees.cost import COST_REVISION, Budget, CostModel, cache_path
+from eagle_infer.trees.cost_measure import load_or_measure
 from eagle_infer.platform import machine_key
 from eagle_infer.decoding.engine import Engine
 from tests.oracles import one_thread, vanilla_tokens  # noqa: F401 (autouse fixture)
@@ -158,19 +159,19 @@ def test_auto_budget_with_lookup_is_lossless_and_follows_the_cost(name, per_toke
         head = None if fixed.method == "lookup" else head
         result = Engine(target, head, auto, cost=cost(per_token, level_ms)).generate(prompt, 40)
         assert result.tokens == vanilla_tokens(target, prompt, 40)
-        assert all(c.tree_size <= fixed.tree_size() for c in result.cycles)
+        assert all(c.tree_size <= tree_size(fixed) for c in result.cycles)
         if per_token == 0:
             same = Engine(target, head, fixed).generate(prompt, 40)
             assert [c.tree_size for c in result.cycles] == [c.tree_size for c in same.cycles]
         settled = 0
         if plan_ahead == "on":
             settled = next((i for i, c in enumerate(result.cycles) if c.tree_size), len(result.cycles)) + 1
-            settled += fixed.tree_size().bit_length()
+            settled += tree_size(fixed).bit_length()
         sizes += [c.tree_size for c in result.cycles[settled:]]
     if per_token == 50 and plan_ahead == "off":
         assert set(sizes) <= {0, 1}
     elif per_token == 50:  # (a run of reliable copies may still earn one more node than the last cycle's)
-        assert sorted(sizes)[len(sizes) // 2] <= 1 and max(sizes) < fixed.tree_size()
+        assert sorted(sizes)[len(sizes) // 2] <= 1 and max(sizes) < tree_size(fixed)
     else:
         assert max(sizes) > 1
 
@@ -210,16 +211,16 @@ def test_infer_auto_keys_and_errors():
     """The defaults are the auto budget (depth and total_tokens "auto"); an integer is a cap beside an "auto", a
     fixed setting beside another integer; budget=fixed gives the fixed tree; methods that cannot choose per cycle
     read "auto" as the fixed values."""
-    auto = InferConf(total_tokens="auto", depth=5).resolved()
+    auto = resolve(InferConf(total_tokens="auto", depth=5))
     assert (auto.budget, auto.total_tokens, auto.depth) == ("auto", AUTO_MAX_TOKENS, 5)
-    default = InferConf().resolved()
+    default = resolve(InferConf())
     assert (default.budget, default.total_tokens, default.depth) == ("auto", AUTO_MAX_TOKENS, AUTO_MAX_DEPTH)
     for fixed in (InferConf(budget="fixed"), InferConf(method="eagle2", rerank=False), InferConf(method="chain"),
                   InferConf(method="eagle1", lookup=True)):
-        f = fixed.resolved()
+        f = resolve(fixed)
         assert (f.budget, f.total_tokens, f.depth) == ("fixed", FIXED_TOKENS, FIXED_DEPTH)
-    assert InferConf(depth=6, total_tokens=32).resolved().budget == "fixed"
-    assert InferConf(method="lookup").resolved().budget == "auto"
+    assert resolve(InferConf(depth=6, total_tokens=32)).budget == "fixed"
+    assert resolve(InferConf(method="lookup")).budget == "auto"
     target, head = target_and_head(2)
     one_line_error(lambda: Engine(target, head, InferConf(method="eagle1", budget="auto")), "budget 'auto'", "eagle1")
     one_line_error(lambda: Engine(target, head, InferConf(budget="sometimes")), "'sometimes'")
@@ -286,7 +287,7 @@ def test_first_measurement_says_what_it_does_and_how_long(tmp_path, monkeypatch)
     """The first use of a model, dtype or head shape measures its costs: the user is told what, where it is cached,
     about how long it takes (from its first timings) and how long it took; a cached model is read silently."""
     monkeypatch.setenv("EAGLE_CACHE", str(tmp_path))
-    from eagle_infer.decoding.cost_measure import estimate_seconds
+    from eagle_infer.trees.cost_measure import estimate_seconds
     from eagle_infer.head.head_runner import HeadRunner
 
     target, head = target_and_head(2)
@@ -369,7 +370,7 @@ def test_a_cycle_reads_the_device_once(method, budget, monkeypatch):
 
 def test_planned_count_rises_at_once_and_falls_by_halves():
     """One unlikely cycle says little of the next: a plan's count follows a rise at once and halves a fall."""
-    from eagle_infer.decoding.cost import Plan
+    from eagle_infer.trees.cost import Plan
 
     assert Plan(3, 24).then(4, 8) == Plan(4, 16)
     assert Plan(3, 16).then(2, 30) == Plan(2, 30)

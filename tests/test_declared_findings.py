@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from eagle_infer.errors import EagleError
-from lab.declared_findings import RUN_SECTIONS, Declared, Ref, run_findings, section_runs
+from lab.declaration import Declared, Ref
+from lab.declared_findings import RUN_SECTIONS, run_findings, section_runs
 from lab.finding_rules import MEASURES, evaluate
 from lab.reproduce_plan import BY_NAME
 from lab.verdict import FAILS, HOLDS, WEAKER

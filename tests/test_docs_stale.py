@@ -32,7 +32,7 @@ def head_names(root: Path = ROOT) -> set[str]:
 
 
 def shipped_rows(root: Path = ROOT) -> set[str]:
-    return {json.loads(p.read_text()).get("ablation_row") for p in (root / "eagle_infer" / "heads").glob("*/card.json")}
+    return {json.loads(p.read_text()).get("ablation_row") for p in (root / "eagle_infer" / "shipped_heads").glob("*/card.json")}
 
 
 def stale_lines(text: str, heads: set[str], shipped: set[str], history: bool = False) -> list[str]:

@@ -11,13 +11,14 @@ from functools import lru_cache
 import pytest
 import torch
 
+from eagle_infer.decoding.methods import at_batch, tree_budget
 from eagle_infer.decoding import engine as engine_module
 from eagle_infer.head.draft_head import random_head
 from eagle_infer.config import InferConf
 from eagle_infer.decoding.engine import Engine
 from eagle_infer.models.target import compile_target
 from eagle_infer.trees.tree import check_paths
-from eagle_infer.decoding.verify import SamplingParams
+from eagle_infer.config import SamplingParams
 from tests.oracles import one_thread, oracle_drafter, scaled_target, vanilla_tokens  # noqa: F401 (fixture)
 from tests.test_engine_errors import one_line_error
 
@@ -114,25 +115,25 @@ def test_stream_reports_each_request():
 
 def test_tree_budget_shrinks_as_the_batch_grows():
     config = InferConf(method="eagle2", depth=6, top_k=8, total_tokens=32, batch_token_budget=64)
-    assert [config.tree_budget(b) for b in (1, 2, 4, 8, 64, 200)] == [32, 31, 15, 7, 1, 1]
-    small = config.at_batch(8)
+    assert [tree_budget(config, b) for b in (1, 2, 4, 8, 64, 200)] == [32, 31, 15, 7, 1, 1]
+    small = at_batch(config, 8)
     assert (small.total_tokens, small.depth, small.top_k) == (7, 6, 8)
-    assert config.at_batch(16).depth == 3 and config.at_batch(1) is config
-    static = InferConf(method="eagle1", batch_token_budget=24).at_batch(2)
+    assert at_batch(config, 16).depth == 3 and at_batch(config, 1) is config
+    static = at_batch(InferConf(method="eagle1", batch_token_budget=24), 2)
     assert len(static.static_paths) == 11 and check_paths(static.static_paths)  # a closed breadth-first prefix
-    assert InferConf(method="chain", depth=5, batch_token_budget=8).at_batch(2).depth == 3
-    assert InferConf(budget="fixed", method="eagle2").at_batch(8).total_tokens == 32  # budget 0: no shrinking
+    assert at_batch(InferConf(method="chain", depth=5, batch_token_budget=8), 2).depth == 3
+    assert at_batch(InferConf(budget="fixed", method="eagle2"), 8).total_tokens == 32  # budget 0: no shrinking
     tight = InferConf(method="eagle2", depth=2, top_k=4, total_tokens=8, batch_token_budget=8)
-    assert tight.at_batch(1).total_tokens == 7 == tight.tree_budget(1)  # a budget below the tree cuts batch 1 too
+    assert at_batch(tight, 1).total_tokens == 7 == tree_budget(tight, 1)  # a budget below the tree cuts batch 1 too
     # In a run, each cycle's tree fits the budget at that cycle's batch size.
     target, head = target_and_head()
     config = InferConf(method="eagle2", depth=4, top_k=4, total_tokens=16, batch_token_budget=24)
     batch = Engine(target, head, config).generate_batch(PROMPTS, 20, batch_size=4)
     cycles = [c for r in batch.results for c in r.cycles]
-    assert all(c.tree_size <= config.tree_budget(c.batch) for c in cycles)
+    assert all(c.tree_size <= tree_budget(config, c.batch) for c in cycles)
     assert {c.tree_size for c in cycles if c.batch == 4} == {5}
     fewest = min(c.batch for c in cycles)
-    assert fewest < 4 and {c.tree_size for c in cycles if c.batch == fewest} == {config.tree_budget(fewest)}
+    assert fewest < 4 and {c.tree_size for c in cycles if c.batch == fewest} == {tree_budget(config, fewest)}
 
 
 def test_bad_batches_are_refused_before_any_work(monkeypatch):
@@ -167,7 +168,7 @@ def test_default_batch_size_is_capped_by_max_batch_size():
 def test_cache_rows_of_different_lengths_see_only_their_own_tokens():
     """A batched target forward over rows of different lengths gives each row the logits of its own forward."""
     target, _ = target_and_head()
-    from eagle_infer.trees.tree import causal_mask
+    from eagle_infer.models.masks import causal_mask
 
     prompts = [PROMPTS[0], PROMPTS[2], PROMPTS[3]]
     nxt = [[3, 4, 5], [6, 7, 8], [9, 10, 11]]
@@ -192,7 +193,7 @@ def test_custom_drafter_is_held_to_the_per_batch_tree_budget():
     stops, references = stops_and_references()
     refs = [list(p) + r for p, r in zip(PROMPTS, references)]
     config = InferConf(method="eagle2", depth=4, top_k=1, total_tokens=16, batch_token_budget=24)
-    assert config.tree_budget(4) == 5
+    assert tree_budget(config, 4) == 5
     fits = oracle_drafter(None, 5, branch=0, vocab=VOCAB, references=refs)
     batch = Engine(target, head, config, drafter=fits).generate_batch(PROMPTS[:4], 12, batch_size=4)
     assert all(len(d.tree) == 5 for d in fits.log) and all(len(r.tokens) == 12 for r in batch.results)

@@ -7,12 +7,13 @@ from functools import lru_cache
 import pytest
 import torch
 
+from eagle_infer.decoding.methods import resolve
 from eagle_infer.head.draft_head import DraftHead, DraftHeadConfig, random_head
 from eagle_infer.head.head_checkpoint import load_head
 from eagle_infer.config import InferConf
 from eagle_infer.decoding.engine import Engine
 from eagle_infer.errors import EagleError
-from eagle_infer.decoding.verify import SamplingParams
+from eagle_infer.config import SamplingParams
 from tests.oracles import one_thread  # noqa: F401 (autouse fixture)
 from tests.tiny import tiny_target
 
@@ -304,7 +305,7 @@ def test_one_schema_from_the_command_line_to_the_engine():
                                                                                  "lookup.num_tokens=4"])
     conf = OmegaConf.to_object(cfg)
     assert conf.infer == InferConf(**values, lookup_conf=LookupConf(max_ngram=3, num_tokens=4))
-    assert Engine(target(), head(), conf.infer).config == conf.infer.resolved()
+    assert Engine(target(), head(), conf.infer).config == resolve(conf.infer)
     assert conf.infer.sampling() == SamplingParams(temperature=0.5, top_p=0.9, sampling_top_k=4)
 
 

@@ -15,12 +15,14 @@ from functools import lru_cache
 import pytest
 import torch
 
+from eagle_infer.decoding.methods import resolve, tree_budget
 from eagle_infer.decoding.build import measure_cost
 from eagle_infer.head.draft_head import DraftHead, DraftHeadConfig, random_head
 from eagle_infer.config import InferConf
 from eagle_infer.decoding.engine import Engine
 from eagle_infer.head.head_runner import HeadRunner
-from eagle_infer.trees.tree import causal_mask, check_paths
+from eagle_infer.trees.tree import check_paths
+from eagle_infer.models.masks import causal_mask
 from eagle_infer.models.kv_cache import KVCache
 from eagle_infer.models.target import compile_target
 from tests.oracles import (  # noqa: F401 (one_thread is an autouse fixture; distinct_checked a fixture)
@@ -109,14 +111,14 @@ def test_random_head_drafters_match_vanilla(name, path, distinct_checked):
             size, depth = len(paths), max(map(len, paths))
             assert all(c.tree_size == size and c.tree_depth == depth for c in result.cycles), name
         for c in result.cycles:
-            assert c.tree_size <= config.tree_budget() and c.tree_depth <= max_depth(config), name
+            assert c.tree_size <= tree_budget(config) and c.tree_depth <= max_depth(config), name
             assert sum(c.tested_hit) == c.accepted
     assert distinct_checked  # the head drafters' trees claim distinct siblings, and have them
 
 
 def max_depth(config: InferConf) -> int:
     """The deepest node a config's tree can hold: the static tree's deepest path for EAGLE-1, else its depth."""
-    config = config.resolved()
+    config = resolve(config)
     return max(map(len, config.paths())) if config.method == "eagle1" else config.depth
 
 
@@ -538,7 +540,7 @@ def test_padded_trees_match_vanilla_in_few_widths(path, monkeypatch):
             verified = widths[1:]  # after the prefill: root + nodes per cycle
             assert len(verified) == len(result.cycles)
             if pad == "on":
-                cap = config.tree_budget()
+                cap = tree_budget(config)
                 assert all(w - 1 == padded_width(c.tree_size, cap) for w, c in zip(verified, result.cycles))
                 assert {w - 1 for w in verified} <= {1, 2, 4, 8, 16, 32, cap}
             seen[pad] |= {(config.total_tokens, w) for w in verified}

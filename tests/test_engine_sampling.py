@@ -30,9 +30,10 @@ from eagle_infer.config import InferConf
 from eagle_infer.decoding.engine import Engine
 from eagle_infer.models.target import compile_target
 from eagle_infer.trees.tree import DraftTree, TreeBatch, ancestor_masks
-from eagle_infer.decoding.verify import SamplingParams, follow, inverse_cdf, sampled_choices, target_probs
+from eagle_infer.decoding.verify import follow, inverse_cdf, sampled_choices, target_probs
+from eagle_infer.config import SamplingParams
 from eagle_infer.decoding.verify_batch import accept_and_commit
-from tests.oracles import one_thread, oracle_drafter, scaled_target, vanilla_tokens, verify_sampling  # noqa: F401
+from tests.oracles import children_of, one_thread, oracle_drafter, scaled_target, vanilla_tokens, verify_sampling  # noqa: F401
 
 
 
@@ -144,7 +145,7 @@ def exact_batched_outcomes(tree: DraftTree, probs: torch.Tensor) -> dict[tuple, 
 def target_outcomes(tree: DraftTree, probs: torch.Tensor) -> dict[tuple, float]:
     """What the target itself would do: draw tokens autoregressively down the tree (row of the current node); the
     outcome is the path of tree nodes matched and the first token that leaves the tree."""
-    tokens, children = tree.tokens.tolist(), tree.children()
+    tokens, children = tree.tokens.tolist(), children_of(tree)
     out: dict[tuple, float] = {}
 
     def walk(row: int, path: tuple, prob: float):
@@ -214,7 +215,7 @@ HAND_TREES = {
 
 def broken_accept_always(tree, probs, generator):
     """Wrong on purpose: takes the first child that has any probability, never rejects."""
-    tokens, children = tree.tokens.tolist(), tree.children()
+    tokens, children = tree.tokens.tolist(), children_of(tree)
     path, row = [], 0
     while True:
         hit = next((c for c in children[row] if probs[row, tokens[c]] > 0), None)
@@ -227,7 +228,7 @@ def broken_accept_always(tree, probs, generator):
 
 def broken_bonus_from_p(tree, probs, generator):
     """Wrong on purpose: accepts with probability p(x) but draws the bonus from p, not from the residual."""
-    tokens, children = tree.tokens.tolist(), tree.children()
+    tokens, children = tree.tokens.tolist(), children_of(tree)
     path, row = [], 0
     while True:
         p = probs[row]
@@ -245,7 +246,7 @@ def broken_bonus_from_p(tree, probs, generator):
 
 def broken_no_renormalise(tree, probs, generator):
     """Wrong on purpose: after a rejection, later siblings are still accepted with their original p(x)."""
-    tokens, children = tree.tokens.tolist(), tree.children()
+    tokens, children = tree.tokens.tolist(), children_of(tree)
     path, row = [], 0
     while True:
         p = probs[row].clone()
@@ -639,15 +640,15 @@ def test_sample_tokens_rows_draw_independently():
     params = SamplingParams(temperature=0.8, top_p=0.9, sampling_top_k=4)
     logits = torch.randn(6, 11, generator=torch.Generator().manual_seed(0))
     probs = target_probs(logits, params)
-    batch = verify.sample_tokens(logits, params, [torch.Generator().manual_seed(7 + b) for b in range(6)])
-    alone = [verify.sample_tokens(logits[b:b + 1], params, [torch.Generator().manual_seed(7 + b)])[0] for b in range(6)]
+    batch = oracles.sample_tokens(logits, params, [torch.Generator().manual_seed(7 + b) for b in range(6)])
+    alone = [oracles.sample_tokens(logits[b:b + 1], params, [torch.Generator().manual_seed(7 + b)])[0] for b in range(6)]
     plain = [inverse_cdf_draw(probs[b], torch.Generator().manual_seed(7 + b)) for b in range(6)]
     assert batch == alone == plain
     generator = torch.Generator().manual_seed(1)
-    draws = Counter((verify.sample_tokens(logits[:1], params, [generator])[0],) for _ in range(4000))
+    draws = Counter((oracles.sample_tokens(logits[:1], params, [generator])[0],) for _ in range(4000))
     exact = {(t,): p for t, p in enumerate(probs[0].tolist()) if p > 0}
     assert same_distribution(draws, exact)[0], draws
-    assert verify.sample_tokens(logits, SamplingParams(), [generator] * 6) == logits.argmax(-1).tolist()
+    assert oracles.sample_tokens(logits, SamplingParams(), [generator] * 6) == logits.argmax(-1).tolist()
 
 
 @pytest.mark.parametrize("name", ["vanilla", "chain", "eagle1", "eagle2", "oracle"])

@@ -12,7 +12,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from eagle_infer.decoding.build import HEADS_DIR
+from eagle_infer.decoding.build import SHIPPED_HEADS_DIR
 from eagle_infer.head.draft_head import DraftHead, DraftHeadConfig, eagle3_layers, random_head
 from eagle_infer.errors import EagleError
 from eagle_infer.head.head_checkpoint import load_head
@@ -105,7 +105,7 @@ def test_shipped_head_exports_and_loads_back_the_same(server, tmp_path):
     from eagle_infer.models.target import load_target
 
     target = load_target("smollm2-135m", "float32", "cpu")
-    head = load_head(HEADS_DIR / "smollm2-135m", target)
+    head = load_head(SHIPPED_HEADS_DIR / "smollm2-135m", target)
     files = export(head, server, tmp_path)
     assert sorted(p.name for p in files) == ["config.json", "model.safetensors", "token_map.pt"]
     check_layout(tmp_path, head, server)
@@ -115,8 +115,8 @@ def test_shipped_head_exports_and_loads_back_the_same(server, tmp_path):
     same_predictions(head, back, target)
     with pytest.raises(EagleError, match="^vLLM's EAGLE-1 drafter has no fc bias.*train with head.fc_bias=false"):
         export(head, "vllm", tmp_path / "vllm")
-    card = write_card(HEADS_DIR / "smollm2-135m", tmp_path, head, server).read_text()
-    assert card.startswith((HEADS_DIR / "smollm2-135m" / "README.md").read_text().rstrip("\n"))
+    card = write_card(SHIPPED_HEADS_DIR / "smollm2-135m", tmp_path, head, server).read_text()
+    assert card.startswith((SHIPPED_HEADS_DIR / "smollm2-135m" / "README.md").read_text().rstrip("\n"))
     assert "--speculative-draft-model-path" in card if server == "sglang" else "EaModel.from_pretrained" in card
 
 

@@ -22,7 +22,7 @@ from eagle_infer.errors import EagleError
 from eagle_infer.head.draft_head import eagle3_layers
 from eagle_infer.platform import cpu
 from eagle_infer.models.target import compile_target
-from eagle_infer.trees.tree import additive_mask
+from eagle_infer.models.masks import additive_mask
 from eagle_train.featurize import FeaturizeConfig, featurize
 from eagle_train.features import Manifest, read_samples
 from eagle_train.export import export

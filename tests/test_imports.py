@@ -1,7 +1,8 @@
 """The project's packages import in one direction, eagle_infer <- eagle_train <- eval <- lab (a package imports its own
-modules and those of the packages before it), without a circle between modules, and no module imports one of the
-project's modules inside a function (optional third-party dependencies may stay lazy). Imports for type annotations
-only (under `if TYPE_CHECKING:`) never run and are not counted. Scripts and tests may import anything."""
+modules and those of the packages before it); inside each package its folders are floors that import downward only
+(FLOORS); no circle between modules; and no module imports one of the project's modules inside a function (optional
+third-party dependencies may stay lazy). Imports for type annotations only (under `if TYPE_CHECKING:`) count like any
+other, so no circle or upward arrow can hide behind them. Scripts and tests may import anything."""
 from __future__ import annotations
 
 import ast
@@ -9,6 +10,15 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 LAYERS = ("eagle_infer", "eagle_train", "eval", "lab")  # each may import the ones before it, never one after
+# Each package's floors, top first: a module imports modules of its own floor and of the floors below it. "" is the
+# package's own modules (eagle_infer's config, constants, platform, errors: the floor everything stands on); the
+# package's __init__ stands above every floor.
+FLOORS = {
+    "eagle_infer": ("entry", "decoding", "trees", "head", "models", ""),
+    "eagle_train": ("",),
+    "eval": ("",),
+    "lab": ("",),
+}
 
 
 def project_imports(path: Path, package: str, modules: set[str]) -> list[tuple[str, bool]]:
@@ -28,8 +38,6 @@ def project_imports(path: Path, package: str, modules: set[str]) -> list[tuple[s
 
     def visit(node, nested: bool) -> None:
         for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.If) and ast.unparse(child.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING"):
-                continue  # type-only imports never run
             inner = nested or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
             if isinstance(child, ast.ImportFrom):
                 base = child.module or ""
@@ -100,10 +108,36 @@ def local_imports(table: dict[str, list[tuple[str, bool]]]) -> list[tuple[str, s
     return [(name, m) for name, found in table.items() for m, nested in found if nested]
 
 
+def floor(module: str) -> int:
+    """The floor of a module within its package (FLOORS; 0 the top), -1 for the package's __init__; a module in a
+    folder FLOORS does not name is an error (a new folder takes its place in FLOORS)."""
+    parts = module.split(".")
+    if len(parts) == 1:
+        return -1
+    floors = FLOORS[parts[0]]
+    folder = parts[1] if len(parts) > 2 or parts[1] in floors and parts[1] else ""
+    if folder not in floors:
+        raise AssertionError(f"{module}: folder {folder!r} is not a floor of {parts[0]}: expected one of {floors}")
+    return floors.index(folder)
+
+
+def upward_floor_imports(table: dict[str, list[tuple[str, bool]]]) -> list[tuple[str, str]]:
+    """(importer, imported) pairs inside one package where a module imports a floor above its own."""
+    same = lambda a, b: a.split(".")[0] == b.split(".")[0]  # noqa: E731
+    return [(name, m) for name, found in table.items() for m, _ in found
+            if same(name, m) and m != name and floor(m) < floor(name)]
+
+
 def test_every_package_is_checked():
     packages = {name.split(".")[0] for name in project_modules()}
-    assert packages == set(LAYERS)
+    assert packages == set(LAYERS) == set(FLOORS)
     assert {p.parent.name for p in ROOT.glob("*/__init__.py")} <= set(LAYERS) | {"tests", "scripts"}
+    for name in project_modules():
+        floor(name)  # every folder is a named floor
+
+
+def test_floors_import_only_downward():
+    assert not upward_floor_imports(import_table())
 
 
 def test_no_import_circle_between_modules():
@@ -137,4 +171,24 @@ def test_the_checks_see_a_circle_an_upward_and_a_local_import(tmp_path):
     assert table["eagle_infer.sub.e"] == [("eagle_infer.f", False), ("eagle_infer.sub.h", False), ("lab.d", False)]
     assert upward_imports(table) == [("eagle_infer.sub.e", "lab.d"), ("eagle_train.c", "eval.a"),
                                      ("eagle_train.c", "lab.d")]
-    assert table["lab.d"] == [("eval.b", False)]
+    assert table["lab.d"] == [("eval.b", False), ("eval.a", False)]  # a type-only import counts
+
+
+def test_the_floor_check_sees_an_upward_import_and_a_type_only_circle(tmp_path):
+    """An upward import between eagle_infer's floors is found, a type-only one too, and a circle that closes only
+    under `if TYPE_CHECKING:` is a circle."""
+    for package in LAYERS:
+        (tmp_path / package).mkdir()
+    for folder in ("models", "decoding"):
+        (tmp_path / "eagle_infer" / folder).mkdir()
+    (tmp_path / "eagle_infer" / "models" / "cache.py").write_text("from ..decoding.cycle import step\n")
+    (tmp_path / "eagle_infer" / "decoding" / "cycle.py").write_text(
+        "from ..models.cache import c\nfrom .scheduler import r\n")
+    (tmp_path / "eagle_infer" / "decoding" / "scheduler.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .cycle import step\n")
+    (tmp_path / "eagle_infer" / "config.py").write_text("if TYPE_CHECKING:\n    from .models.cache import c\n")
+    table = import_table(tmp_path)
+    assert sorted(upward_floor_imports(table)) == [("eagle_infer.config", "eagle_infer.models.cache"),
+                                                   ("eagle_infer.models.cache", "eagle_infer.decoding.cycle")]
+    assert "eagle_infer.decoding.scheduler" in find_cycle(graph(
+        {k: v for k, v in table.items() if k != "eagle_infer.models.cache"}))

@@ -9,7 +9,7 @@ from eagle_infer.head.draft_head import random_head
 from eagle_infer.head.head_runner import HeadRunner
 from eagle_infer.models.lean_layer import LeanLayer
 from eagle_infer.models.target import Target, with_decoder
-from eagle_infer.trees.tree import additive_mask, causal_mask
+from eagle_infer.models.masks import additive_mask, causal_mask
 
 from .tiny import tiny_target
 

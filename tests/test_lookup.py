@@ -11,16 +11,17 @@ from functools import lru_cache
 import pytest
 import torch
 
+from eagle_infer.decoding.methods import tree_budget, tree_size
 from eagle_infer.config import InferConf, LookupConf
-from eagle_infer.decoding.cost import CostModel
+from eagle_infer.trees.cost import CostModel
 from eagle_infer.head.draft_head import random_head
 from eagle_infer.decoding.engine import Engine
 from eagle_infer.trees.lookup import CopyRates, continuations, copy_batch
 from eagle_infer.trees.merge import cut, merge
 from eagle_infer.trees.tree import DraftTree, TreeBatch
-from eagle_infer.decoding.verify import SamplingParams
+from eagle_infer.config import SamplingParams
 from tests.oracles import (  # noqa: F401 (one_thread is an autouse fixture; distinct_checked a fixture)
-    distinct_checked, merge_oracle, one_thread, oracle_drafter, scaled_target, vanilla_tokens, verify_sampling,
+    children_of, distinct_checked, merge_oracle, rows_of, one_thread, oracle_drafter, scaled_target, vanilla_tokens, verify_sampling,
 )
 from tests.test_engine_errors import one_line_error
 from tests.test_engine_sampling import (
@@ -68,7 +69,7 @@ def check_well_formed(tree: DraftTree) -> None:
     pars, depths, toks = tree.parents.tolist(), tree.depths.tolist(), tree.tokens.tolist()
     for i, p in enumerate(pars):
         assert p < i and depths[i] == (1 if p < 0 else depths[p] + 1)
-    for kids in tree.children():
+    for kids in children_of(tree):
         assert len({toks[k] for k in kids}) == len(kids)
 
 
@@ -182,7 +183,7 @@ def test_merge_with_a_count_keeps_that_many():
         once = merge(first, log_values(first), second, log_values(second), budget,
                      lambda values: seen.append(values) or count).tree
         direct = merge(first, log_values(first), second, log_values(second), min(budget, count)).tree
-        for a, b in zip(once.rows(), direct.rows()):
+        for a, b in zip(rows_of(once), rows_of(direct)):
             same_tree(a, b)
         everything = merge(first, log_values(first), second, log_values(second), 100).values()
         assert [ranked(row) for row in seen[0]] == [ranked(row) for row in everything]
@@ -267,7 +268,7 @@ def test_greedy_equals_vanilla(name, distinct_checked):
         result = Engine(target, head if config.method != "lookup" else None, config).generate(prompt, 40)
         assert result.tokens == expected, (name, seed)
         for c in result.cycles:
-            assert c.tree_size <= config.tree_budget() and c.lookup_size <= c.tree_size
+            assert c.tree_size <= tree_budget(config) and c.lookup_size <= c.tree_size
             assert c.lookup_accepted <= c.accepted and sum(c.tested_hit) == c.accepted
         copied += sum(c.lookup_accepted for c in result.cycles)
     assert copied > 0
@@ -315,7 +316,7 @@ def test_batch_token_budget_cuts_merged_trees():
                    InferConf(method="eagle2", depth=3, top_k=4, total_tokens=12, lookup=True, batch_token_budget=24)):
         batch = Engine(target, head, config).generate_batch(prompts, 24, batch_size=4)
         assert [r.tokens for r in batch.results] == [vanilla_tokens(target, p, 24) for p in prompts]
-        assert all(c.tree_size <= config.tree_budget(c.batch) for r in batch.results for c in r.cycles)
+        assert all(c.tree_size <= tree_budget(config, c.batch) for r in batch.results for c in r.cycles)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -397,7 +398,7 @@ def test_engine_samples_follow_the_target(name, temperature):
     assert same, (name, temperature, p_value, stat)
     assert copied >= 0.2 * N_SAMPLES  # copied tokens do get accepted, so their acceptance branch is tested
     if config.budget == "auto":  # the per-cycle cut is exercised: trees of several sizes, all below the 4 nodes
-        assert len(sizes) > 1 and max(sizes) < config.tree_size() == 4, sizes
+        assert len(sizes) > 1 and max(sizes) < tree_size(config) == 4, sizes
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -428,7 +429,7 @@ def test_eval_methods_and_lookup_share(tmp_path, monkeypatch):
     vanilla, lookup, eagle2, hybrid = make_methods(["vanilla", "lookup", "eagle2", "eagle2+lookup"], target,
                                                    InferConf(depth="auto", total_tokens="auto"), head, None, "float32")
     assert [m.engine.config.budget for m in (vanilla, lookup, eagle2, hybrid)] == ["fixed", "auto", "auto", "auto"]
-    assert lookup.engine.config.tree_size() == LookupConf().num_tokens and lookup.engine.cost.level_ms == 0.0
+    assert tree_size(lookup.engine.config) == LookupConf().num_tokens and lookup.engine.cost.level_ms == 0.0
 
     def rec(method, cycles):
         return {"benchmark": "b", "method": method, "question_id": "1", "turns": [], "new_tokens": 4, "wall_s": 1.0,

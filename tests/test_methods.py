@@ -12,7 +12,8 @@ from eagle_infer.trees.drafters import DraftInput
 from eagle_infer.trees.drafting import draft_chain
 from eagle_infer.head.draft_head import random_head
 from eagle_infer.decoding.engine import Engine
-from eagle_infer.decoding.methods import DEFAULT_METHOD, Method, hybrid, method_named, method_names, register
+from eagle_infer.decoding.methods import Method, hybrid, method_named, method_names, method_of, register, resolve
+from eagle_infer.config import DEFAULT_METHOD
 from eval.cli import DEFAULT_METHODS
 from eval.methods import make_methods
 from tests.oracles import one_thread, scaled_target, vanilla_tokens  # noqa: F401 (one_thread: autouse fixture)
@@ -47,9 +48,9 @@ PAIR = Method("pair", head=True, tree="chain", drafter=TwoTokenDrafter, tree_siz
 
 def test_the_default_is_eagle2_with_lookup():
     assert DEFAULT_METHOD == "eagle2+lookup" == InferConf().method
-    spec = InferConf().spec
+    spec = method_of(InferConf())
     assert spec.head and spec.tree == "hybrid" and spec.merges_lookup and spec.takes_auto(InferConf())
-    assert InferConf().resolved().budget == "auto"  # the default tree is chosen per cycle, lookup's copies counted
+    assert resolve(InferConf()).budget == "auto"  # the default tree is chosen per cycle, lookup's copies counted
     assert DEFAULT_METHODS[:3] == ["vanilla", "eagle2+lookup", "eagle2"]  # eval compares it with EAGLE-2 and vanilla
     assert method_named("eagle2").tree == "dynamic" and not method_named("eagle2").lookup  # eagle2 stays selectable
 
@@ -59,16 +60,16 @@ def test_every_registered_method_decodes_losslessly(target, name):
     head = random_head(target, seed=3) if method_named(name).head else None
     config = InferConf(method=name, **FIXED)
     engine = Engine(target, head, config)
-    assert engine.config.spec is method_named(name) and (engine.head is None) == (not method_named(name).head)
+    assert method_of(engine.config) is method_named(name) and (engine.head is None) == (not method_named(name).head)
     assert engine.generate(PROMPT, 16).tokens == vanilla_tokens(target, PROMPT, 16)
 
 
 def test_the_lookup_flag_names_the_hybrid(target):
     """infer.lookup=true beside a head method is its "+lookup" entry; beside one without a hybrid, a one-line error."""
     config = Engine(target, random_head(target), InferConf(method="chain", lookup=True, **FIXED)).config
-    assert (config.method, config.lookup) == ("chain+lookup", True) and config.spec is method_named("chain+lookup")
-    assert InferConf(method="eagle2+lookup", lookup=True).resolved().method == "eagle2+lookup"
-    one_line_error(lambda: InferConf(method="vanilla", lookup=True).resolved(), "lookup=true", "'vanilla'",
+    assert (config.method, config.lookup) == ("chain+lookup", True) and method_of(config) is method_named("chain+lookup")
+    assert resolve(InferConf(method="eagle2+lookup", lookup=True)).method == "eagle2+lookup"
+    one_line_error(lambda: resolve(InferConf(method="vanilla", lookup=True)), "lookup=true", "'vanilla'",
                    "chain, eagle1, eagle2")
 
 
@@ -101,7 +102,7 @@ def test_a_registered_method_is_usable_end_to_end(target, registry, tmp_path, mo
     assert build_head(InferConf(method="pair", head="random"), target) is not None
     pair, lookup = make_methods(["pair", "lookup"], target, InferConf(**FIXED), head, None, "float32")
     answer = pair.generate_batch([PROMPT], 16, InferConf().sampling(), [], 0)
-    assert answer.results[0].tokens == reference and pair.engine.config.spec is PAIR
+    assert answer.results[0].tokens == reference and method_of(pair.engine.config) is PAIR
 
 
 def test_without_a_head_the_default_says_what_decodes(target):

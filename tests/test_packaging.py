@@ -19,7 +19,7 @@ def test_every_config_and_recipe_is_installed_as_data():
     for target, patterns in setuptools["data-files"].items():  # each lands where cli_support.REPO looks
         assert all(target == "share/eagle-toolkit/" + str(Path(p).parent) for p in patterns), target
     heads = setuptools["package-data"]["eagle_infer"]
-    assert all(any(Path(f).match(p) for p in heads) for f in (ROOT / "eagle_infer" / "heads").rglob("*") if f.is_file())
+    assert all(any(Path(f).match(p) for p in heads) for f in (ROOT / "eagle_infer" / "shipped_heads").rglob("*") if f.is_file())
 
 
 def test_inference_installs_without_deepspeed_and_wandb():

@@ -178,7 +178,7 @@ def test_page_names_the_shipped_heads_ablation_row(setup, tmp_path, monkeypatch)
     monkeypatch.setattr(rp, "head_label", lambda model, head: f"{head} (row-of-{model})")
     page = rp.reproduce(2, str(data), rp.Path("results/reproduce"), rp.Path("docs/reproduction.md"), doc_only=True)
     target_line = next(line for line in page.splitlines() if line.startswith("- **Target**"))
-    assert "the head row-of-smollm2-135m (`eagle_infer/heads/smollm2-135m` at commit " in target_line
+    assert "the head row-of-smollm2-135m (`eagle_infer/shipped_heads/smollm2-135m` at commit " in target_line
     measured = [line for line in page.splitlines() if line.startswith("Measured by `make reproduce LIMIT=2` at commit")]
     sections = page[:page.index("<!-- sections from committed result files")].count("\n## ") - 1  # not Verdicts
     assert len(measured) == sections > 0 and all("the head row-of-smollm2-135m" in m for m in measured)

@@ -122,8 +122,8 @@ def test_readme_names_the_shipped_head_and_an_earlier_one_without_row_names(tmp_
     old = dataclasses.replace(sample_result("Beta CPU"), commit="def5678", settings=dataclasses.replace(
         sample_result().settings, head="shipped (row-old)"))
     root = checkout_copy(tmp_path, [])
-    (root / "eagle_infer" / "heads" / "smollm2-135m").mkdir(parents=True)
-    (root / "eagle_infer" / "heads" / "smollm2-135m" / "card.json").write_text(json.dumps({"ablation_row": "row-now"}))
+    (root / "eagle_infer" / "shipped_heads" / "smollm2-135m").mkdir(parents=True)
+    (root / "eagle_infer" / "shipped_heads" / "smollm2-135m" / "card.json").write_text(json.dumps({"ablation_row": "row-now"}))
     for result in (now, old):
         write_result(result, result_path(root, result.machine))
     write_docs(root)
@@ -252,7 +252,7 @@ def test_headline_names_the_ablation_row_of_the_shipped_head(tmp_path, monkeypat
 
     (tmp_path / "m").mkdir()
     (tmp_path / "m" / "card.json").write_text(json.dumps({"ablation_row": "row-a"}))
-    monkeypatch.setattr(headline, "HEADS_DIR", tmp_path)
+    monkeypatch.setattr(headline, "SHIPPED_HEADS_DIR", tmp_path)
     assert headline.head_label("m", "shipped") == "shipped (row-a)"
     assert headline.head_label("m", "random") == "random"
     assert headline.head_label("other", "shipped") == "shipped"  # no card: nothing to name

@@ -6,7 +6,7 @@ import torch
 
 from eagle_infer.models.chat import Message, prompt_ids
 from eagle_infer.models.chat import stop_ids
-from eagle_infer.decoding.build import HEADS_DIR
+from eagle_infer.decoding.build import SHIPPED_HEADS_DIR
 from eagle_infer.head.draft_head import random_head
 from eagle_infer.head.head_checkpoint import load_head
 from eagle_infer.config import InferConf
@@ -65,7 +65,7 @@ def test_greedy_lossless_random_head(smol, vanilla_answers, method):
 
 def shipped_head(target):
     """The head shipped in the package; its absence is a failure (the package promises it), never a skip."""
-    directory = HEADS_DIR / "smollm2-135m"
+    directory = SHIPPED_HEADS_DIR / "smollm2-135m"
     assert (directory / "config.json").exists(), f"the shipped head {directory} is missing"
     return load_head(directory, target)
 

@@ -101,3 +101,19 @@ def test_more_ranks_than_shards_or_micro_batches(tiny_smol, deepspeed_cpu_env, t
         train(cfg, tiny_smol)
     assert "6 conversations cannot fill 1 micro batch(es) of 8 on each of 1 ranks: expected at most 0 ranks" in \
         one_line(err)
+
+
+def test_an_fp16_config_plans_fp16(tmp_path):
+    """DeepSpeed's precision has one reader (train.precision): an fp16 config plans 2-byte weights as bf16 does,
+    where a float32 one plans 4 (a plan once read fp16 as float32 and doubled the memory)."""
+    shipped = json.loads((REPO / "conf/deepspeed/zero2_bf16.json").read_text())
+    weights = {}
+    for name, section in (("bf16", "bf16"), ("fp16", "fp16"), ("fp32", None)):
+        ds = {k: v for k, v in shipped.items() if k not in ("bf16", "fp16")}
+        if section:
+            ds[section] = {"enabled": True}
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps(ds))
+        text = plan(recipe("qwen3-8b", "plan.ranks=8", "plan.time_steps=0", f"train.deepspeed_config={path}"))
+        weights[name] = float(re.search(r"online \(and cached\): [\d.]+ GB = target weights ([\d.]+) GB", text).group(1))
+    assert weights["fp16"] == weights["bf16"] == pytest.approx(weights["fp32"] / 2, rel=0.01)

@@ -13,16 +13,14 @@ import torch
 
 from eagle_infer.head.draft_head import DraftHead, DraftHeadConfig, random_head
 from eagle_infer.head.head_runner import HeadRunner
-from eagle_infer.trees.drafting import (
-    DraftRoot, TreeFeeder, draft_chain, draft_dynamic, draft_static, expand_level, growth,
-)
+from eagle_infer.trees.drafting import DraftRoot, TreeFeeder, draft_chain, draft_static, growth
+from eagle_infer.head.expansion import expand_level
 from eagle_infer.errors import EagleError
 from eagle_infer.models.kv_cache import KVCache
-from eagle_infer.trees.tree import (
-    DEFAULT_STATIC_PATHS, DraftTree, additive_mask, ancestor_masks, causal_mask, chain_paths, check_paths,
-    node_ancestors,
-)
-from tests.oracles import one_thread  # noqa: F401 (autouse fixture)
+from eagle_infer.trees.tree import DraftTree, ancestor_masks, chain_paths, check_paths, node_ancestors
+from eagle_infer.config import DEFAULT_STATIC_PATHS
+from eagle_infer.models.masks import additive_mask, causal_mask
+from tests.oracles import children_of, draft_dynamic, one_thread, rows_of  # noqa: F401 (one_thread: autouse fixture)
 from tests.tiny import tiny_target
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -90,7 +88,7 @@ def test_ancestor_mask_hand_drawn():
         [1, 1, 0, 1, 0, 0, 1],  # n5
     ], dtype=torch.bool)
     assert torch.equal(tree.ancestor_mask(), expected)
-    assert tree.children() == [[0, 1], [2, 3], [4], [5], [], [], []]
+    assert children_of(tree) == [[0, 1], [2, 3], [4], [5], [], [], []]
     assert len(tree) == 6 and tree.depth == 3
 
 
@@ -168,7 +166,7 @@ def check_tree_shape(tree: DraftTree, max_depth: int):
         assert d == (1 if p < 0 else depths[p] + 1)
         assert 1 <= d <= max_depth
     assert depths == sorted(depths)
-    for kids in tree.children():
+    for kids in children_of(tree):
         assert len({tokens[c] for c in kids}) == len(kids)  # siblings are distinct tokens
     assert torch.all((tree.probs >= 0) & (tree.probs <= 1))
 
@@ -185,7 +183,7 @@ def check_against_head(feeder: TreeFeeder, tree: DraftTree, top_k: int, ranks: d
     """Each node's children are among the top_k tokens of the head's own distribution at that node (exactly the
     listed ranks for a static tree), with that probability, in rank order."""
     tokens, probs = tree.tokens.tolist(), tree.probs.tolist()
-    for row, kids in enumerate(tree.children()):
+    for row, kids in enumerate(children_of(tree)):
         if not kids:
             continue
         logp = sequential_logp(feeder, path_tokens(tree, row - 1) if row else [])
@@ -239,7 +237,7 @@ def test_draft_dynamic_properties(input_mode, depth, top_k, total, expand_by, re
     assert all(torch.equal(getattr(tree, f), getattr(again, f)) for f in ("tokens", "parents", "depths"))
     if rerank:
         # The root's children are the head's top tokens, in order.
-        kids = tree.children()[0]
+        kids = children_of(tree)[0]
         assert tree.tokens[kids].tolist() == sequential_logp(feeder, []).topk(len(kids)).indices.tolist()
 
 
@@ -255,7 +253,7 @@ def test_draft_dynamic_rerank_keeps_the_best_paths():
     for i in range(len(tree)):
         logp_sum[i] = (logp_sum[parents[i]] if parents[i] >= 0 else 0.0) + float(tree.probs[i].log())
     worst_kept = min(logp_sum.values())
-    children = tree.children()
+    children = children_of(tree)
     for row in range(len(tree) + 1):
         node = row - 1
         if node >= 0 and tree.depths[node] == depth:
@@ -391,7 +389,7 @@ def test_batched_drafting_equals_each_row_alone(input_mode, kind):
         "chain": lambda f: draft_chain(f, 5),
     }[kind]
     feeder = batch_feeder(head, target)
-    trees = draft(feeder).rows()
+    trees = rows_of(draft(feeder))
     feeder.reset()
     assert feeder.cache.lengths == [len(p) for p in PROMPTS]
     assert len(trees) == len(PROMPTS)
@@ -410,10 +408,10 @@ def test_feeder_buffers_grow_without_changing_the_trees(input_mode):
     first = batch_feeder(head, target)
     for draft in (lambda f: draft_dynamic(f, 4, 4, 12), lambda f: draft_static(f, DEFAULT_STATIC_PATHS)):
         feeder = TreeFeeder(first.head, first.cache, first.root)  # (a feeder serves one cycle)
-        roomy = draft(feeder).rows()
+        roomy = rows_of(draft(feeder))
         feeder.reset()
         small = TreeFeeder(first.head, first.cache, first.root, capacity=1)
-        grown = draft(small).rows()
+        grown = rows_of(draft(small))
         small.reset()
         assert small.fed > 2 and small._cap >= small.fed
         for a, b in zip(roomy, grown):

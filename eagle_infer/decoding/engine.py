@@ -24,9 +24,9 @@ from typing import Callable
 
 import torch
 
-from ..config import InferConf
-from .cost import Budget, CostModel
-from ..trees.drafters import Drafter, drafter_for
+from ..config import InferConf, SamplingParams
+from ..trees.cost import Budget, CostModel
+from ..trees.drafters import Drafter
 from ..head.draft_head import DraftHead
 from ..trees.drafting import TreeFeeder
 from ..errors import EagleError
@@ -34,20 +34,21 @@ from ..head.head_runner import HeadRunner, runner_for
 from ..models.kv_cache import KVCache
 from ..platform import available_memory, sync
 from .cycle import CyclePolicy
+from .methods import at_batch, drafter_for, feed_budget, method_of, resolve, tree_budget, tree_size, validate
 from ..models.compiled import CompiledForward
 from .verify_batch import accept_and_commit
 from .records import BatchResult, GenerationResult
+from .batch_state import Models
 from .scheduler import BatchRun, Call
 from ..trees.tree import DraftTree, TreeBatch
-from .verify import SamplingParams
 
 
 def checked(config: InferConf, target, head) -> InferConf:
-    """`config` resolved (InferConf.resolved), with one-line errors for what cannot decode with `target` and `head`
+    """`config` resolved (methods.resolve), with one-line errors for what cannot decode with `target` and `head`
     (a head method without a head among them)."""
-    config = config.resolved()
-    config.validate(target.vocab_size)
-    if config.spec.head and head is None:
+    config = resolve(config)
+    validate(config, target.vocab_size)
+    if method_of(config).head and head is None:
         raise EagleError(f"method {config.method!r} needs a draft head: give head=<dir> or head=random")
     return config
 
@@ -73,7 +74,7 @@ class Engine:
             raise EagleError("budget 'auto' needs this machine's cost model: build the engine with "
                              "eagle_infer.decoding.build.build_engine, or give cost=eagle_infer.decoding.build.measure_cost(...)")
         self.target, self.config = target, config
-        self.head = runner_for(head, target) if config.spec.head else None
+        self.head = runner_for(head, target) if method_of(config).head else None
         self.drafter, self.cost = drafter_for(config, drafter), cost
         captured = target.compiled_forward is not None and target.device.type == "cuda"  # CUDA graphs
         self.pad_trees = config.pad_trees == "on" or (config.pad_trees == "auto" and captured)
@@ -81,6 +82,7 @@ class Engine:
         self.accept = (CompiledForward(None, accept_and_commit, target.device, "acceptance") if captured
                        else accept_and_commit)
         self.plan_ahead = config.plan_ahead == "on" or (config.plan_ahead == "auto" and target.device.type == "cuda")
+        self.chains = method_of(config).chains(config)  # every tree one chain: verified causally (cycle.target_mask)
         self._policies: dict[int, CyclePolicy] = {}  # per batch size (policy_at)
 
     def _check_room(self, prompt_len: int, max_new_tokens: int, which: str = "") -> int:
@@ -99,10 +101,10 @@ class Engine:
             )
         # At a cycle start the cache holds every emitted token but the newest (the root, at most max_new - 1 of
         # them after the prompt), and the cycle writes the root and its tree after them.
-        need = prompt_len + max_new_tokens - 1 + self.config.tree_budget()
+        need = prompt_len + max_new_tokens - 1 + tree_budget(self.config)
         if need > ctx:
             raise EagleError(
-                f"{which}tree budget of {self.config.tree_budget()} tokens does not fit: the cache holds {ctx} "
+                f"{which}tree budget of {tree_budget(self.config)} tokens does not fit: the cache holds {ctx} "
                 f"positions and this request already needs {prompt_len + max_new_tokens}"
             )
         return need
@@ -112,7 +114,7 @@ class Engine:
         shape = self.target.kv_shape(batch)
         total = KVCache.bytes_needed(*shape, max_len, self.target.dtype)
         if self.head is not None:
-            total += KVCache.bytes_needed(1, *shape[1:], max_len + self.config.feed_budget(), self.target.dtype)
+            total += KVCache.bytes_needed(1, *shape[1:], max_len + feed_budget(self.config), self.target.dtype)
         return total
 
     def generate(
@@ -164,17 +166,19 @@ class Engine:
         start = time.perf_counter()
         call = Call(prompts=prompts, max_new=max_new_tokens, sampling=sampling, stops=set(stop_ids or ()),
                     stream=stream, seed=seed, size=size, max_len=max_len, on_finish=on_finish)
-        results = BatchRun(self, call).run()
+        policies = None if self.drafter is None else {b: self.policy_at(b) for b in range(1, size + 1)}
+        run = BatchRun(Models(self.target, self.head), self.config, policies, call, feed_budget(self.config))
+        results = run.run()
         sync(self.target.device)
         return BatchResult(results=results, wall_s=time.perf_counter() - start, batch_size=size, cache_bytes=need)
 
     def policy_at(self, batch: int) -> CyclePolicy:
         """What a cycle of `batch` rows runs under, built once per size: the config with its tree cut to the
-        batch's budget (InferConf.at_batch) and, under an auto budget, its chooser from the cost model."""
+        batch's budget (methods.at_batch) and, under an auto budget, its chooser from the cost model."""
         if batch not in self._policies:
-            config = self.config.at_batch(batch)
-            budget = Budget(self.cost, batch, config.tree_size(), self.pad_trees) if config.budget == "auto" else None
-            self._policies[batch] = CyclePolicy(config, self.drafter, budget, self.pad_trees, self.plan_ahead,
-                                                self.config.tree_budget(batch), 1 + self.config.tree_size(),
-                                                self.accept)
+            config = at_batch(self.config, batch)
+            budget = Budget(self.cost, batch, tree_size(config), self.pad_trees) if config.budget == "auto" else None
+            self._policies[batch] = CyclePolicy(config, tree_size(config), self.drafter, budget, self.pad_trees,
+                                                self.plan_ahead, tree_budget(self.config, batch),
+                                                1 + tree_size(self.config), self.accept, self.chains)
         return self._policies[batch]

@@ -11,18 +11,18 @@ prompt lookup merged in. `register` adds an entry (a new method is one entry: it
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
-from ..trees.drafters import ChainDrafter, Drafter, DynamicDrafter, HybridDrafter, LookupDrafter, StaticDrafter
+from ..config import (AUTO_MAX_DEPTH, AUTO_MAX_TOKENS, AUTO_ON_OFF, BUDGETS, DEFAULT_METHOD, DRAFT_VOCABS, FIXED_DEPTH,
+                      FIXED_TOKENS, InferConf)
 from ..errors import EagleError
+from ..trees.drafters import (ChainDrafter, CustomDrafter, Drafter, DynamicDrafter, HybridDrafter, LookupDrafter,
+                              StaticDrafter)
+from ..head.expansion import EXPAND_BY
 from ..trees.tree import check_paths
-
-if TYPE_CHECKING:  # type-only: config imports this module
-    from ..config import InferConf
 
 TREE_KINDS = ("none", "chain", "static", "dynamic", "lookup", "hybrid")
 HYBRID = "+lookup"  # suffix of a head method's hybrid: its trees with prompt lookup's copies merged in
-DEFAULT_METHOD = "eagle2" + HYBRID
 
 
 def _none(config: InferConf) -> int:
@@ -153,3 +153,118 @@ def with_lookup(name: str) -> Method:
         raise EagleError(f"lookup=true merges prompt lookup into a head's tree: expected method {', '.join(bases)}, "
                          f"not {name!r} (method lookup drafts by lookup alone)")
     return METHODS[name + HYBRID]
+
+if DEFAULT_METHOD not in METHODS:  # config names the default; the registry must hold it
+    raise EagleError(f"default method {DEFAULT_METHOD!r} is not registered: expected one of {', '.join(METHODS)}")
+
+
+def method_of(config: InferConf) -> Method:
+    """The registry's entry of a config's method (its hybrid with lookup=true); unknown: a one-line error."""
+    return with_lookup(config.method) if config.lookup else method_named(config.method)
+
+
+def takes_auto(config: InferConf) -> bool:
+    """Whether the config's method can take an auto budget (EAGLE-2 with rerank, alone or with lookup, or lookup)."""
+    return method_of(config).takes_auto(config)
+
+
+def resolve(config: InferConf) -> InferConf:
+    """`config` with its method named as registered (lookup=true: method X -> "X+lookup", and lookup true exactly
+    for hybrids), its budget decided (InferConf.budget) and "auto" depth / total_tokens turned into integers:
+    AUTO_MAX_DEPTH / AUTO_MAX_TOKENS caps under an auto budget, FIXED_DEPTH / FIXED_TOKENS under a fixed one; static
+    paths as lists."""
+    method, budget = method_of(config), config.budget
+    if budget is None:
+        automatic = "auto" in (config.depth, config.total_tokens) and method.takes_auto(config)
+        budget = "auto" if automatic else "fixed"
+    values = {}
+    for name, cap, fixed in (("depth", AUTO_MAX_DEPTH, FIXED_DEPTH), ("total_tokens", AUTO_MAX_TOKENS, FIXED_TOKENS)):
+        if getattr(config, name) == "auto":
+            values[name] = cap if budget == "auto" else fixed
+    paths = None if config.static_paths is None else [list(p) for p in config.static_paths]
+    return replace(config, **values, method=method.name, lookup=method.merges_lookup, budget=budget, static_paths=paths)
+
+
+def _one_of(name: str, value, choices) -> None:
+    if value not in choices:
+        raise EagleError(f"unknown {name} {value!r}: expected one of {', '.join(map(str, choices))}")
+
+
+def validate(config: InferConf, vocab_size: int) -> None:
+    """One-line errors for a resolved config that cannot decode with a vocabulary of vocab_size."""
+    method = method_of(config)  # an unknown method, or lookup=true beside one without a hybrid: one-line errors
+    for name in ("depth", "top_k", "total_tokens"):
+        if not isinstance(getattr(config, name), int):
+            raise EagleError(f"{name} {getattr(config, name)!r} is invalid: expected an integer (or 'auto' for "
+                             "infer.depth / infer.total_tokens)")
+    _one_of("draft_vocab", config.draft_vocab, DRAFT_VOCABS)
+    _one_of("pad_trees", config.pad_trees, AUTO_ON_OFF)
+    _one_of("plan_ahead", config.plan_ahead, AUTO_ON_OFF)
+    _one_of("budget", config.budget, BUDGETS)
+    if config.budget == "auto" and not method.takes_auto(config):
+        raise EagleError(f"budget 'auto' needs a method that chooses its tree per cycle (eagle2 with rerank, "
+                         f"lookup, or their hybrids): got method {method.name!r}, rerank {config.rerank}")
+    if config.depth < 1:
+        raise EagleError(f"depth {config.depth} is invalid: expected >= 1")
+    if not 1 <= config.top_k <= vocab_size:
+        raise EagleError(f"top_k {config.top_k} is invalid: expected 1 <= top_k <= vocabulary size {vocab_size}")
+    if config.total_tokens < 1:
+        raise EagleError(f"total_tokens {config.total_tokens} is invalid: expected >= 1")
+    if config.max_batch_size < 1:
+        raise EagleError(f"max_batch_size {config.max_batch_size} is invalid: expected >= 1")
+    if not 1 <= config.batch_size <= config.max_batch_size:
+        raise EagleError(f"batch_size {config.batch_size} is invalid: expected 1 <= batch_size <= max_batch_size "
+                         f"{config.max_batch_size}")
+    if config.batch_token_budget < 0:
+        raise EagleError(f"batch_token_budget {config.batch_token_budget} is invalid: expected >= 0 (0 = off)")
+    _one_of("expand_by", config.expand_by, tuple(EXPAND_BY))
+    method.check(config, vocab_size)
+    if method.lookup:
+        config.lookup_conf.validate()
+    if method.merges_lookup and config.lookup_conf.num_tokens > tree_size(config):
+        raise EagleError(f"lookup.num_tokens {config.lookup_conf.num_tokens} is beyond the tree budget: expected <= "
+                         f"the {tree_size(config)} draft tokens of the {method.name} tree (lower lookup.num_tokens, "
+                         f"or drop lookup: infer.method={method.name.removesuffix(HYBRID)})")
+
+
+def _resolved(config: InferConf) -> InferConf:
+    return config if config.is_resolved else resolve(config)
+
+
+def tree_size(config: InferConf) -> int:
+    """Draft nodes of the config's tree (resolved first), before any batch budget."""
+    config = _resolved(config)
+    return method_of(config).tree_size(config)
+
+
+def tree_budget(config: InferConf, batch: int = 1) -> int:
+    """Most draft nodes one cycle verifies per row when `batch` rows decode together."""
+    size = tree_size(config)
+    return size if not config.batch_token_budget else min(size, max(1, config.batch_token_budget // batch - 1))
+
+
+def feed_budget(config: InferConf) -> int:
+    """Most tree nodes one cycle feeds to the draft head (its cache needs that much room past the context)."""
+    config = _resolved(config)
+    return method_of(config).feed_budget(config)
+
+
+def at_batch(config: InferConf, batch: int) -> InferConf:
+    """The config with its tree cut to tree_budget(batch): EAGLE-2 keeps fewer nodes (and drafts no deeper than it
+    can keep), EAGLE-1 keeps its first paths in breadth-first order, a chain gets shorter, lookup copies fewer
+    tokens (a merged tree is cut to the smaller budget as well)."""
+    config = _resolved(config)
+    n = tree_budget(config, batch)
+    return config if n == tree_size(config) else method_of(config).cut(config, n)
+
+
+def drafter_for(config: InferConf, custom: Callable | Drafter | None = None) -> Drafter | None:
+    """The drafter of a config's method as its registry entry builds it (None for vanilla), or `custom` (an object
+    with `propose`, or a callable TreeFeeder -> trees) in its place; under a method that uses lookup (a hybrid, or
+    lookup) a custom drafter's trees get the copies merged in."""
+    if custom is not None and not hasattr(custom, "propose"):
+        custom = CustomDrafter(custom)
+    method = method_of(config)
+    if custom is not None:
+        return HybridDrafter(custom) if method.lookup else custom
+    return None if method.drafter is None else method.drafter()

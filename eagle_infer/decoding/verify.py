@@ -18,29 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from .. import constants
-from ..errors import EagleError
-
-
-@dataclass(frozen=True)
-class SamplingParams:
-    """temperature 0 means greedy; sampling_top_k 0 and top_p 1 disable those filters. (The filter is named
-    sampling_top_k everywhere, Hydra's infer.sampling_top_k included, because `top_k` is EAGLE-2's expansion width.)"""
-
-    temperature: float = 0.0
-    top_p: float = 1.0
-    sampling_top_k: int = 0
-
-    def __post_init__(self):
-        if self.temperature < 0:
-            raise EagleError(f"temperature {self.temperature} is negative: expected >= 0 (0 = greedy)")
-        if not 0 < self.top_p <= 1:
-            raise EagleError(f"top_p {self.top_p} is out of range: expected 0 < top_p <= 1")
-        if self.sampling_top_k < 0:
-            raise EagleError(f"sampling_top_k {self.sampling_top_k} is negative: expected >= 0 (0 = off)")
-
-    @property
-    def greedy(self) -> bool:
-        return self.temperature == 0
+from ..config import SamplingParams
 
 
 def target_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
@@ -89,11 +67,6 @@ def argmax(logits: torch.Tensor) -> torch.Tensor:
     """The first maximal index along the last dimension. torch's CPU argmax over [B, T, V] logits is ~10x slower than
     max (11 ms vs 0.8 ms for 33 x 49152, torch 2.13), and ties resolve the same way (the first maximal index)."""
     return logits.max(dim=-1).indices
-
-
-def sample_tokens(logits: torch.Tensor, params: SamplingParams, generators: list[torch.Generator]) -> list[int]:
-    """sample_device's tokens on the host (one host read)."""
-    return sample_device(logits, params, generators).tolist()
 
 
 def sample_device(logits: torch.Tensor, params: SamplingParams, generators: list[torch.Generator]) -> torch.Tensor:

@@ -23,6 +23,7 @@ from .api import Eagle
 from ..models.chat import Message
 from .chat_input import Request, split_arguments
 from .cli_support import CONF_DIR, fail, launch, one_line_errors
+from ..decoding.methods import method_of
 from ..config import InferConf, LookupConf, ModelConf
 from ..errors import EagleError
 from ..decoding.records import GenerationResult
@@ -48,7 +49,7 @@ ConfigStore.instance().store(name="infer_schema", node=InferRunConf)
 
 def summary(infer: InferConf, target: Target, result: GenerationResult) -> str:
     """The line after an answer: method, tokens, τ, tokens/s and what ran it."""
-    return (f"[{infer.spec.name} | {len(result.tokens)} tokens | tau {result.tau:.2f} | {result.tok_s:.1f} tokens/s | "
+    return (f"[{method_of(infer).name} | {len(result.tokens)} tokens | tau {result.tau:.2f} | {result.tok_s:.1f} tokens/s | "
             f"{target.name} {str(target.dtype).removeprefix('torch.')} on {target.device.type}]")
 
 
@@ -62,7 +63,7 @@ def interactive(eagle: Eagle, infer: InferConf) -> None:
     conversation outgrew the context) prints its one-line error and leaves the conversation as it was."""
     import readline  # noqa: F401 (line editing and history for input())
 
-    print(f"Chatting with {eagle.target.name} ({infer.spec.name}): one message per line; /reset starts over, "
+    print(f"Chatting with {eagle.target.name} ({method_of(infer).name}): one message per line; /reset starts over, "
           "/exit or Ctrl-D ends.", file=sys.stderr, flush=True)
     history: list[Message] = []
     while True:

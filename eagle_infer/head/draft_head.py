@@ -38,7 +38,7 @@ from torch import nn
 from . import chain_attention
 from ..errors import EagleError
 from ..models.lean_layer import cast
-from ..trees.tree import causal_mask
+from ..models.masks import causal_mask
 
 INPUT_MODES = ("feature+shifted_token", "feature+token", "token", "feature")
 BLOCKS = ("eagle", "eagle3")

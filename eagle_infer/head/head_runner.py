@@ -6,7 +6,7 @@ Built once per (head, target) and read-only afterwards, it holds what drafting n
 - the head's decoder layers as lean steps (eagle_infer.models.lean_layer), the same function in fewer ops, and
   with its fuse, fc and the target's embedding the one forward a head runs at inference (`head_step`);
 - on a target compiled on a GPU, that step compiled (a level is launch-bound there), with what a caller computes
-  from its predictions in the same call (`Then`: an EAGLE-2 level's draft logits and bookkeeping), over static
+  from its predictions in the same call (`AfterStep`: an EAGLE-2 level's draft logits and bookkeeping), over static
   caches that `new_cache` makes.
 Nothing here is rebuilt behind the caller's back: a head whose weights change (training) gets a new runner.
 """
@@ -43,21 +43,22 @@ class HeadStep(nn.Module):
         self.halves, self.hidden_size = INPUT_HALVES[config.input_mode], config.hidden_size
 
 
-# then(step, predicted [B, T, H], *extra) -> tuple: what a caller computes from a step's predicted features in the
-# same call, compiled with the step where it is compiled (drafting.expanded: an EAGLE-2 level's bookkeeping)
-Then = Callable[..., tuple]
+# after(step, predicted [B, T, H], *extra) -> tuple: what a step computes from its predicted features in the same
+# call, compiled with the step where it is compiled (expansion.expanded: an EAGLE-2 level's draft logits and
+# bookkeeping, a function of this floor, handed its data by the drafter)
+AfterStep = Callable[..., tuple]
 
 
 def head_step(step: HeadStep, features: torch.Tensor, tokens: torch.Tensor, rope: torch.Tensor,
-              mask: torch.Tensor | None, k: list, v: list, slots, then: Then | None = None, extra: tuple = ()):
+              mask: torch.Tensor | None, k: list, v: list, slots, after: AfterStep | None = None, extra: tuple = ()):
     """The head's forward at inference, eager and compiled alike (arguments as in HeadRunner.__call__; rope, k, v,
-    slots as in lean_layer.run) -> predicted features [B, T, H], or then(step, them, *extra) when given."""
+    slots as in lean_layer.run) -> predicted features [B, T, H], or after(step, them, *extra) when given."""
     features, embeds = head_inputs(step.halves, step.hidden_size, features, tokens, step.embed, step.fuse)
     if step.fc is None:  # EAGLE-3's layer reads the embeddings beside the feature
         out = lean_run(step.layers, features, rope, k, v, slots, mask, embeds=embeds)[0]
     else:
         out = lean_run(step.layers, step.fc(torch.cat((embeds, features), dim=-1)), rope, k, v, slots, mask)[0]
-    return out if then is None else then(step, out, *extra)
+    return out if after is None else after(step, out, *extra)
 
 
 def step_logits(step: HeadStep, predicted: torch.Tensor) -> torch.Tensor:
@@ -92,7 +93,7 @@ class HeadRunner:
         self.step = HeadStep(self.config, target.embed_tokens, fuse, fc, layers, module.norm, vocab_weight,
                              PackedLinear(vocab_weight) if self.packed else None)
         self.rope = RopeTable(module.rotary)
-        self.vocab_order = None  # [V]: the draft vocabulary's target ids, then every other id (drafting.top_tokens)
+        self.vocab_order = None  # [V]: the draft vocabulary's target ids, then every other id (expansion.top_tokens)
         if module.draft_vocab is not None:
             outside = torch.ones(self.config.vocab_size, dtype=torch.bool, device=module.draft_vocab.device)
             outside[module.draft_vocab] = False
@@ -114,18 +115,18 @@ class HeadRunner:
 
     @torch.inference_mode()
     def __call__(self, features: torch.Tensor, tokens: torch.Tensor, positions: torch.Tensor, cache: KVCache,
-                 mask: torch.Tensor | None, then: Then | None = None, extra: tuple = ()):
+                 mask: torch.Tensor | None, after: AfterStep | None = None, extra: tuple = ()):
         """features [B, T, H] (or [B, T, k*H] fused target features), tokens [B, T], positions [B, T] (or [B, 1]:
         one position for a row's every token, as a tree level's siblings share) -> predicted features [B, T, H];
         the T new keys/values are written after what `cache` holds (not committed). mask: additive
-        [B or 1, 1, T, held + T]. then: what to compute from the predicted features in the same call (head_step;
+        [B or 1, 1, T, held + T]. after: what to compute from the predicted features in the same call (head_step;
         compiled with the step where it is compiled), returned in their place. Inference only: it runs under
         torch.inference_mode, as Target.forward does (the caches' per-layer views share one tensor, which autograd
         could not write in place)."""
         t = tokens.shape[1]
         mask, slots = cache.attention_mask(mask, t, features.dtype), cache.slots(t)
         rope = self.rope.take(positions, features.dtype, cache.max_len)
-        args = (features, tokens, rope, mask, cache.k, cache.v, slots, then, extra)
+        args = (features, tokens, rope, mask, cache.k, cache.v, slots, after, extra)
         if self.compiled is not None and cache.static:
             mark_dynamic_step(mask, rope, features, tokens)
             return self.compiled(*args)

@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 import json
-import math
 import struct
 from pathlib import Path
 
@@ -114,13 +113,3 @@ def not_plain_tensors(path) -> EagleError:
     return EagleError(f"{str(path)!r} is not a plain tensor file: expected safetensors or a weights-only torch file "
                       "(tensors only, as torch.save of a state dict writes)")
 
-
-def check_number(name: str, value, low: float, high: float = math.inf, low_open: bool = False,
-                 integer: bool = False) -> None:
-    """One line unless `value` is a finite number (an integer when `integer`) in [low, high] ((low, high] when
-    `low_open`): NaN and infinities are refused by name, not left to fail deep inside a step."""
-    kind = "an integer" if integer else "a number"
-    bound = f"{'>' if low_open else '>='} {low:g}" + ("" if high == math.inf else f" and <= {high:g}")
-    number = isinstance(value, (int, float)) and not isinstance(value, bool) and (not integer or isinstance(value, int))
-    if not number or not math.isfinite(value) or value < low or (low_open and value == low) or value > high:
-        raise EagleError(f"{name} {value!r} is invalid: expected {kind} {bound}")

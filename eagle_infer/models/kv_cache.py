@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import torch
 
 from .. import constants
-from ..trees.tree import causal_mask
+from .masks import causal_mask
 
 
 @dataclass(frozen=True)

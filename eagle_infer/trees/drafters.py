@@ -13,18 +13,16 @@ over its cache) or from `inp.contexts`; nothing else in the engine changes.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Callable, Protocol
+from typing import Callable, Protocol
 
 import torch
 
-from ..decoding.cost import Budget, Evidence, Plan
-from .drafting import TreeFeeder, draft_chain, draft_static, grow_dynamic
+from ..config import InferConf
+from .cost import Budget, Evidence, Plan
+from .drafting import TreeFeeder, draft_chain, draft_static, grow_dynamic, growth
 from .lookup import Copies, CopyRates, copy_batch
 from .merge import cut, merge
 from .tree import DraftTree, TreeBatch
-
-if TYPE_CHECKING:  # type-only: config imports the method registry, which imports this module
-    from ..config import InferConf
 
 
 @dataclass
@@ -34,9 +32,9 @@ class DraftInput:
     feeder: the head over its cache and the rows' roots (feeder.root: predicted features [B, H], root tokens, their
     positions, request indices); contexts[b]: row b's prompt and emitted tokens, ending with the root (built only
     when the config uses lookup); rates[b]: its measured acceptance of copied tokens per depth (lookup only);
-    config: the settings at this batch size; budget: the auto budget for this batch (None: fixed trees) and plan:
-    what it decided for this cycle (levels, nodes), to be followed without reading the device (None beside a
-    budget: decide now, reading the device); extra: [B, E] path log-values of candidates another drafter proposes
+    config: the settings at this batch size, tree_size: the draft nodes its tree holds (methods.tree_size);
+    budget: the auto budget for this batch (None: fixed trees) and plan: what it decided for this cycle (levels,
+    nodes), to be followed without reading the device (None beside a budget: decide now, reading the device); extra: [B, E] path log-values of candidates another drafter proposes
     for the same verification (a hybrid's copies, -inf padding), which the budget counts beside the head's when it
     plans the next cycle."""
 
@@ -44,6 +42,7 @@ class DraftInput:
     contexts: list[list[int]]
     rates: list[CopyRates | None]
     config: InferConf
+    tree_size: int
     budget: Budget | None = None
     plan: Plan | None = None
     extra: torch.Tensor | None = None
@@ -86,18 +85,15 @@ class DynamicDrafter:
 
     def propose(self, inp: DraftInput) -> Drafted:
         c, plan, budget = inp.config, inp.plan, inp.budget
+        grow = growth(c.expand_by, c.rerank)
         if budget is None:
-            d = grow_dynamic(inp.feeder, c.depth, c.top_k, c.total_tokens, c.growth)
+            d = grow_dynamic(inp.feeder, c.depth, c.top_k, c.total_tokens, grow)
             return Drafted(d.trees, None, d.kept_values)
-        with_extra = (lambda x: x) if inp.extra is None else (lambda x: torch.cat([x, inp.extra], 1))  # noqa: E731
         if plan is None:  # decide now: one host read before each level and at the end
-            def decide(values, frontier, newest_own, levels):
-                more, nodes = budget.next_plan(with_extra(values), levels, frontier, newest_own, ahead=False)
-                return more > levels, nodes
-            d = grow_dynamic(inp.feeder, c.depth, c.top_k, c.total_tokens, c.growth, decide)
+            d = grow_dynamic(inp.feeder, c.depth, c.top_k, c.total_tokens, grow, budget, inp.extra)
             return Drafted(d.trees, None, d.kept_values)
-        d = grow_dynamic(inp.feeder, plan.levels, c.top_k, plan.nodes, c.growth)
-        values = with_extra(d.values)
+        d = grow_dynamic(inp.feeder, plan.levels, c.top_k, plan.nodes, grow)
+        values = d.values if inp.extra is None else torch.cat([d.values, inp.extra], 1)
         older = None if d.levels == 1 else d.older(values)
         return Drafted(d.trees, budget.evidence(values, d.levels, d.frontier, d.newest_own, older), d.kept_values)
 
@@ -167,29 +163,17 @@ class HybridDrafter:
         device = inp.feeder.root.feature.device
         extra = inp.budget is not None and found
         drafted = self.head.propose(replace(inp, extra=copied.log_values) if extra else inp)
-        heads, plan = as_batch(drafted, device), plan_evidence(drafted)
+        heads, evidence = as_batch(drafted, device), plan_evidence(drafted)
         if heads.batch != copied.tokens.shape[0] or not found:  # (a custom drafter's wrong count: the engine names it)
             return drafted
         budget, levels, values = inp.budget, heads.depth, tree_values(drafted, heads)
         if budget is not None and inp.plan is None:  # decide now: the merged candidates' count (a host read)
-            return merge(heads, values, copied, copied.log_values, inp.config.tree_size(),
+            return merge(heads, values, copied, copied.log_values, inp.tree_size,
                          lambda union: budget.next_plan(union, levels, ahead=False)[1]).tree
-        limit = inp.config.tree_size() if inp.plan is None else min(inp.config.tree_size(), inp.plan.nodes)
+        limit = inp.tree_size if inp.plan is None else min(inp.tree_size, inp.plan.nodes)
         merged = merge(heads, values, copied, copied.log_values, limit)
         if budget is None:
             return merged.tree
-        if plan is None:  # a head drafter that does not plan: the merged candidates decide the count
-            plan = budget.evidence(merged.values(), levels)
-        return Drafted(merged.tree, plan)
-
-
-def drafter_for(config: InferConf, custom: Callable | Drafter | None = None) -> Drafter | None:
-    """The drafter of a config's method as its registry entry builds it (None for vanilla), or `custom` (an object
-    with `propose`, or a callable TreeFeeder -> trees) in its place; under a method that uses lookup (a hybrid, or
-    lookup) a custom drafter's trees get the copies merged in."""
-    if custom is not None and not hasattr(custom, "propose"):
-        custom = CustomDrafter(custom)
-    if custom is not None:
-        return HybridDrafter(custom) if config.uses_lookup else custom
-    build = config.spec.drafter
-    return None if build is None else build()
+        if evidence is None:  # a head drafter that does not plan: the merged candidates decide the count
+            evidence = budget.evidence(merged.values(), levels)
+        return Drafted(merged.tree, evidence)

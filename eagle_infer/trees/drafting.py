@@ -19,9 +19,12 @@ from typing import Callable
 import torch
 
 from .. import constants
-from ..head.head_runner import HeadRunner, HeadStep, Then, step_logits
+from ..head.expansion import EXPAND_BY, by_value, expanded, top_tokens
+from ..head.head_runner import AfterStep, HeadRunner
 from ..models.kv_cache import KVCache
-from .tree import TreeBatch, additive, chain_paths, check_paths
+from .cost import Budget
+from .tree import TreeBatch, chain_paths, check_paths
+from ..models.masks import additive
 
 
 @dataclass
@@ -106,11 +109,11 @@ class TreeFeeder:
         return self.feed_below(parents + 1, tokens, depth)
 
     @torch.inference_mode()
-    def feed_below(self, up: torch.Tensor, tokens: torch.Tensor, depth: int, then: Then | None = None,
+    def feed_below(self, up: torch.Tensor, tokens: torch.Tensor, depth: int, after: AfterStep | None = None,
                    extra: tuple = (), last: bool = False):
-        """`feed` with the parents as rows of the buffers [root, fed slot 0, 1, ...]: up = parents + 1 [B, m]. then:
-        computed from the nodes' predicted features in the head's call instead of the log-probs (head_runner.Then:
-        `expanded`, an EAGLE-2 level), returned without the features it returns first. last: no later feed is
+        """`feed` with the parents as rows of the buffers [root, fed slot 0, 1, ...]: up = parents + 1 [B, m]. after:
+        computed from the nodes' predicted features in the head's call instead of the log-probs (head_runner.AfterStep:
+        expansion.expanded, an EAGLE-2 level), returned without the features it returns first. last: no later feed is
         below these nodes, so their rows of the buffers are left unwritten (a later feed may not name them)."""
         m = tokens.shape[1]
         f = self.fed
@@ -125,15 +128,15 @@ class TreeFeeder:
             self._masks.index_copy_(1, slots, rows)
         # [B, 1]: the level's nodes share their row's head position, base + depth - 1 (see the module's docstring)
         positions = self.root.positions if depth == 1 else self.root.positions + (depth - 1)
-        out = self.head(parent_feat, fed_tokens, positions, self.cache, mask, then, extra)
-        if then is not None:
+        out = self.head(parent_feat, fed_tokens, positions, self.cache, mask, after, extra)
+        if after is not None:
             out, *rest = out
         self.cache.advance(m)
         self.levels += 1
         self.fed += m
         if not last:
             self._outputs.index_copy_(1, slots, out)
-        return torch.log_softmax(self.head.draft_logits(out), dim=-1) if then is None else rest
+        return torch.log_softmax(self.head.draft_logits(out), dim=-1) if after is None else rest
 
     def reset(self) -> None:
         """Drop every fed node from the head's cache."""
@@ -191,27 +194,6 @@ def level_inputs(outputs: torch.Tensor, masks: torch.Tensor, rows: torch.Tensor,
     return outputs[rows, up], attention, attention[:, None, :, :width]
 
 
-def top_tokens(logp: torch.Tensor, k: int, order: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
-    """The k best of draft-vocabulary log-probs [..., Vd]: (values [..., k], target token ids [..., k]); order: the
-    draft vocabulary's target ids then every other id (HeadRunner.vocab_order; None: the whole vocabulary). With
-    k > Vd the missing candidates are ids outside the draft vocabulary at -inf (probability 0), so tree shapes do
-    not depend on the head's vocabulary."""
-    if k > logp.shape[-1]:
-        logp = torch.cat([logp, logp.new_full((*logp.shape[:-1], k - logp.shape[-1]), float("-inf"))], -1)
-    values, index = logp.topk(k, dim=-1)
-    return values, (index if order is None else order[index])
-
-
-def by_value(values: torch.Tensor, own: torch.Tensor) -> torch.Tensor:
-    """EAGLE-2's expansion key: a node's path log-value."""
-    return values
-
-
-def by_confidence(values: torch.Tensor, own: torch.Tensor) -> torch.Tensor:
-    """The ablation's expansion key (EAGLE-2 Table 3): a node's own log-probability."""
-    return own
-
-
 def best_by_value(values: torch.Tensor, fronts: torch.Tensor, total: int) -> torch.Tensor:
     """EAGLE-2's rerank: the `total` candidates of best path value [B, total], ascending (ties prefer shallower,
     then earlier candidates, so every kept node's parent is kept)."""
@@ -234,35 +216,12 @@ class Growth:
     keep: Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor] = best_by_value
 
 
-EXPAND_BY = {"value": by_value, "confidence": by_confidence}  # the settings' expand_by
 
 
 @lru_cache(maxsize=None)
 def growth(expand_by: str = "value", rerank: bool = True) -> Growth:
     """The Growth of the settings expand_by (EXPAND_BY) and rerank."""
     return Growth(EXPAND_BY[expand_by], best_by_value if rerank else expanded_first)
-
-
-def expand_level(logp: torch.Tensor, parent_values: torch.Tensor, k: int, order: torch.Tensor | None,
-                 key: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = by_value,
-                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """One EAGLE-2 level's bookkeeping, static shapes and tensor ops only (compiled whole in tests/test_compiled.py):
-    the k best children of each of k expanded nodes. logp [B, k, Vd]: their children's log-probs; parent_values
-    [B, k]: their path log-values. -> the children's target ids, path values and own log-probs [B, k*k] (parent
-    by parent), and which k of them expand next [B, k] (best by `key` of (values, own); ties: earlier)."""
-    own, tokens = top_tokens(logp, k, order)
-    own = own.flatten(1)
-    values = parent_values.repeat_interleave(k, dim=1) + own  # (each parent's value beside its k children's)
-    pick = torch.sort(key(values, own), dim=1, descending=True, stable=True).indices[:, :k]
-    return tokens.flatten(1), values, own, pick
-
-
-def expanded(step: HeadStep, out: torch.Tensor, parent_values: torch.Tensor, k: int, order: torch.Tensor | None,
-             key: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> tuple[torch.Tensor, ...]:
-    """A fed EAGLE-2 level in the head's call (TreeFeeder.feed_below's `then`, so that it compiles with the head's
-    step where the step is compiled): the predicted features [B, k, H], then expand_level over their children's
-    draft log-probs."""
-    return (out,) + expand_level(torch.log_softmax(step_logits(step, out), dim=-1), parent_values, k, order, key)
 
 
 @lru_cache(maxsize=64)
@@ -337,7 +296,7 @@ class DynamicDraft:
         """values [B, C + E]: these candidates' path log-values, then E >= 0 others' (a hybrid's copies) -> the same
         with the last level's at -inf: the candidates drafted before it (one operator)."""
         c, width, last = self.values.shape[1], values.shape[1], self.newest_own.shape[1]
-        columns = constants.made(("last level", c, last, width, values.device), lambda: (
+        columns = constants.built_once(("last level", c, last, width, values.device), lambda: (
             torch.arange(width, device=values.device) >= c - last) & (torch.arange(width, device=values.device) < c))
         return values.masked_fill(columns, float("-inf"))
 
@@ -353,24 +312,25 @@ def candidate_numbering(k: int, levels: int, device) -> tuple[torch.Tensor, torc
     (the root's -1 and 0..k-1, then each level's k picks among its k² children) to number them; LongTensor
     [k + (levels - 1) k²] every candidate's depth."""
     device = torch.device(device)
-    offsets = constants.made(("front offsets", k, levels, device), lambda: torch.tensor(
+    offsets = constants.built_once(("front offsets", k, levels, device), lambda: torch.tensor(
         [0] * (k + 1) + [k + j * k * k for j in range(levels - 1) for _ in range(k)], device=device))
-    depths = constants.made(("candidate depths", k, levels, device), lambda: torch.tensor(
+    depths = constants.built_once(("candidate depths", k, levels, device), lambda: torch.tensor(
         [1] * k + [2 + j for j in range(levels - 1) for _ in range(k * k)], device=device))
     return offsets, depths
 
 
-def draft_dynamic(feeder: TreeFeeder, depth: int, top_k: int, total_tokens: int, grow: Growth = Growth()) -> TreeBatch:
-    """EAGLE-2's trees (`grow_dynamic`)."""
-    return grow_dynamic(feeder, depth, top_k, total_tokens, grow).trees
-
-
-# decide(values [B, C], frontier [B, k], newest_own [B, L], levels) -> (draft one more level?, nodes to keep)
-Decide = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, int], tuple[bool, int]]
+def decided(budget: Budget, values: torch.Tensor, extra: torch.Tensor | None, frontier: torch.Tensor,
+            newest_own: torch.Tensor, levels: int) -> tuple[bool, int]:
+    """An auto budget deciding as the head drafts (one host read): after `levels` levels of candidates with path
+    log-values `values` [B, C] (beside `extra` [B, E], another drafter's for the same verification, or None),
+    whether to draft one more level, and how many nodes to keep if not (Budget.next_plan)."""
+    more, nodes = budget.next_plan(values if extra is None else torch.cat([values, extra], 1), levels, frontier,
+                                   newest_own, ahead=False)
+    return more > levels, nodes
 
 
 def grow_dynamic(feeder: TreeFeeder, depth: int, top_k: int, total_tokens: int, grow: Growth = Growth(),
-                 decide: Decide | None = None) -> DynamicDraft:
+                 deciding: Budget | None = None, extra: torch.Tensor | None = None) -> DynamicDraft:
     """EAGLE-2: grow `depth` levels, expanding the top_k newest nodes by path value (sum of draft log-probs; or,
     `grow` says, by their own confidence); then keep the `total_tokens` best candidates by value (`grow`: or the
     expanded nodes level by level). Every row expands the same number of nodes per level, so the head sees one
@@ -381,22 +341,23 @@ def grow_dynamic(feeder: TreeFeeder, depth: int, top_k: int, total_tokens: int, 
     expanded node, parent by parent), so a candidate's depth and parent follow from its number and the expanded
     nodes' numbers, and a level only reads the newest one.
 
-    decide (an auto budget deciding as it drafts, one host read a call): asked before each level whether to draft
-    it, and for the nodes to keep when drafting stops (then in place of total_tokens)."""
+    deciding (an auto budget deciding as it drafts, one host read a call; `extra` the values it counts beside the
+    head's): asked before each level whether to draft it, and for the nodes to keep when drafting stops (then in
+    place of total_tokens)."""
     device = feeder.root.feature.device
     root_lp = feeder.root_logp()
     b, k = root_lp.shape[0], min(top_k, feeder.head.config.vocab_size)
     lp, tok = feeder.top(root_lp, k)  # [B, k]
     toks, vals, owns = [tok], [lp], [lp]  # per level: candidates' target ids, path log-values, own log-probs
-    fronts = [constants.made(("root's front", b, k, device),  # the root (-1), then per level the k it expands:
+    fronts = [constants.built_once(("root's front", b, k, device),  # the root (-1), then per level the k it expands:
                              lambda: torch.arange(-1, k, device=device).expand(b, k + 1).contiguous())]
     # the depth-1 candidates, then each level's picks (numbered from the level's first candidate at the end)
     front_tok, front_val, up = tok, lp, constants.filled((b, k), 0, torch.long, device)  # up: the parents' feeder rows
     nodes = values = None
     for d in range(2, depth + 1):
-        if decide is not None:
+        if deciding is not None:
             values = joined(vals)
-            more, nodes = decide(values, front_val, owns[-1], d - 1)
+            more, nodes = decided(deciding, values, extra, front_val, owns[-1], d - 1)
             if not more:
                 break
             nodes = None  # decided before this level: asked again after the last one
@@ -404,13 +365,14 @@ def grow_dynamic(feeder: TreeFeeder, depth: int, top_k: int, total_tokens: int, 
                                                 (front_val, k, feeder.head.vocab_order, grow.expand), d == depth)
         toks.append(tok), vals.append(val), owns.append(own), fronts.append(pick)
         # the picked nodes' parents are the k just fed, feeder rows fed - k + 1 ... fed: child c's is c // k of them
-        rows = constants.made(("rows of picks' parents", k, feeder.fed, device),
+        rows = constants.built_once(("rows of picks' parents", k, feeder.fed, device),
                               lambda: torch.arange(k * k, device=device) // k + (feeder.fed - k + 1))
         front_tok, front_val, up = tok.gather(1, pick), val.gather(1, pick), rows[pick]
     if nodes is None:  # (else drafting stopped right after `values` was joined)
         values = joined(vals)
-    if decide is not None:
-        total_tokens = nodes if nodes is not None else decide(values, front_val, owns[-1], len(toks))[1]
+    if deciding is not None:
+        total_tokens = nodes if nodes is not None else decided(deciding, values, extra, front_val, owns[-1],
+                                                               len(toks))[1]
     levels = len(toks)
     offsets, depth_of = candidate_numbering(k, levels, device)
     numbered = joined(fronts) if levels == 1 else joined(fronts) + offsets

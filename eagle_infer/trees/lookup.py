@@ -14,16 +14,14 @@ from __future__ import annotations
 import math
 from array import array
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy
 import torch
 
 from .. import constants
+from ..config import LookupConf
 from .tree import TreeBatch, path_values
 
-if TYPE_CHECKING:  # type-only: config imports the method registry, whose drafters use this module
-    from ..config import LookupConf
 
 PRIOR_HITS, PRIOR_TRIES = 1.0, 2.0  # a rate of 0.5 before any copied token was tested, weighing two tests
 

@@ -12,15 +12,14 @@ Everything is tensor ops over [B, N] (no per-node or per-row Python, no host rea
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, NamedTuple
+from typing import Callable, NamedTuple
 
 import torch
 
 from .. import constants
+from .lookup import Copies
 from .tree import TreeBatch, node_ancestors
 
-if TYPE_CHECKING:
-    from .lookup import Copies
 
 
 def cut(tree: TreeBatch, budget: int, values: torch.Tensor | None = None) -> TreeBatch:
@@ -59,7 +58,7 @@ def merge(first: TreeBatch, first_values: torch.Tensor, second: TreeBatch | Copi
     b, device = first.batch, first.tokens.device
     pad = lambda value, dtype: constants.filled((b, 1), value, dtype, device)  # noqa: E731
     # second's parent p as a union slot: n1 + p, and -1 (the root, indexing the last entry) stays -1
-    shifted = constants.made(("shifted parents", n1, n2, torch.device(device)), lambda: torch.nn.functional.pad(
+    shifted = constants.built_once(("shifted parents", n1, n2, torch.device(device)), lambda: torch.nn.functional.pad(
         torch.arange(n1, n1 + n2, device=device), (0, 1), value=-1))
     # the union's slots: first's, second's, then one padding slot (a general cut's padding is read from it)
     parents = torch.cat([first.parents, shifted[second.parents], pad(-1, torch.long)], 1)
@@ -67,7 +66,7 @@ def merge(first: TreeBatch, first_values: torch.Tensor, second: TreeBatch | Copi
     depths = torch.cat([first.depths, second.depths, pad(0, torch.long)], 1)
     m = n1 + n2 + 1
     # Path of tokens from depth 1 to each node, [B, M, depth]: its ancestors' (and its own) tokens by depth.
-    one_hot = constants.made(("depth one-hot", depth, torch.device(device)), lambda: torch.eye(
+    one_hot = constants.built_once(("depth one-hot", depth, torch.device(device)), lambda: torch.eye(
         depth + 1, dtype=torch.float64, device=device)[:, 1:].contiguous())  # row d: depth d's column (row 0: none)
     at_depth = one_hot[depths]  # [B, M, depth] one-hot (padding: 0)
     # token + 1 at each depth on the path (exact in float64), 0 below the node: a padding slot's path is all 0
@@ -89,7 +88,7 @@ def merge(first: TreeBatch, first_values: torch.Tensor, second: TreeBatch | Copi
         kept = values.sort(dim=1, descending=True, stable=True).indices[:, :keep].sort(dim=1).values
         # each union slot's rank among the kept (-1: not kept); a kept node's parent is the first slot of its
         # parent's path, kept too; a child of the root's (-1) reads the padding slot's path, never kept: -1
-        rank = constants.filled((b, m), -1, torch.long, device).scatter(1, kept, constants.numbers(b, keep, device))
+        rank = constants.filled((b, m), -1, torch.long, device).scatter(1, kept, constants.slot_numbers(b, keep, device))
         kept_parents = rank.gather(1, rep[constants.row_index(b, device), parents.gather(1, kept)])
         take = lambda x: x.gather(1, kept)  # noqa: E731
         tree = TreeBatch.full_rows(take(tokens), kept_parents, take(depths), take(probs), depth, take(copied),

@@ -50,13 +50,6 @@ class DraftTree:
     def depth(self) -> int:
         return int(self.depths.max()) if len(self) else 0
 
-    def children(self) -> list[list[int]]:
-        """children()[j] lists the node indices under flattened index j (0 = root, node i = i + 1), in order."""
-        out: list[list[int]] = [[] for _ in range(len(self) + 1)]
-        for i, p in enumerate(self.parents.tolist()):
-            out[p + 1].append(i)
-        return out
-
     def ancestor_mask(self) -> torch.Tensor:
         """Bool [N+1, N+1] over flattened indices: row j may attend column c iff c is j or an ancestor of j."""
         return ancestor_masks(self.parents[None].cpu())[0]
@@ -144,9 +137,6 @@ class TreeBatch:
         return DraftTree(self.tokens[b, :k], self.parents[b, :k], self.depths[b, :k], self.probs[b, :k],
                          self.copied[b, :k])
 
-    def rows(self) -> list[DraftTree]:
-        return [self.row(b) for b in range(self.batch)]
-
     def select(self, index: torch.Tensor, sizes: torch.Tensor, depth: int | None = None, distinct: bool = False
                ) -> "TreeBatch":
         """The nodes at slots index [B, M], renumbered: row b's sizes[b] kept nodes first (ascending, parents among
@@ -157,7 +147,7 @@ class TreeBatch:
         # slot -> new slot; column n stays -1 (the root, which parents % (n + 1) reads for -1); the padding slot
         # takes some padding entry's number, which nothing reads (no node's parent is padding)
         renumber = constants.filled((b, n + 1), -1, torch.long, index.device).scatter(
-            1, index, constants.numbers(b, m, index.device))
+            1, index, constants.slot_numbers(b, m, index.device))
         take = lambda x: x.gather(1, index)  # noqa: E731
         return TreeBatch(take(self.tokens), renumber.gather(1, self.parents % (n + 1)).gather(1, index),
                          take(self.depths), take(self.probs), take(self.copied), sizes,
@@ -206,79 +196,16 @@ def node_ancestors(parents: torch.Tensor, dtype=torch.float64, root: bool = Fals
     n = parents.shape[1]
     device = torch.device(parents.device)
     if root:  # row p < n: -e_(p + 1), node p's flattened column; row n (what -1 reads): -e_0, the root's
-        minus_parent = constants.made(("flattened parent rows", n, dtype, device), lambda: -torch.eye(
+        minus_parent = constants.built_once(("flattened parent rows", n, dtype, device), lambda: -torch.eye(
             n + 1, dtype=dtype, device=device).roll(-1, 0))
         rows = torch.nn.functional.pad(minus_parent[parents], (0, 0, 1, 0))  # the root's row first: no parent
         return torch.linalg.solve_triangular(rows, constants.eye(n + 1, dtype, device), upper=False,
                                              unitriangular=True)
     # row p < n: -e_p, the parent's column; row n (what -1 reads, a child of the root's): zeros
-    minus_parent = constants.made(("parent rows", n, dtype, device),
+    minus_parent = constants.built_once(("parent rows", n, dtype, device),
                                   lambda: -torch.eye(n + 1, dtype=dtype, device=device)[:, :n].contiguous())
     eye = constants.eye(n, dtype, device)
     return torch.linalg.solve_triangular(minus_parent[parents], eye, upper=False, unitriangular=True)
-
-
-def additive(seen: torch.Tensor, dtype: torch.dtype, out: torch.Tensor | None = None) -> torch.Tensor:
-    """An additive attention mask from bool `seen`: 0 where seen, the dtype's lowest value elsewhere (one operator;
-    written into `out` when given)."""
-    device = seen.device
-    return torch.where(seen, constants.filled((), 0.0, dtype, device),
-                       constants.filled((), torch.finfo(dtype).min, dtype, device), out=out)
-
-
-def additive_mask(allowed: torch.Tensor, prefix: int | list[int], dtype: torch.dtype, device,
-                  prefix_column: torch.Tensor | None = None) -> torch.Tensor:
-    """Attention mask [B, 1, T, max(prefix) + S] over a cache whose row b holds prefix[b] committed positions and
-    then this forward's S new ones: row b's queries see its whole prefix, its new block as `allowed` says, and
-    nothing past that (other rows' longer prefixes). allowed: bool [T, S] (shared) or [B, T, S]; an int prefix
-    means every row has it (B = 1 for a shared allowed); prefix_column: the prefixes as a LongTensor [B, 1] on the
-    device where the caller has them (else they are copied there when rows differ)."""
-    if allowed.device != torch.device(device):
-        allowed = allowed.to(device)
-    if allowed.dim() == 2:
-        allowed = allowed[None]
-    prefixes = [prefix] * allowed.shape[0] if isinstance(prefix, int) else list(prefix)
-    if allowed.shape[0] == 1 and len(prefixes) > 1:
-        allowed = allowed.expand(len(prefixes), -1, -1)
-    b, t, s = allowed.shape
-    width = max(prefixes) + s
-    low = torch.finfo(dtype).min
-    if min(prefixes) == max(prefixes):  # every row's prefix visible, then `allowed`: a few ops
-        return torch.nn.functional.pad(additive(allowed, dtype), (prefixes[0], 0))[:, None]
-    if prefix_column is None:
-        prefix_column = torch.tensor(prefixes, device=device)[:, None]
-    # [B, T, 1 + S + 1]: a prefix key's value (seen), the new keys' (as `allowed` says), a key past them (hidden)
-    table = torch.cat([constants.filled((b, t, 1), 0.0, dtype, device),
-                       additive(allowed, dtype),
-                       constants.filled((b, t, 1), low, dtype, device)], -1)
-    # key column c of row b: its prefix (c < prefix: 0), new key c - prefix (1 + it), or past the block (S + 1)
-    column = (constants.arange(1, width + 1, device) - prefix_column).clamp_(0, s + 1).view(b, 1, 1, width)
-    # [B, 1, T, W] by one index: row b's query i reads its table at each key's column
-    return table[constants.along(b, 0, 4, device), constants.along(t, 2, 4, device), column]
-
-
-def causal_mask(prefix: int | list[int], t: int, dtype, device, keys: torch.Tensor | None = None) -> torch.Tensor:
-    """Additive [B, 1, t, max(prefix) + t]: new token i sees its row's prefix and new tokens <= i (as
-    additive_mask(lower triangle, ...) builds it; rows of unequal prefixes by one comparison: key c is seen by new
-    token i of row b iff c <= prefix[b] + i). keys: LongTensor [B, t] on the device, prefix[b] + i (each new
-    token's own key: its position), where the caller has them."""
-    if isinstance(prefix, int) or min(prefix) == max(prefix):
-        return additive_mask(constants.lower_triangle(t, device), prefix, dtype, device)
-    if keys is None:
-        keys = torch.tensor(prefix, device=device)[:, None] + constants.arange(0, t, device)
-    return additive(constants.arange(0, max(prefix) + t, device) <= keys.view(-1, 1, t, 1), dtype)  # [B, 1, t, W]
-
-
-# EAGLE-1 style static tree: each path lists child ranks from the root (rank 0 = the head's top-1). A CPU-sized
-# default (26 nodes, depth 6): wide near the root where the head is surest, a long top-1 spine below.
-DEFAULT_STATIC_PATHS: tuple[tuple[int, ...], ...] = (
-    (0,), (1,), (2,), (3,),
-    (0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (2, 0), (3, 0),
-    (0, 0, 0), (0, 0, 1), (0, 1, 0), (1, 0, 0), (0, 2, 0),
-    (0, 0, 0, 0), (0, 0, 0, 1), (0, 0, 1, 0), (0, 1, 0, 0),
-    (0, 0, 0, 0, 0), (0, 0, 0, 0, 1), (0, 0, 0, 1, 0),
-    (0, 0, 0, 0, 0, 0), (0, 0, 0, 0, 0, 1), (0, 0, 0, 0, 1, 0),
-)
 
 
 def chain_paths(depth: int) -> tuple[tuple[int, ...], ...]:

@@ -1,4 +1,4 @@
-"""Measuring a cost model (eagle_infer.decoding.cost) on the running machine: timed target forwards and draft levels, cached
+"""Measuring a cost model (eagle_infer.trees.cost) on the running machine: timed target forwards and draft levels, cached
 per machine, model, dtype, weight packing, compiling and head shape. A measurement says on standard error what it is
 doing, about how long it will take (estimated from its first timings) and how long it took."""
 from __future__ import annotations
@@ -10,9 +10,9 @@ from typing import Callable
 import torch
 
 from .cost import COST_REVISION, SIZES, CostModel, cache_path
-from ..trees.drafting import DraftRoot, TreeFeeder
+from .drafting import DraftRoot, TreeFeeder
 from ..platform import machine_key, median_ms, writable_cache
-from ..trees.tree import causal_mask
+from ..models.masks import causal_mask
 
 
 @torch.inference_mode()

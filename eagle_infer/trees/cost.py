@@ -1,5 +1,5 @@
 """The measured cost model behind `infer.total_tokens=auto` / `infer.depth=auto` (InferConf.budget = "auto"), and the
-per-cycle choice it makes. Measuring one is eagle_infer/decoding/cost_measure.py's job.
+per-cycle choice it makes. Measuring one is eagle_infer/trees/cost_measure.py's job.
 
 A CostModel holds what one cycle costs on the running machine: the target's forward ms per number of verified tokens
 (measured at a few sizes, interpolated between them) and the draft head's ms per tree level (one head forward of
@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 
 from ..platform import cache_root
-from ..trees.tree import padded_width
+from .tree import padded_width
 
 SIZES = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128)  # verified tokens per forward at which the forward is timed
 # Part of every cache key: raise it when a change to the engine changes what a forward or a draft level costs (2: the
