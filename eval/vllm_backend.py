@@ -39,6 +39,7 @@ PRELOADS = ("tcmalloc_minimal", "iomp5")
 # "ValueError: ..." at a line's start, or after the "(Worker pid=N) ERROR ... [file.py:N] " prefix of vLLM's processes
 ERROR_LINE = re.compile(r"(?:^|[\]\)] )(?:[\w.]+\.)?(\w+(?:Error|Exception)): (.+)$")
 LONGEST = 300  # characters of vLLM's error kept in the one-line message
+BOUND_CORES = re.compile(r"core ids=\[([\d, ]*)\]")  # the cores vLLM's CPU worker binds its OpenMP threads to
 
 
 @dataclass
@@ -90,6 +91,9 @@ class VllmWorker:
         weakref.finalize(self, self.proc.stdin.close)  # the worker ends at the end of its input
         ready = self.request(engine)
         self.version, self.load_s = ready["vllm"], ready["load_s"]
+        self.log.seek(0)
+        bound = BOUND_CORES.findall(self.log.read())
+        self.compute_cores = len(bound[-1].split(",")) if bound else None  # None: vLLM did not say
 
     def request(self, message: dict) -> dict:
         try:

