@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from eagle_infer.config import InferConf
+from eagle_infer.decoding.methods import resolve
 from eagle_infer.decoding.records import BatchResult, CycleStats, GenerationResult
 from eagle_infer.decoding.verify import SamplingParams
 from eagle_infer.errors import EagleError
@@ -120,7 +121,7 @@ class VllmMethod:
         speculative = None
         if head is not None:
             fmt, method = served_format(head)
-            depth = replace(infer, method="chain").resolved().depth
+            depth = resolve(replace(infer, method="chain")).depth
             self.exported = tempfile.TemporaryDirectory(prefix="vllm-head-")
             export(head, fmt, self.exported.name, ExportSettings(verifier=source, speculative_tokens=depth,
                                                                  overwrite=True, dtype=dtype))

@@ -8,7 +8,6 @@ test` leaves out, and skipped where that environment is missing; run it with
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -22,19 +21,12 @@ from eagle_infer.config import InferConf
 from eagle_infer.decoding.verify import SamplingParams
 from eagle_infer.errors import EagleError
 from eval.vllm_backend import LONGEST, VllmConf, VllmMethod, VllmWorker, root_cause
+from scripts import check_serve
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "check_serve.py"
 SERVE_PYTHON = ROOT / ".venv-serve" / "bin" / "python"
 ENGINE = {"model": "m", "dtype": "float32", "speculative": None, "max_model_len": 64, "eager": True}
-
-
-def check_serve():
-    spec = importlib.util.spec_from_file_location("check_serve_under_test", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def stand_in(tmp_path: Path, replies: list[dict], log: str = "") -> str:
@@ -98,14 +90,13 @@ def test_vllms_steps_become_cycles(tmp_path):
 
 
 def test_acceptance_counts_positions_and_finds_the_first_differing_step():
-    module = check_serve()
     cycles = [{"tree_depth": 3, "tree_size": 3, "accepted": a} for a in (3, 1, 0, 2)]
-    stats = module.acceptance(cycles, 3)
+    stats = check_serve.acceptance(cycles, 3)
     assert stats["accepted_per_position"] == [3, 2, 1] and stats["drafts"] == 4 and stats["draft_tokens"] == 12
     assert stats["alpha"] == [0.75, 2 / 3, 0.5] and stats["tau"] == 2.5
-    assert module.first_difference(cycles, cycles) is None
-    assert module.first_difference(cycles, cycles[:2] + [{"accepted": 1}]) == 2
-    assert module.first_difference(cycles, cycles[:3]) == 3
+    assert check_serve.first_difference(cycles, cycles) is None
+    assert check_serve.first_difference(cycles, cycles[:2] + [{"accepted": 1}]) == 2
+    assert check_serve.first_difference(cycles, cycles[:3]) == 3
 
 
 @pytest.mark.serve
