@@ -16,7 +16,8 @@ Writes <results>/check-serve/serve.md and serve.json (and the run's records.json
 load or an output differs from vLLM's own. Speeds are valid side by side only: take them on a quiet machine.
 
 usage: python scripts/check_serve.py [--questions 10] [--max-new-tokens 128] [--depth 3] [--heads trained|random]
-       [--vllm-eager] [--serve-python .venv-serve/bin/python] [--work runs/check-serve] [--results results]
+       [--vllm-eager] [--threads N] [--serve-python .venv-serve/bin/python] [--work runs/check-serve]
+       [--results results]
 """
 from __future__ import annotations
 
@@ -225,6 +226,8 @@ def command_line(parser: argparse.ArgumentParser, args) -> str:
 def run(args, command: str) -> dict:
     work, out = Path(args.work), Path(args.results) / "check-serve"
     work.mkdir(parents=True, exist_ok=True)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     target = load_target(MODEL, DTYPE, "cpu")
     heads = (random_heads(target, work) if args.heads == "random"
              else {kind.name: trained_head(kind, work) for kind in KINDS})
@@ -271,6 +274,8 @@ def main(argv=None) -> int:
     parser.add_argument("--depth", type=int, default=3, help="draft tokens a step: vLLM's and the toolkit's chains")
     parser.add_argument("--heads", choices=("trained", "random"), default="trained")
     parser.add_argument("--vllm-eager", action="store_true", help="skip vLLM's torch.compile (faster load)")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="the toolkit's torch threads (default: torch's); vLLM binds its own")
     parser.add_argument("--serve-python", default=VllmConf.python, help="vLLM's environment's python")
     parser.add_argument("--work", default="runs/check-serve", help="trained heads and their data (kept)")
     parser.add_argument("--results", default="results")
