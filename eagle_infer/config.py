@@ -100,13 +100,14 @@ class InferConf:
     the module docstring)."""
 
     # a registered method (eagle_infer.decoding.methods): eagle2+lookup (the default: EAGLE-2 with prompt lookup merged in),
-    # eagle2, eagle1, chain (and their +lookup hybrids), lookup (prompt lookup alone, no head) or vanilla
+    # eagle2, eagle1, chain, dflash, dflash-tree (a DFlash drafter's block; and their +lookup hybrids), lookup (prompt
+    # lookup alone, no head) or vanilla
     method: str = DEFAULT_METHOD
     head: str = "shipped"  # "shipped" (eagle_infer/shipped_heads/<model>), "random" (untrained) or a head directory
     # "head": draft from the head's own draft vocabulary; "full": from the target's whole vocabulary (a head that
     # borrows the target's LM head only: an EAGLE-1/2 block, never an eagle3 one with its own LM head)
     draft_vocab: str = "head"
-    depth: Any = "auto"  # longest draft path
+    depth: Any = "auto"  # longest draft path (dflash: drafts of its block verified, "auto" all B - 1)
     top_k: int = 8  # EAGLE-2's expansion width: nodes expanded per level, children kept per node
     total_tokens: Any = "auto"  # EAGLE-2's draft budget (root excluded)
     static_paths: Optional[list[Any]] = None  # EAGLE-1's tree of child ranks (None: tree.DEFAULT_STATIC_PATHS)

@@ -18,3 +18,8 @@ def check_number(name: str, value, low: float, high: float = math.inf, low_open:
     number = isinstance(value, (int, float)) and not isinstance(value, bool) and (not integer or isinstance(value, int))
     if not number or not math.isfinite(value) or value < low or (low_open and value == low) or value > high:
         raise EagleError(f"{name} {value!r} is invalid: expected {kind} {bound}")
+
+
+def missing_extra(package: str, extra: str, what: str) -> EagleError:
+    """The one-line error for an optional dependency that is not installed."""
+    return EagleError(f"{what} needs {package}, which this install lacks: pip install 'eagle-toolkit[{extra}]'")

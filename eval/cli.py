@@ -21,13 +21,14 @@ from omegaconf import OmegaConf
 
 from eagle_infer.decoding.build import load_head_for
 from eagle_infer.models.chat import stop_ids
-from eagle_infer.entry.cli_support import CONF_DIR, launch, one_line_errors, setup_logging
+from eagle_infer.entry.cli_support import launch, one_line_errors, setup_logging
+from eagle_infer.paths import CONF_DIR
 from eagle_infer.config import InferConf, LookupConf, ModelConf
 from eagle_infer.errors import EagleError
 from eagle_infer.config import DEFAULT_METHOD
 from eagle_infer.models.synthetic import is_synthetic, synthetic_refusal
 from eagle_infer.models.target import load_target
-from eagle_train.benchmarks import BENCHMARKS, benchmark_dir, check_names, load_benchmark
+from eagle_train.plumbing.benchmarks import BENCHMARKS, benchmark_dir, check_names, load_benchmark
 from eval import harness, throughput
 from eval.harness import HarnessSettings
 from eval.methods import PEER_METHODS, make_methods, needs_head

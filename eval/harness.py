@@ -17,7 +17,7 @@ from eagle_infer.models.chat import Message, prompt_ids
 from eagle_infer.errors import EagleError
 from eagle_infer.config import SamplingParams
 
-from eagle_train.benchmarks import Question
+from eagle_train.plumbing.benchmarks import Question
 from .records import RecordWriter
 
 log = logging.getLogger(__name__)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from eagle_infer.entry.cli_support import one_line_errors
 from eagle_infer.errors import EagleError
-from eagle_train.command_line import command_settings
+from eagle_train.plumbing.command_line import command_settings
 
 from .records import read_records
 

@@ -16,7 +16,7 @@ from eagle_infer.decoding.build import build_engine
 from eagle_infer.config import InferConf, LookupConf
 from eagle_infer.errors import EagleError
 from eagle_infer.head.head_checkpoint import load_head
-from eagle_infer.head.head_runner import HeadRunner
+from eagle_infer.head.head_runner import runner_for
 from eagle_infer.decoding.methods import Method, method_named, method_names
 from eagle_infer.decoding.records import BatchResult, GenerationResult
 from eagle_infer.models.target import load_target
@@ -127,6 +127,6 @@ def make_methods(names: list[str], target, infer: InferConf, head, assistant_mod
         elif not needs_head(name):
             methods.append(EngineMethod(name, target, infer, None))
         else:
-            own = HeadRunner(load_head(heads[label], target), target) if label else head
+            own = runner_for(load_head(heads[label], target), target) if label else head
             methods.append(EngineMethod(name, target, infer, own))
     return methods

@@ -9,7 +9,7 @@ from dataclasses import astuple, fields
 from pathlib import Path
 
 from eagle_infer.errors import EagleError
-from eagle_train.markdown import table
+from eagle_train.plumbing.markdown import table
 from eval.metrics import ALL, ALPHA_POSITIONS, ROW_COLUMNS, CycleRow, Row, accept_length_hist, calibration, summarize
 
 WANDB_MODES = ("offline", "online", "disabled")

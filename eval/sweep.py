@@ -15,10 +15,10 @@ from pathlib import Path
 
 from eagle_infer.entry.cli_support import one_line_errors
 from eagle_infer.errors import EagleError
-from eagle_train.command_line import command_settings
+from eagle_train.plumbing.command_line import command_settings
 
 from . import throughput
-from eagle_train.markdown import table
+from eagle_train.plumbing.markdown import table
 from .metrics import summarize
 from .records import read_records
 

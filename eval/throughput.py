@@ -18,8 +18,8 @@ from tqdm import tqdm
 
 from eagle_infer.models.chat import Message
 
-from eagle_train.benchmarks import Question
-from eagle_train.markdown import table as markdown_table
+from eagle_train.plumbing.benchmarks import Question
+from eagle_train.plumbing.markdown import table as markdown_table
 from .harness import HarnessSettings, prompt_for
 from .metrics import tau
 from .records import RecordWriter

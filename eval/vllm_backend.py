@@ -21,14 +21,13 @@ import weakref
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from eagle_infer.config import InferConf
+from eagle_infer.config import InferConf, SamplingParams
 from eagle_infer.decoding.methods import resolve
 from eagle_infer.decoding.records import BatchResult, CycleStats, GenerationResult
-from eagle_infer.decoding.verify import SamplingParams
 from eagle_infer.errors import EagleError
 from eagle_infer.head.draft_head import DraftHead
 from eagle_infer.models.target import Target, resolve_source
-from eagle_train.export import ExportSettings, export
+from eagle_train.export.formats import ExportSettings, export
 
 VLLM = "vllm"
 WORKER = Path(__file__).with_name("vllm_worker.py")

@@ -44,19 +44,20 @@ from pathlib import Path
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from eagle_infer.entry.cli_support import CONF_DIR, REPO, check_recipe_arg, one_line_errors, setup_logging
+from eagle_infer.entry.cli_support import check_recipe_arg, one_line_errors, setup_logging
+from eagle_infer.paths import CONF_DIR, REPO
 from eagle_infer.errors import EagleError
 from eagle_infer.platform import cache_root, cpu
 from eagle_infer.models.target import load_target
 from eagle_train.cli import TrainRunConf  # noqa: F401 (registers the schema `recipes=` composes over)
-from eagle_train.command_line import command_settings
-from eagle_train.conversations import SHAREGPT_PACKAGE
-from eagle_train.features import Manifest, read_samples
+from eagle_train.plumbing.command_line import command_settings
+from eagle_train.data.conversations import SHAREGPT_PACKAGE
+from eagle_train.features.shards import Manifest, read_samples
 from eagle_train.launch import accelerator_env, free_port
-from eagle_train.objective import frequent_tokens
-from eagle_train.provenance import checkout_commit
-from eagle_train.train import ALPHA_STEPS, HeadConf, TrainConfig  # ALPHA_STEPS: the held-out α positions every row reports
-from eagle_train.markdown import table
+from eagle_train.training.objective import frequent_tokens
+from eagle_train.plumbing.provenance import checkout_commit
+from eagle_train.training.train import ALPHA_STEPS, HeadConf, TrainConfig
+from eagle_train.plumbing.markdown import table
 from eval.metrics import ALL, summarize, tau
 from eval.records import read_records
 from lab.declared_findings import check_finding

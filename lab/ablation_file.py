@@ -52,7 +52,7 @@ class AblationLine:
 COLUMNS = [f.name for f in fields(AblationLine)]
 TYPES = {f.name: f.type.split(" | ")[0] for f in fields(AblationLine)}
 FIGURES = COLUMNS[1:-2]
-ALPHAS = sum(c.startswith("alpha_") for c in COLUMNS)  # held-out α positions (eagle_train.train.ALPHA_STEPS)
+ALPHAS = sum(c.startswith("alpha_") for c in COLUMNS)  # held-out α positions (eagle_train.training.train.ALPHA_STEPS)
 
 
 def ablation_path(root: str | Path, spec: str) -> Path:

@@ -13,7 +13,7 @@ import csv
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from eagle_infer.entry.cli_support import REPO
+from eagle_infer.paths import REPO
 from eval import throughput
 from eval.metrics import ALL, Row, alpha, calibration, cycle_split, summarize
 from eval.records import read_records

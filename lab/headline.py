@@ -23,8 +23,8 @@ from eagle_infer.decoding.build import SHIPPED_HEADS_DIR
 from eagle_infer.entry.cli_support import one_line_errors
 from eagle_infer.errors import EagleError
 from eagle_infer.platform import machine_label, resolve_device, resolve_dtype
-from eagle_train.command_line import command_settings
-from eagle_train.provenance import checkout_commit
+from eagle_train.plumbing.command_line import command_settings
+from eagle_train.plumbing.provenance import checkout_commit
 from eval.cli import EvalRunConf
 from eval.metrics import ALL, summarize
 from eval.records import read_records

@@ -21,12 +21,13 @@ from pathlib import Path
 
 import torch
 
-from eagle_infer.entry.cli_support import REPO, one_line_errors, setup_logging
+from eagle_infer.entry.cli_support import one_line_errors, setup_logging
+from eagle_infer.paths import REPO
 from eagle_infer.errors import EagleError
 from eagle_infer.platform import cache_root, cpu
-from eagle_train.benchmarks import benchmark_dir, load_benchmark
-from eagle_train.command_line import command_settings
-from eagle_train.provenance import checkout_commit
+from eagle_train.plumbing.benchmarks import benchmark_dir, load_benchmark
+from eagle_train.plumbing.command_line import command_settings
+from eagle_train.plumbing.provenance import checkout_commit
 from eval.records import read_records
 from lab import findings
 from lab.ablate_head import load_spec, speed_run, tau_run

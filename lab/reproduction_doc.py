@@ -12,7 +12,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-from eagle_train.markdown import table
+from eagle_train.plumbing.markdown import table
 from lab import verdict
 from lab.findings import Section, committed_sections
 

@@ -21,8 +21,8 @@ from pathlib import Path
 from eagle_infer.entry.cli_support import one_line_errors
 from eagle_infer.errors import EagleError
 from eagle_infer.head.head_card import stage_text
-from eagle_train.command_line import command_settings
-from eagle_train.markdown import table
+from eagle_train.plumbing.command_line import command_settings
+from eagle_train.plumbing.markdown import table
 from eval.report import HALF_PRECISION_NOTE
 from lab.ablation_file import COLUMNS as ABLATION_COLUMNS
 from lab.ablation_file import ABLATION, ABLATION_DIR
@@ -195,7 +195,7 @@ def shipped_block(root: Path) -> str:
             rows.append([sp["what"], f"{sp['value']:.2f}x (`{sp['command']}`; {sp['machine']})"])
         rows += [[f"data stage {st['stage']} ({st['directory']})", stage_text(st)] for st in facts.get("stages", [])]
         if not facts.get("stages"):
-            rows.append(["data stages", "times not recorded (shipped before `eagle_train.stage_times` existed)"])
+            rows.append(["data stages", "times not recorded (shipped before `eagle_train.data.stage_times` existed)"])
         parts.append(f"### {path.parent.name}\n\n[{link}]({link}), from its card "
                      f"([card.json]({link}/card.json)):\n\n" + table(["", ""], rows).rstrip("\n"))
     if len(parts) == 1:

@@ -5,7 +5,7 @@ Copies `<cache root>/ablate-head/<row>/head` (its weights and config) into `eagl
 and writes the card (`eagle_infer.head.head_card`) from files only: the training facts of the row's own card (data, loss
 tokens, steps, training time and machine), the row's line of the committed ablation file (held-out top-1 and α, τ
 on MT-bench and on held-out prompts, EAGLE-2 × vanilla with the machine it ran on), and each data stage's time from
-the row's feature directories (`eagle_train.stage_times`). `make results-docs` then renders docs/training.md's
+the row's feature directories (`eagle_train.data.stage_times`). `make results-docs` then renders docs/training.md's
 shipped-head block from that card. A row missing from the ablation file, or without a trained head, is refused in
 one line.
 """
@@ -16,14 +16,15 @@ import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from eagle_infer.entry.cli_support import REPO, known_recipes, one_line_errors
+from eagle_infer.entry.cli_support import known_recipes, one_line_errors
+from eagle_infer.paths import REPO
 from eagle_infer.errors import EagleError
 from eagle_infer.head.head_card import write_card
 from eagle_infer.head.head_checkpoint import load_config
 from eagle_infer.platform import cache_root
 from eagle_train.cli import SELF, DataConf, self_count
-from eagle_train.command_line import command_settings
-from eagle_train.stage_times import stage_times
+from eagle_train.plumbing.command_line import command_settings
+from eagle_train.data.stage_times import stage_times
 from lab.ablate_head import load_spec, recipe, row_overrides
 from lab.ablation_file import ABLATION, ablation_path
 from lab.result_store import read

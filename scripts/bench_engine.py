@@ -65,8 +65,8 @@ from eagle_infer.platform import cpu, median_ms, sync  # noqa: E402
 from eagle_infer.errors import EagleError  # noqa: E402
 from eagle_infer.models.synthetic import PREFIX, is_synthetic  # noqa: E402
 from eagle_infer.models.target import load_target  # noqa: E402
-from eagle_train.benchmarks import load_benchmark  # noqa: E402
-from eagle_train.markdown import table  # noqa: E402
+from eagle_train.plumbing.benchmarks import load_benchmark
+from eagle_train.plumbing.markdown import table
 from lab.projection import EAGLE_TREE, PAPER_FIGURES, PaperFigures, projected_speedup  # noqa: E402
 
 FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile", "avx512_fp16")

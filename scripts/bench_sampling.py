@@ -25,7 +25,7 @@ from eagle_infer.decoding.engine import Engine  # noqa: E402
 from eagle_infer.errors import EagleError  # noqa: E402
 from eagle_infer.platform import cpu  # noqa: E402
 from eagle_infer.models.target import load_target  # noqa: E402
-from eagle_train.self_prompts import header_ids  # noqa: E402
+from eagle_train.data.self_prompts import header_ids
 
 SAMPLING = verify.SamplingParams(temperature=1.0, top_p=0.95)
 

@@ -1,11 +1,11 @@
 """Training-step speed, side by side in one run: the head's forward and backward over right-padded batches
 ("padded", what training runs on a GPU) against the rows' real tokens packed end to end ("unpadded", what it runs
-on a CPU; eagle_train.objective.Objective.unpadded); for EAGLE-3's block (draftable_only) also with the target's
+on a CPU; eagle_train.training.objective.Objective.unpadded); for EAGLE-3's block (draftable_only) also with the target's
 argmax computed once per conversation ("stored", what training does) instead of per batch; with --compile also
 what training runs on this device (packed on a CPU, padded on a GPU) with train.compile ("compiled": the head's
 layers and each step's loss through torch.compile, warmed up before timing; its warm-up seconds are printed).
 
-Every side computes the full training loss (eagle_train.objective.losses) and takes an optimizer step on the same
+Every side computes the full training loss (eagle_train.training.objective.losses) and takes an optimizer step on the same
 micro batches of 4 held-out conversations in training's order, under training's bfloat16 autocast where the CPU has
 native bfloat16 matmuls (always on a GPU); the padded side runs ttt_outputs over the padded batch instead of
 packed_outputs (Objective.unpadded). Sides take turns going first. Prints the machine, each side's loss tokens/s and ratio to
@@ -30,12 +30,12 @@ import torch
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))  # this checkout's packages, as `python scripts/...` runs it
 
-import eagle_train.objective as objective_mod  # noqa: E402
+import eagle_train.training.objective as objective_mod
 from eagle_infer.platform import cache_root, cpu, resolve_dtype  # noqa: E402
 from eagle_infer.models.target import load_target  # noqa: E402
-from eagle_train.features import read_samples  # noqa: E402
-from eagle_train.objective import compile_layers  # noqa: E402
-from eagle_train.train import build_head_config, micro_batches, new_head, objective  # noqa: E402
+from eagle_train.features.shards import read_samples
+from eagle_train.training.objective import compile_layers
+from eagle_train.training.train import build_head_config, micro_batches, new_head, objective
 from lab.ablate_head import row_settings  # noqa: E402
 
 # Each --blocks name times the settings of one row of the ablation (conf/ablate/smollm2-135m.yaml, composed as

@@ -35,16 +35,14 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from eagle_infer.config import InferConf  # noqa: E402
+from eagle_infer.config import DEFAULT_METHOD, InferConf, SamplingParams  # noqa: E402
 from eagle_infer.decoding.build import load_head_for  # noqa: E402
-from eagle_infer.decoding.methods import DEFAULT_METHOD  # noqa: E402
-from eagle_infer.decoding.verify import SamplingParams  # noqa: E402
 from eagle_infer.errors import EagleError  # noqa: E402
 from eagle_infer.head.draft_head import random_head  # noqa: E402
 from eagle_infer.models.chat import stop_ids  # noqa: E402
 from eagle_infer.models.target import load_target  # noqa: E402
 from eagle_infer.platform import machine_label  # noqa: E402
-from eagle_train.benchmarks import benchmark_dir, load_benchmark  # noqa: E402
+from eagle_train.plumbing.benchmarks import benchmark_dir, load_benchmark  # noqa: E402
 from eagle_train.launch import accelerator_env  # noqa: E402
 from eval import harness  # noqa: E402
 from eval.harness import HarnessSettings  # noqa: E402

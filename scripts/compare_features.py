@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from eagle_infer.platform import cpu  # noqa: E402
-from eagle_train.states import MODES  # noqa: E402
+from eagle_train.features.states import MODES
 
 
 def bytes_under(path: Path) -> int:

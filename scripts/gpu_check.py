@@ -40,7 +40,7 @@ sys.path.insert(0, str(REPO))
 
 from eagle_infer.platform import cpu  # noqa: E402
 from eagle_train.launch import accelerator_env, free_port  # noqa: E402
-from eagle_train.markdown import table  # noqa: E402
+from eagle_train.plumbing.markdown import table
 
 
 @dataclass(frozen=True)

@@ -46,7 +46,7 @@ sys.path.insert(0, str(REPO))
 from eagle_infer.config import InferConf  # noqa: E402
 from eagle_infer.errors import EagleError  # noqa: E402
 from eagle_infer.platform import cpu  # noqa: E402
-from eagle_train.self_prompts import header_ids  # noqa: E402
+from eagle_train.data.self_prompts import header_ids
 
 
 def checkout_module(name: str):

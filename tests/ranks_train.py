@@ -12,8 +12,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import eagle_train.train as train_mod  # noqa: E402
-from eagle_train.train import TrainConfig, train  # noqa: E402
+import eagle_train.training.train as train_mod
+from eagle_train.training.train import TrainConfig, train
 from tests.conftest import make_tiny_smol, smol_tokenizer  # noqa: E402
 
 

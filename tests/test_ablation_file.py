@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 
 import lab.ablate_head as ab
-from eagle_train.train import ALPHA_STEPS
+from eagle_train.training.train import ALPHA_STEPS
 from lab.ablation_file import ABLATION, ALPHAS, ablation_path, full_lines
 from lab.result_store import merge, read
 from lab.results_docs import ABLATION_BEGIN, ABLATION_END, README, TRAINING, stale, write_docs

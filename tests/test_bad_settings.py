@@ -8,7 +8,7 @@ import pytest
 
 from eagle_infer.config import InferConf
 from eagle_infer.errors import check_number
-from eagle_train.train import TrainConfig
+from eagle_train.training.train import TrainConfig
 from tests.test_engine_errors import one_line_error
 
 

@@ -1,4 +1,4 @@
-"""eagle_train.benchmarks: the shared question files, the PyPI-shipped sources and the user errors."""
+"""eagle_train.plumbing.benchmarks: the shared question files, the PyPI-shipped sources and the user errors."""
 import json
 import os
 from pathlib import Path
@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 
 from eagle_infer.errors import EagleError
-from eagle_train import benchmarks
-from eagle_train.benchmarks import BENCHMARKS, load_benchmark
+from eagle_train.plumbing import benchmarks
+from eagle_train.plumbing.benchmarks import BENCHMARKS, load_benchmark
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_BENCH_DATA_DIR = REPO_ROOT / ".." / "shared" / "data" / "benchmarks"

@@ -17,8 +17,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from eagle_infer.config import InferConf
-from eagle_infer.decoding.verify import SamplingParams
+from eagle_infer.config import InferConf, SamplingParams
 from eagle_infer.errors import EagleError
 from eval.vllm_backend import LONGEST, VllmConf, VllmMethod, VllmWorker, root_cause
 from scripts import check_serve

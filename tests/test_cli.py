@@ -16,7 +16,7 @@ import pytest
 
 from eagle_infer.models.chat import Message, prompt_ids
 from eagle_infer.decoding.records import BatchResult, CycleStats, GenerationResult
-from eagle_train.benchmarks import BENCHMARKS, Question
+from eagle_train.plumbing.benchmarks import BENCHMARKS, Question
 from eval.harness import HarnessSettings, run as harness_run
 from eval.records import RECORD_FIELDS, RecordWriter, read_records
 
@@ -49,7 +49,7 @@ import torch, transformers, hydra, omegaconf, tqdm, safetensors.torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 import transformers.models.llama.modeling_llama
 import eagle_infer.models.target, eagle_infer.decoding.engine, eagle_infer.head.draft_head, eagle_infer.models.chat
-import eagle_train.featurize, eagle_train.train, eagle_train.benchmarks, eval.harness, eval.methods, eval.metrics, eval.report
+import eagle_train.features.featurize, eagle_train.training.train, eagle_train.plumbing.benchmarks, eval.harness, eval.methods, eval.metrics, eval.report
 for line in sys.stdin:
     job = json.loads(line)
     sys.stdout.flush(); sys.stderr.flush()
@@ -179,6 +179,17 @@ def test_infer_bad_input(cli, model_dir, args, needles):
 ])
 def test_train_that_would_train_nothing_is_refused_before_featurizing(cli, args, needles):
     assert_one_line_error(cli("eagle_train.cli", "recipes=demo", "stage=featurize", *args), *needles)
+
+
+@pytest.mark.parametrize("args, needles", [
+    (["head.block_size=300"], ["head.block_size 300 is above the context", "max_length 256"]),
+    (["head.block_size=1"], ["head.block_size 1 is invalid", ">= 2"]),
+    (["head.mask_token_id=17"], ["head.mask_token_id 17 is text to the tokenizer", "the default is 0"]),
+])
+def test_a_dflash_drafter_it_cannot_train_is_refused_before_featurizing(cli, model_dir, tmp_path, args, needles):
+    assert_one_line_error(cli("eagle_train.cli", "recipes=demo", "block=dflash", "stage=featurize",
+                              f"model.name={model_dir}", "head.feature_layers=[0,1]",
+                              f"data.features_dir={tmp_path / 'features'}", *args), *needles)
 
 
 def test_train_unknown_data_template(cli):

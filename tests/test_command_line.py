@@ -9,7 +9,7 @@ from dataclasses import fields
 import pytest
 
 from eagle_infer.errors import EagleError
-from eagle_train.command_line import COMMAND_DIR, command_settings
+from eagle_train.plumbing.command_line import COMMAND_DIR, command_settings
 from eval.identical import IdenticalSettings, main as identical_main
 from eval.merge import MergeSettings
 
@@ -18,8 +18,8 @@ COMMANDS = {"eval.identical": ("identical", "IdenticalSettings"), "eval.merge": 
             "eval.sweep": ("sweep", "SweepSettings"), "lab.results_docs": ("results_docs", "DocsSettings"),
             "lab.ship_head": ("ship_head", "ShipSettings"), "lab.headline": ("headline", "HeadlineSettings"),
             "lab.reproduce": ("reproduce", "ReproduceSettings"), "lab.ablate_head": ("ablate_head", "AblateSettings"),
-            "eagle_train.stage_times": ("stage_times", "StageTimesSettings"),
-            "eagle_train.score_head": ("score_head", "ScoreSettings")}
+            "eagle_train.data.stage_times": ("stage_times", "StageTimesSettings"),
+            "eagle_train.training.score_head": ("score_head", "ScoreSettings")}
 
 
 @pytest.mark.parametrize("module", COMMANDS)

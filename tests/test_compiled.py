@@ -12,6 +12,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from eagle_infer.models.compiled import STATIC_ROUND
 from eagle_infer.platform import HOST_READ_OPS
+from eagle_infer.head.block_runner import BlockRunner
+from eagle_infer.head.dflash_head import random_dflash_head
 from eagle_infer.head.draft_head import random_head
 from eagle_infer.config import InferConf
 from eagle_infer.decoding.engine import Engine
@@ -177,6 +179,33 @@ def test_compiled_head_step_drafts_losslessly_with_no_graph_after_warm_up(pair):
         assert [engine.generate(p, 15).tokens for p in prompts] == [vanilla_tokens(eager, p, 15) for p in prompts]
     assert head.compiled.compiles == warm
     assert expanded in head.compiled.afters and None in head.compiled.afters  # EAGLE-2 expands in the compiled call
+
+
+@pytest.mark.skipif(not HAS_COMPILER, reason="no C++ compiler: inductor falls back to eager")
+def test_compiled_block_forward_drafts_losslessly_with_no_graph_after_warm_up(pair):
+    """A DFlash drafter's block forward compiled (what a BlockRunner does beside a target compiled on a GPU, forced
+    here on the CPU): over its static context cache it drafts the eager forward's logits, dflash's greedy output is
+    vanilla's, and more requests compile no graph."""
+    eager, fast = pair
+    module = random_dflash_head(fast, VOCAB - 1, seed=5, block_size=4)
+    plain, runner = BlockRunner(module, fast), BlockRunner(module, fast, compile_step=True)
+    assert plain.compiled is None  # a CPU target: the block drafts eagerly unless asked
+    assert runner.new_cache(1, 10).static and runner.new_cache(1, 10).max_len == STATIC_ROUND
+    fused = torch.randn(1, 9, 3 * 64, generator=torch.Generator().manual_seed(2))
+    drafts = []
+    for r in (plain, runner):  # a prompt's context, then the block after it
+        cache = r.new_cache(1, 20)
+        r(fused, None, torch.arange(9)[None], cache, None)
+        cache.advance(9)
+        drafts.append(r.draft(cache, torch.tensor([[3]]), cache.length_column()))
+    torch.testing.assert_close(*drafts, rtol=1e-5, atol=1e-5)
+    engine = Engine(fast, runner, InferConf(method="dflash", budget="fixed"))
+    engine.generate([5, 6, 7], 12)
+    warm = runner.compiled.compiles
+    assert warm >= 1 and not runner.compiled.failed
+    more = [list(range(30, 41)), list(range(1, 60, 2))]
+    assert [engine.generate(p, 15).tokens for p in more] == [vanilla_tokens(eager, p, 15) for p in more]
+    assert runner.compiled.compiles == warm
 
 
 # ----------------------------------------------------------------------------------------------------------------

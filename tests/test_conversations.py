@@ -7,8 +7,8 @@ import pytest
 
 from eagle_infer.models.chat import Message
 from eagle_infer.errors import EagleError
-from eagle_train import conversations
-from eagle_train.conversations import load_conversations, split
+from eagle_train.data import conversations
+from eagle_train.data.conversations import load_conversations, split
 
 
 def turn(who, text):

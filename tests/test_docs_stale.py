@@ -68,3 +68,13 @@ def test_the_check_sees_stale_lines():
         "pip install --target /tmp/site; `~/.cache/eagle-toolkit`",  # fine: paths any machine has
     ])
     assert stale_lines(text, heads, shipped) == text.splitlines()[:4]
+
+
+def test_design_module_map_is_the_code_s():
+    """docs/design.md's module map is what lab.module_map renders from the modules' docstrings: a module added,
+    moved or redescribed without `python -m lab.module_map` fails here."""
+    from lab import module_map
+
+    doc = module_map.DOC.read_text()
+    assert module_map.BEGIN in doc and module_map.END in doc
+    assert doc == module_map.with_map(doc), "run python -m lab.module_map"

@@ -5,7 +5,7 @@ commit named in the file) computed on the case of tests/eagle3_reference_case.py
 training-time test, the loss and the accuracy at each of three SGD iterations, and every draft parameter's gradient
 norm at the first. This toolkit's path gives the same numbers: the fused features featurize stores, the eagle3 head
 as training builds it (with the weights loaded through the published-checkpoint loader), and
-eagle_train.objective.losses with the reference's settings (7 steps = ttt_steps 6, step weights 0.8^k, no feature
+eagle_train.training.objective.losses with the reference's settings (7 steps = ttt_steps 6, step weights 0.8^k, no feature
 regression, sums over positions whose target argmax is a draft token, divided by B x T).
 
 Tolerance: 1e-5 relative on losses and gradient norms, 1e-6 absolute on accuracies (float32; the two compute
@@ -27,10 +27,10 @@ from eagle_infer.head import chain_attention
 from eagle_infer.head.draft_head import DraftHead
 from eagle_infer.head.head_checkpoint import load_head
 from eagle_infer.models.target import Target, with_decoder
-from eagle_train.featurize import target_features
-from eagle_train.features import Sample
-from eagle_train.objective import Objective, collate, losses
-from eagle_train.train import HeadConf, TrainConfig, build_head_config
+from eagle_train.features.featurize import target_features
+from eagle_train.features.shards import Sample
+from eagle_train.training.objective import Objective, collate, losses
+from eagle_train.training.train import HeadConf, TrainConfig, build_head_config
 from tests import eagle3_reference_case as case
 from tests.oracles import one_thread  # noqa: F401 (autouse)
 

@@ -293,7 +293,7 @@ def test_one_schema_from_the_command_line_to_the_engine():
     from hydra import compose, initialize_config_dir
 
     from eagle_infer.entry.cli import InferRunConf  # noqa: F401 (registers the schema)
-    from eagle_infer.entry.cli_support import CONF_DIR
+    from eagle_infer.paths import CONF_DIR
     from eagle_infer.config import InferConf, LookupConf
     from omegaconf import OmegaConf
 

@@ -15,8 +15,10 @@ from functools import lru_cache
 import pytest
 import torch
 
+import eagle_infer.decoding.cycle as cycle_module
 from eagle_infer.decoding.methods import resolve, tree_budget
 from eagle_infer.decoding.build import measure_cost
+from eagle_infer.head.dflash_head import random_dflash_head
 from eagle_infer.head.draft_head import DraftHead, DraftHeadConfig, random_head
 from eagle_infer.config import InferConf
 from eagle_infer.decoding.engine import Engine
@@ -331,6 +333,83 @@ def test_random_eagle3_block_head_matches_vanilla(path):
         [list(prompt), list(prompt[:4])], 30, batch_size=2)
     assert batch.results[0].tokens == list(expected)
     assert batch.results[1].tokens == vanilla_tokens(eagle3_case()[0], list(prompt[:4]), 30)
+
+
+@lru_cache(maxsize=None)
+def dflash_case(path: str = "eager"):
+    """eagle3_case's 8-layer target, prompt and continuation, and a random DFlash drafter (blocks of 6, fused layers
+    1, 3, 4) over a draft vocabulary of the continuation's first 4 distinct ids and 2 others, so that its drafts
+    are sometimes the target's. Returns (target, head, prompt, expected)."""
+    target, _, prompt, expected = eagle3_case(path)
+    firsts = sorted(set(expected), key=expected.index)[:4]
+    ids = firsts + [i for i in range(VOCAB) if i not in firsts][:2]
+    head = random_dflash_head(eagle3_case()[0], VOCAB - 1, seed=7, block_size=6, draft_vocab=torch.tensor(ids))
+    return target, head, prompt, expected
+
+
+DFLASH_CONFIGS = {
+    "dflash": InferConf(method="dflash", budget="fixed"),
+    "dflash-d2": InferConf(method="dflash", budget="fixed", depth=2),
+    "dflash-auto": InferConf(method="dflash"),
+    "dflash-tree": InferConf(method="dflash-tree", budget="fixed", top_k=3, total_tokens=12),
+    "dflash-tree-auto": InferConf(method="dflash-tree", top_k=3),
+    "dflash+lookup": InferConf(method="dflash", lookup=True),
+    "dflash-tree+lookup": InferConf(method="dflash-tree", budget="fixed", top_k=3, total_tokens=16, lookup=True),
+}
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_random_dflash_drafter_matches_vanilla(path):
+    """The block drafter (one forward a cycle) through its chain, its tree, their hybrids and the auto budget: float32
+    greedy output equals vanilla's, alone and in a batch of rows of different lengths, eager and compiled (there the
+    fixed chain and a fixed hybrid, alone: an auto budget's cost model would time a compiled forward of every
+    size); the drafter's own drafts are accepted."""
+    target, head, prompt, expected = dflash_case(path)
+    names = list(DFLASH_CONFIGS) if path == "eager" else ["dflash", "dflash-tree+lookup"]
+    accepted = 0
+    for name in names:
+        config = DFLASH_CONFIGS[name]
+        result = run(target, head, config, prompt, 30)
+        assert result.tokens == list(expected), name
+        assert all(c.head_forwards == (1 if i == 0 else 2) for i, c in enumerate(result.cycles))  # block, then feed
+        accepted += 0 if config.lookup else sum(c.accepted for c in result.cycles)
+        if path == "compiled":
+            continue
+        engine = Engine(target, head, config, cost=measure_cost(config, target, head))
+        rows = engine.generate_batch([list(prompt), list(prompt[:4]), list(prompt[3:])], 30, batch_size=2).results
+        assert [r.tokens for r in rows] == [list(expected)] + [vanilla_tokens(eagle3_case()[0], p, 30)
+                                                               for p in (list(prompt[:4]), list(prompt[3:]))], name
+    assert accepted > 0
+
+
+def test_dflash_context_cache_holds_the_committed_tokens_states(monkeypatch):
+    """After cycles of a batch (lookup's copies accepted several tokens at a time, the rows at their own lengths)
+    every row's context cache holds exactly the drafter's context keys and values of the target's fused states over
+    the row's committed tokens, one position each: extended by the accepted tokens' states, never a drafted one's."""
+    target, head, prompt, expected = dflash_case()
+    held = []  # the context cache after each feed while both rows decode (row b: prompts[b])
+    feed = cycle_module.feed_pending
+
+    def feeding(state, models):
+        feed(state, models)
+        if state.head_cache.batch == 2:
+            held.append(state.head_cache.copy())
+
+    monkeypatch.setattr(cycle_module, "feed_pending", feeding)
+    prompts = [list(prompt), list(prompt[2:])]
+    results = Engine(target, head, DFLASH_CONFIGS["dflash-tree+lookup"]).generate_batch(prompts, 30).results
+    assert max(c.accepted for r in results for c in r.cycles) >= 2 and len(held) >= 4
+    with torch.inference_mode():
+        for cache in (held[len(held) // 2], held[-1]):
+            assert cache.lengths[0] - len(prompts[0]) != cache.lengths[1] - len(prompts[1])  # rows apart
+            for b, (p, r) in enumerate(zip(prompts, results)):
+                n = cache.lengths[b]
+                sequence = (p + r.tokens)[:n]
+                _, fused = target.forward(torch.tensor([sequence]), torch.arange(n)[None], target.new_cache(1, n),
+                                          feature_layers=tuple(head.config.feature_layers))
+                fresh = head.context_kv(fused, torch.arange(n)[None])
+                torch.testing.assert_close(cache.store[:, :, b, :, :n], torch.stack((fresh.keys, fresh.values))[:, :, 0],
+                                           rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("input_mode", ["feature+token", "feature", "token"])

@@ -25,6 +25,7 @@ import eagle_infer.decoding.cycle as cycle_module
 import eagle_infer.decoding.engine as engine_module
 import eagle_infer.decoding.verify as verify
 import tests.oracles as oracles
+from eagle_infer.head.dflash_head import random_dflash_head
 from eagle_infer.head.draft_head import random_head
 from eagle_infer.config import InferConf
 from eagle_infer.decoding.engine import Engine
@@ -500,6 +501,8 @@ def drafter_setup(name: str):
         "chain": InferConf(method="chain", depth=2),
         "eagle1": InferConf(method="eagle1", static_paths=[[0], [1], [2], [0, 0], [0, 1], [1, 0], [2, 0]]),
         "eagle2": InferConf(method="eagle2", depth=2, top_k=4, total_tokens=9, expand_by="confidence"),
+        "dflash": InferConf(method="dflash", budget="fixed"),
+        "dflash-tree": InferConf(method="dflash-tree", budget="fixed", top_k=3, total_tokens=7),
     }[name], None
 
 
@@ -508,6 +511,15 @@ def small_eagle3_head():
     """EAGLE-3's block for the small target, untrained: fused over both its layers, drafting from 6 of its 8 ids."""
     target, _ = small()
     return random_head(target, seed=3, block="eagle3", feature_layers=[0, 1], draft_vocab=torch.tensor([0, 2, 3, 5, 6, 7]))
+
+
+@lru_cache(maxsize=None)
+def small_dflash_head():
+    """A DFlash drafter for the small target, untrained: blocks of 3 (two drafted tokens: depth 2), fused over both
+    its layers, drafting from 6 of its 8 ids (a seed whose top-1 the target often draws)."""
+    target, _ = small()
+    return random_dflash_head(target, VOCAB - 1, seed=6, block_size=3, feature_layers=[0, 1],
+                              draft_vocab=torch.arange(6))
 
 
 def engine_counts(name: str, params: SamplingParams, n: int = N_SAMPLES, first_seed: int = 0,
@@ -550,6 +562,34 @@ def test_eagle3_block_samples_follow_the_target(name, params):
     same, p_value, stat = same_distribution(counts, exact_joint(params))
     assert same, (name, params, p_value, stat)
     assert any(accepted)  # its drafts were accepted sometimes: the check exercised acceptance
+
+
+DFLASH_SETTINGS = [("dflash", SamplingParams(temperature=0.7), "eager"),
+                   ("dflash", SamplingParams(temperature=1.0, top_p=0.8, sampling_top_k=5), "compiled"),
+                   ("dflash-tree", SamplingParams(temperature=1.3), "eager")]
+
+
+@pytest.mark.parametrize("name,params,path", DFLASH_SETTINGS,
+                         ids=[f"{n}-T{p.temperature}-{path}" for n, p, path in DFLASH_SETTINGS])
+def test_dflash_samples_follow_the_target(name, params, path):
+    """A random DFlash drafter's block, verified as one chain of its top-1 tokens (dflash) or as a tree of its
+    positions' top-3 (dflash-tree) by the exact sampler: samples follow the target's exact joint distribution, and
+    its drafts are accepted often enough that acceptance, not only the bonus token, is what is tested."""
+    counts, accepted = engine_counts(name, params, path=path, head=small_dflash_head())
+    same, p_value, stat = same_distribution(counts, exact_joint(params))
+    assert same, (name, params, p_value, stat)
+    assert sum(a > 0 for a in accepted) >= 0.1 * len(accepted), accepted[:50]
+
+
+@pytest.mark.parametrize("name,broken", [("dflash", broken_sampled_greedy_root),
+                                         ("dflash-tree", broken_sampled_parent_rows)], ids=["greedy-root", "parent-rows"])
+def test_dflash_check_detects_a_broken_verifier(monkeypatch, name, broken):
+    """The same check over the DFlash drafter's chain and tree has the power to reject a broken sampler."""
+    params = SamplingParams(temperature=0.7)
+    monkeypatch.setattr(cycle_module, "sampled_choices", broken)
+    counts, _ = engine_counts(name, params, head=small_dflash_head())
+    same, p_value, _ = same_distribution(counts, exact_joint(params))
+    assert not same and p_value < ALPHA * 1e-3, p_value
 
 
 @pytest.mark.parametrize("path", ["eager", "compiled"])

@@ -1,4 +1,4 @@
-"""Export to the servers' layouts (eagle_train.export): what vLLM's, speculators' and SGLang's loaders read
+"""Export to the servers' layouts (eagle_train.export.formats): what vLLM's, speculators' and SGLang's loaders read
 (tests/fixtures/serving_loaders.json), every format complete (rope, embedding, dtypes, ascending draft ids), the same
 predictions when this toolkit loads the export back, speculators' own classes drafting what the toolkit drafts
 (scripts/check_export.py, when speculators imports), the model card's serve commands, and one-line refusals."""
@@ -13,11 +13,12 @@ import torch
 from safetensors.torch import load_file
 
 from eagle_infer.decoding.build import SHIPPED_HEADS_DIR
+from eagle_infer.head.dflash_head import random_dflash_head
 from eagle_infer.head.draft_head import DraftHead, DraftHeadConfig, eagle3_layers, random_head
 from eagle_infer.errors import EagleError
 from eagle_infer.head.head_checkpoint import load_head
 from eagle_infer.head.head_runner import HeadRunner
-from eagle_train.export import FAMILIES, FORMATS, SERVERS, ExportSettings, check_servable, export, write_card
+from eagle_train.export.formats import FAMILIES, FORMATS, SERVERS, ExportSettings, check_servable, export, write_card
 from scripts import check_export
 from tests.tiny import LLAMA3_ROPE, tiny_target
 
@@ -279,7 +280,7 @@ def test_card_names_complete_serve_commands(tiny_smol6, tmp_path):
 
 def test_head_fc_bias_false_builds_the_fc_vllm_holds(tiny_smol, tmp_path):
     """head.fc_bias=false reaches the head config training builds (and saves), so the fc has no bias."""
-    from eagle_train.train import HeadConf, TrainConfig, build_head_config
+    from eagle_train.training.train import HeadConf, TrainConfig, build_head_config
 
     for fc_bias in (True, False):
         config = build_head_config(tiny_smol, TrainConfig(draft_vocab_size=0), HeadConf(fc_bias=fc_bias))
@@ -291,8 +292,8 @@ def test_head_fc_bias_false_builds_the_fc_vllm_holds(tiny_smol, tmp_path):
 
 def test_a_head_trained_without_fc_bias_exports_for_vllm(tiny_smol, deepspeed_cpu_env, tmp_path):
     """head.fc_bias=false: training builds, trains and saves an fc without a bias, and vLLM's layout takes it."""
-    from eagle_train.featurize import featurize
-    from eagle_train.train import HeadConf, train
+    from eagle_train.features.featurize import featurize
+    from eagle_train.training.train import HeadConf, train
     from tests.test_train import FEAT, conversations, train_config
 
     convs = conversations(8)
@@ -317,10 +318,13 @@ def test_speculators_loads_every_export_and_drafts_what_the_toolkit_drafts(tmp_p
     """make check-export's rows for tiny Llama and Qwen3 targets: every format speculators reads, through
     `speculators convert` where it applies, drafts the toolkit's logits (<= 1e-4) and top-1 (all positions)."""
     rows = check_export.run(families=("llama", "qwen3"), positions=19, work=tmp_path)
-    loaded = {(r.family, r.fmt) for r in rows if r.loaded}
+    loaded = {(r.family, r.fmt) for r in rows if r.loaded and r.head.startswith("eagle3")}
     assert loaded == {("llama", f) for f in FORMATS} | {("qwen3", "speculators")}
+    assert {(r.family, r.fmt) for r in rows if r.loaded and r.head.startswith("dflash")} == {
+        (family, fmt) for family in ("llama", "qwen3") for fmt in ("forward", "speculators")}
     assert all(r.ok for r in rows), [r.line() for r in rows if not r.ok]
-    assert all(r.max_diff <= check_export.TOLERANCE and r.top1 == 19 for r in rows if r.loaded)
+    assert all(r.max_diff <= r.bound <= check_export.TOLERANCE and r.top1 == r.positions for r in rows if r.loaded)
+    assert {r.positions for r in rows if r.loaded} == {2 * 19 - 1, (19 - 4) * 4}  # EAGLE-3: two steps; DFlash: blocks x B
     assert "speculators convert -> SpeculatorModel.from_pretrained" in capsys.readouterr().out
 
 
@@ -330,7 +334,7 @@ def test_push_uploads_an_export_with_its_card_and_offline_is_one_line(tiny_smol,
 
     import huggingface_hub
 
-    from eagle_train.export import push
+    from eagle_train.export.formats import push
 
     hub = tmp_path / "hub"
 
@@ -361,3 +365,93 @@ def test_push_uploads_an_export_with_its_card_and_offline_is_one_line(tiny_smol,
     monkeypatch.setattr(huggingface_hub, "HfApi", Offline)
     with pytest.raises(EagleError, match=r"^pushing .* to 'someone/head' failed \(ConnectionError\)"):
         push(tmp_path / "out", "someone/head")
+
+
+def dflash_drafter(arch: str = "llama", draft_vocab: bool = True):
+    target = tiny_target(vocab=300, hidden=64, layers=8, arch=arch, rope_theta=check_export.ROPE_THETA)
+    if draft_vocab:
+        return check_export.dflash_head(target, 299, layers=2, block_size=4)
+    return check_export.perturbed(random_dflash_head(target, 299, layers=2, block_size=4))
+
+
+@pytest.mark.skipif(check_export.unavailable() is not None, reason=str(check_export.unavailable()))
+def test_dflash_export_is_loaded_by_speculators_and_its_aux_ids_are_checked_by_the_load(tmp_path):
+    """make check-export's DFlash rows on a tiny Llama target: the forward within 1e-5, the speculators export
+    (speculators_model_type dflash) loaded by SpeculatorModel.from_pretrained within 1e-4 and the same top-1, drafting
+    from the target's states picked by its aux ids; the same export with the aux ids of our 0-based layers (not + 1)
+    drafts something else."""
+    head = dflash_drafter()
+    verifier = tmp_path / "verifier"
+    head.target.model.save_pretrained(str(verifier))
+    rows = check_export.check_dflash(head, "llama", str(verifier), tmp_path, 13)
+    loaded = {r.fmt: r for r in rows if r.loaded}
+    assert set(loaded) == {"forward", "speculators"} and all(r.ok for r in rows), [r.line() for r in rows]
+    config = json.loads((tmp_path / "dflash-llama-speculators" / "config.json").read_text())
+    assert config["speculators_model_type"] == "dflash" and config["aux_hidden_state_layer_ids"] == [2, 4, 5]
+    assert config["speculators_config"]["proposal_methods"][0]["speculative_tokens"] == 3
+    config["aux_hidden_state_layer_ids"] = [1, 3, 4]
+    (tmp_path / "dflash-llama-speculators" / "config.json").write_text(json.dumps(config))
+    from speculators import SpeculatorModel
+
+    model = SpeculatorModel.from_pretrained(str(tmp_path / "dflash-llama-speculators")).float().eval()
+    assert check_export.compare_dflash(head, model, 13, states="target")[0] > 100 * check_export.TOLERANCE
+
+
+def test_dflash_sglang_layout_is_zlabs_and_formats_that_cannot_hold_it_are_one_line(tmp_path):
+    head = dflash_drafter(draft_vocab=False)
+    export(head, "sglang", tmp_path / "sglang")
+    config = json.loads((tmp_path / "sglang" / "config.json").read_text())
+    assert config["architectures"] == ["DFlashDraftModel"] and config["block_size"] == 4
+    assert config["dflash_config"] == {"mask_token_id": 299, "target_layer_ids": [1, 3, 4]}
+    assert config["num_target_layers"] == 8 and config["num_hidden_layers"] == 2
+    weights = load_file(str(tmp_path / "sglang" / "model.safetensors"))
+    assert set(weights) == set(head.trainable_state_dict()) and "lm_head.weight" not in weights
+    for fmt in ("vllm", "eagle"):
+        with pytest.raises(EagleError, match=f"the '{fmt}' layout cannot hold a DFlash drafter") as err:
+            export(head, fmt, tmp_path / fmt)
+        assert "\n" not in str(err.value)
+    with pytest.raises(EagleError, match="SGLang's DFlash drafter scores with the target's whole LM head"):
+        export(dflash_drafter(), "sglang", tmp_path / "subset")
+
+
+def test_dflash_cards_name_vllm_and_sglang_commands(tmp_path):
+    head = dflash_drafter(draft_vocab=False)
+    settings = ExportSettings(verifier="someone/target")
+    for fmt in ("speculators", "sglang"):
+        export(head, fmt, tmp_path / fmt, settings)
+        write_card(tmp_path, tmp_path / fmt, head, fmt, settings)
+    vllm = (tmp_path / "speculators" / "README.md").read_text()
+    assert f"vllm serve {tmp_path / 'speculators'}" in vllm
+    assert ('"method": "dflash", "model": "' + str(tmp_path / "speculators") + '", "num_speculative_tokens": 3') in vllm
+    sglang = (tmp_path / "sglang" / "README.md").read_text()
+    assert (f"--speculative-algorithm DFLASH --speculative-draft-model-path {tmp_path / 'sglang'} "
+            "--speculative-num-draft-tokens 4") in sglang
+
+
+@pytest.mark.skipif(check_export.unavailable() is not None, reason=str(check_export.unavailable()))
+def test_eagle31_exports_to_speculators_with_its_flags_and_loads_back(tmp_path):
+    """An EAGLE-3.1 head (fc_norm, norm_output) exported in the speculators format: its flags and per-layer norms
+    written, speculators drafting its two steps within 1e-4; this toolkit's loader reads it back to the same drafts;
+    the same weights drafting without norm_output differ at the second step (the check sees the flag); the
+    SafeAILab layouts refuse it in one line."""
+    target = tiny_target(vocab=300, hidden=64, layers=8, rope_theta=check_export.ROPE_THETA)
+    head = check_export.eagle3_head(target, eagle31=True)
+    verifier = tmp_path / "verifier"
+    target.model.save_pretrained(str(verifier))
+    export(head, "speculators", tmp_path / "spec", ExportSettings(verifier=str(verifier), dtype="float32"))
+    config = json.loads((tmp_path / "spec" / "config.json").read_text())
+    assert config["speculators_model_type"] == "eagle3" and config["fc_norm"] and config["norm_output"]
+    assert {f"fc_norm.{i}.weight" for i in range(3)} <= set(load_file(str(tmp_path / "spec" / "model.safetensors")))
+    diff, top1 = check_export.compare(head, tmp_path / "spec", 19)
+    assert diff <= check_export.TOLERANCE and top1 == 2 * 19 - 1
+    loaded = load_head(tmp_path / "spec", target)
+    assert (loaded.config.fc_norm, loaded.config.norm_output) == (True, True)
+    features, tokens, positions = check_export.inputs(head, 19)
+    torch.testing.assert_close(check_export.toolkit_logits(loaded, features, tokens, positions),
+                               check_export.toolkit_logits(head, features, tokens, positions))
+    head.config.norm_output = False
+    assert check_export.compare(head, tmp_path / "spec", 19)[0] > 100 * check_export.TOLERANCE
+    head.config.norm_output = True
+    for fmt in ("vllm", "sglang", "eagle"):
+        with pytest.raises(EagleError, match=r"has no fc_norm or norm_output.*export format=speculators"):
+            export(head, fmt, tmp_path / fmt)

@@ -1,4 +1,4 @@
-"""What the target wrote for a recipe, kept in the checkout and restored elsewhere (eagle_train.generated_data)."""
+"""What the target wrote for a recipe, kept in the checkout and restored elsewhere (eagle_train.data.generated_data)."""
 from __future__ import annotations
 
 import json
@@ -8,8 +8,8 @@ import pytest
 from eagle_infer.models.chat import Message
 from eagle_infer.errors import EagleError
 from eagle_train.cli import TrainRunConf, _kept_generated
-from eagle_train.generated_data import restore_generated, save_generated
-from eagle_train.regenerate import RegenerateSettings, conversations_fingerprint, regenerated_shard
+from eagle_train.data.generated_data import restore_generated, save_generated
+from eagle_train.data.regenerate import RegenerateSettings, conversations_fingerprint, regenerated_shard
 
 SETTINGS = RegenerateSettings(fraction=1.0, turns=1, max_new_tokens=8, max_length=64)
 CHUNK = [[Message("user", f"question {i}")] for i in range(3)]

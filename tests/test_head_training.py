@@ -12,7 +12,7 @@ import json
 import pytest
 import torch
 
-import eagle_train.regenerate as regenerate_mod
+import eagle_train.data.regenerate as regenerate_mod
 from eagle_infer.models.chat import Message, prompt_ids, stop_ids
 from eagle_infer.head.draft_head import random_head
 from eagle_infer.head.head_checkpoint import load_head
@@ -23,13 +23,12 @@ from eagle_infer.head.draft_head import eagle3_layers
 from eagle_infer.platform import cpu
 from eagle_infer.models.target import compile_target
 from eagle_infer.models.masks import additive_mask
-from eagle_train.featurize import FeaturizeConfig, featurize
-from eagle_train.features import Manifest, read_samples
-from eagle_train.export import export
-from eagle_train.objective import (Objective, collate, compile_layers, head_inputs, losses, packed_outputs, ttt_outputs,
-                                   with_target_top)
-from eagle_train.regenerate import RegenerateSettings, answer_shards, is_regenerated, regenerated_shard
-from eagle_train.train import HeadConf, TrainConfig, build_head_config, objective, train, use_autocast
+from eagle_train.features.featurize import FeaturizeConfig, featurize
+from eagle_train.features.shards import Manifest, read_samples
+from eagle_train.export.formats import export
+from eagle_train.training.objective import Objective, collate, compile_layers, head_inputs, losses, packed_outputs, ttt_outputs, with_target_top
+from eagle_train.data.regenerate import RegenerateSettings, answer_shards, is_regenerated, regenerated_shard
+from eagle_train.training.train import HeadConf, TrainConfig, build_head_config, objective, train, use_autocast
 from tests.oracles import chain_mask, one_thread, scaled_target, vanilla_tokens  # noqa: F401 (one_thread is autouse)
 from tests.test_train import DS_CPU, conversations
 
@@ -249,7 +248,7 @@ class _LmHead:
 def test_losses_run_packed_on_a_cpu_and_padded_when_asked(tiny_smol6, monkeypatch):
     """Objective.unpadded=None runs the head over the rows' real tokens packed on a CPU (packed_outputs); False runs
     it over the padded batch, as on a GPU: the same losses to rounding."""
-    import eagle_train.objective as objective_mod
+    import eagle_train.training.objective as objective_mod
 
     samples = [_sample(tiny_smol6, c) for c in conversations(4)]
     batch = collate(samples, torch.float32, "cpu")
@@ -300,7 +299,7 @@ def test_compiled_training_gives_the_eager_losses_without_new_graphs(tiny_smol6,
 
 def _sample(target, conv):
     from eagle_infer.models.chat import loss_mask, render
-    from eagle_train.features import Sample
+    from eagle_train.features.shards import Sample
 
     ids, mask = loss_mask(target.tokenizer, render(conv, target.tokenizer, target.template, False), None)
     hidden, aux = target.features(torch.tensor([ids]), torch.ones(1, len(ids), dtype=torch.long),
@@ -511,7 +510,7 @@ def test_answers_across_shards_are_the_shard_by_shard_answers(tiny_smol, tmp_pat
 def test_heldout_questions_are_the_first_turns_regeneration_answers(tiny_smol):
     """stage=heldout-questions: the first user turn of each conversation whose prompt leaves room for an answer, keyed
     by the conversation's index, in the FastChat shape eval reads."""
-    from eagle_train.regenerate import first_turn_questions
+    from eagle_train.data.regenerate import first_turn_questions
 
     convs = conversations(3) + [[Message("user", "word " * 200), Message("assistant", "ok")]] + conversations(1)
     settings = RegenerateSettings(fraction=1.0, turns=1, max_new_tokens=8, max_length=96)

@@ -8,17 +8,9 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from lab.module_map import FLOORS, LAYERS  # the order held here, and the one docs/design.md's map shows
+
 ROOT = Path(__file__).resolve().parent.parent
-LAYERS = ("eagle_infer", "eagle_train", "eval", "lab")  # each may import the ones before it, never one after
-# Each package's floors, top first: a module imports modules of its own floor and of the floors below it. "" is the
-# package's own modules (eagle_infer's config, constants, platform, errors: the floor everything stands on); the
-# package's __init__ stands above every floor.
-FLOORS = {
-    "eagle_infer": ("entry", "decoding", "trees", "head", "models", ""),
-    "eagle_train": ("",),
-    "eval": ("",),
-    "lab": ("",),
-}
 
 
 def project_imports(path: Path, package: str, modules: set[str]) -> list[tuple[str, bool]]:

@@ -13,10 +13,10 @@ PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 def test_every_config_and_recipe_is_installed_as_data():
     setuptools = PYPROJECT["tool"]["setuptools"]
     installed = {f for patterns in setuptools["data-files"].values() for p in patterns for f in glob.glob(str(ROOT / p))}
-    kept = ROOT / "recipes" / "generated"  # answers kept for reruns from a checkout (eagle_train.generated_data)
+    kept = ROOT / "recipes" / "generated"  # answers kept for reruns from a checkout (eagle_train.data.generated_data)
     shipped = {str(p) for d in ("conf", "recipes") for p in (ROOT / d).rglob("*") if p.is_file() and kept not in p.parents}
     assert shipped and shipped <= installed, sorted(shipped - installed)
-    for target, patterns in setuptools["data-files"].items():  # each lands where cli_support.REPO looks
+    for target, patterns in setuptools["data-files"].items():  # each lands where eagle_infer.paths.REPO looks
         assert all(target == "share/eagle-toolkit/" + str(Path(p).parent) for p in patterns), target
     heads = setuptools["package-data"]["eagle_infer"]
     assert all(any(Path(f).match(p) for p in heads) for f in (ROOT / "eagle_infer" / "shipped_heads").rglob("*") if f.is_file())

@@ -1,4 +1,4 @@
-"""eagle_train.provenance: the commit a result is stamped with, and paths printed the same on every machine."""
+"""eagle_train.plumbing.provenance: the commit a result is stamped with, and paths printed the same on every machine."""
 from __future__ import annotations
 
 import subprocess
@@ -6,7 +6,7 @@ import subprocess
 import pytest
 
 from eagle_infer.errors import EagleError
-from eagle_train.provenance import checkout_commit, shown_path
+from eagle_train.plumbing.provenance import checkout_commit, shown_path
 
 
 def test_a_path_under_the_cache_root_is_printed_relative_to_it(monkeypatch, tmp_path):

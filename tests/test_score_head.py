@@ -1,4 +1,4 @@
-"""eagle_train.score_head: a saved head scored on a held-out split exactly as training scores it."""
+"""eagle_train.training.score_head: a saved head scored on a held-out split exactly as training scores it."""
 from __future__ import annotations
 
 import pytest
@@ -6,10 +6,10 @@ import torch
 
 from eagle_infer.head.draft_head import random_head
 from eagle_infer.errors import EagleError
-from eagle_train.featurize import FeaturizeConfig, featurize
-from eagle_train.features import read_samples
-from eagle_train.score_head import score
-from eagle_train.train import evaluate
+from eagle_train.features.featurize import FeaturizeConfig, featurize
+from eagle_train.features.shards import read_samples
+from eagle_train.training.score_head import score
+from eagle_train.training.train import evaluate
 from tests.conftest import make_tiny_smol
 from tests.oracles import one_thread  # noqa: F401 (autouse)
 from tests.test_train import conversations

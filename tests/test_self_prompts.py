@@ -11,13 +11,12 @@ import torch
 from eagle_infer.models.chat import VICUNA_SYSTEM, Message, render
 from eagle_infer.decoding.engine import Engine
 from eagle_infer.errors import EagleError
-from eagle_train import self_prompts as self_prompts_mod
+from eagle_train.data import self_prompts as self_prompts_mod
 from eagle_train.cli import CATEGORIES_DIR, DataConf, FeaturizeConfig, TrainRunConf, _check_self_answers, _conversations, prompt_categories
-from eagle_train.near_duplicates import DuplicateIndex, normalise
-from eagle_train.prompt_categories import CATEGORIES, OTHER, agreement, category_report, classify, share_table
-from eagle_train.prompt_filters import QualityThresholds, quality_reason
-from eagle_train.self_prompts import (SelfPromptConf, evaluation_questions, read_self_prompts, user_header,
-                                      write_self_prompts)
+from eagle_train.data.near_duplicates import DuplicateIndex, normalise
+from eagle_train.data.prompt_categories import CATEGORIES, OTHER, agreement, category_report, classify, share_table
+from eagle_train.data.prompt_filters import QualityThresholds, quality_reason
+from eagle_train.data.self_prompts import SelfPromptConf, evaluation_questions, read_self_prompts, user_header, write_self_prompts
 from tests.conftest import make_tiny_smol
 
 WORDS = ("the", "a", "is", "what", "how", "can", "you", "about", "of", "cat", "book", "history", "poem", "python",

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from eagle_infer.entry.cli_support import REPO
+from eagle_infer.paths import REPO
 from eagle_infer.head.draft_head import random_head
 from eagle_infer.errors import EagleError
 from eagle_infer.platform import cache_root
@@ -76,7 +76,7 @@ def test_the_shipped_card_times_only_the_prompt_shards_its_data_used():
     the committed copies of those shards, recipes/generated)."""
     import gzip
 
-    from eagle_train.stage_times import first_prompt_shards
+    from eagle_train.data.stage_times import first_prompt_shards
     from lab.ablate_head import load_spec, row_overrides
     from lab.ship_head import prompts_used
 

@@ -5,7 +5,7 @@ import json
 
 import numpy as np
 
-from eagle_train.benchmarks import Question
+from eagle_train.plumbing.benchmarks import Question
 from eval.harness import HarnessSettings
 from eval.harness import run as harness_run
 from eval.records import RecordWriter, read_records

@@ -4,7 +4,7 @@ import json
 import pytest
 
 from eagle_infer.errors import EagleError
-from eagle_train.stage_times import stage_times, table
+from eagle_train.data.stage_times import stage_times, table
 
 
 def _write(path, record):

@@ -8,7 +8,7 @@ import pytest
 
 from eagle_infer.decoding.records import BatchResult, CycleStats, GenerationResult
 from eval import throughput
-from eagle_train.benchmarks import Question
+from eagle_train.plumbing.benchmarks import Question
 from eval.harness import HarnessSettings
 from eval.records import RecordWriter
 from eval.report import log_wandb

@@ -1,4 +1,4 @@
-"""stage=plan's costs (eagle_train.plan) for the 8B EAGLE-3 recipes without the hub, and the refusals that come
+"""stage=plan's costs (eagle_train.training.plan) for the 8B EAGLE-3 recipes without the hub, and the refusals that come
 before any work: a disk too small for featurize, an online target that does not fit, an architecture the head cannot
 take, more ranks than shards or micro batches."""
 from __future__ import annotations
@@ -11,13 +11,13 @@ import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-import eagle_train.disk as disk_mod
-import eagle_train.plan as plan_mod
-from eagle_infer.entry.cli_support import CONF_DIR, REPO
+import eagle_train.features.disk as disk_mod
+import eagle_train.training.plan as plan_mod
+from eagle_infer.paths import CONF_DIR, REPO
 from eagle_infer.errors import EagleError
 from eagle_train.cli import TrainRunConf, plan
-from eagle_train.featurize import FeaturizeConfig, check_ranks, featurize
-from eagle_train.train import train
+from eagle_train.features.featurize import FeaturizeConfig, check_ranks, featurize
+from eagle_train.training.train import train
 from tests.test_train import FEAT, conversations
 from tests.test_train_states import config
 

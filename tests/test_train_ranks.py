@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 
 from eagle_infer.models.chat import Message, loss_mask, render
-from eagle_train.featurize import featurize
+from eagle_train.features.featurize import featurize
 from eagle_train.launch import accelerator_env, free_port
-from eagle_train.train import TrainConfig, micro_batches, train
+from eagle_train.training.train import TrainConfig, micro_batches, train
 from tests.test_train import FEAT, assert_same_weights
 from tests.test_train_states import LOSS_TOLERANCE, config, curve
 
@@ -78,22 +78,30 @@ def run_config(dirs, mode, out_dir, **over) -> dict:
     return dataclasses.asdict(config(dirs, mode, out_dir, **RUN, **over))
 
 
-def test_two_ranks_train_what_one_rank_trains(dirs, tiny_smol, deepspeed_cpu_env, tmp_path):
+@pytest.fixture(scope="module")
+def one_rank(dirs, tiny_smol, deepspeed_cpu_env, tmp_path_factory) -> dict[str, Path]:
+    """The reference runs, offline and online: one rank of micro batch 4 (twice the ranks' micro batch), trained
+    once for the module's tests."""
+    root = tmp_path_factory.mktemp("one-rank")
+    for mode in ("offline", "online"):
+        train(config(dirs, mode, root / mode, **RUN, batch_size=4), tiny_smol)
+    return {mode: root / mode for mode in ("offline", "online")}
+
+
+def test_two_ranks_train_what_one_rank_trains(dirs, one_rank, deepspeed_cpu_env, tmp_path):
     """Offline and online: 2 ranks of micro batch 2 against 1 rank of 4, 6 steps over 2 epochs."""
     modes = ("offline", "online")
-    for mode in modes:
-        train(config(dirs, mode, tmp_path / f"one-{mode}", **RUN, batch_size=4), tiny_smol)
     proc = launch([{"config": run_config(dirs, mode, tmp_path / f"two-{mode}")} for mode in modes])
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     for mode in modes:
-        one, two = tmp_path / f"one-{mode}", tmp_path / f"two-{mode}"
+        one, two = one_rank[mode], tmp_path / f"two-{mode}"
         assert curve(two) == pytest.approx(curve(one), **LOSS_TOLERANCE), mode
         assert_same_weights(two, one)
         for (e0, p0, s0), (e1, p1, s1), (e, p, s) in zip(seen(two, 0), seen(two, 1), seen(one, 0), strict=True):
             assert (e0, p0) == (e1, p1) == (e, p) and s0 + s1 == s  # the same global batch, split between ranks
 
 
-def test_killed_rank_resumes_without_repeating_or_skipping(dirs, tiny_smol, deepspeed_cpu_env, tmp_path):
+def test_killed_rank_resumes_without_repeating_or_skipping(dirs, one_rank, deepspeed_cpu_env, tmp_path):
     """Rank 1 dies in its 5th micro batch (after the step-3 checkpoint); the launcher ends rank 0; the rerun resumes
     at step 3: every rank's audit holds each of its micro batches once, in order, and the weights are those of an
     uninterrupted run (one rank of twice the micro batch)."""
@@ -105,9 +113,7 @@ def test_killed_rank_resumes_without_repeating_or_skipping(dirs, tiny_smol, deep
     assert [p for _, p, _ in seen(out, 1)] == [0, 1, 2, 3]  # the 5th (epoch 2's first) never finished
     resumed = launch([{"config": cfg}])
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
-    cfg_one = config(dirs, "offline", tmp_path / "one", **RUN, batch_size=4)
-    train(cfg_one, tiny_smol)
     for rank in (0, 1):
         want = [(e, p, b) for e in range(2) for p, b in enumerate(micro_batches(N, TrainConfig(**cfg), e, rank, 2))]
         assert seen(out, rank) == want[:6]
-    assert_same_weights(out, tmp_path / "one")
+    assert_same_weights(out, one_rank["offline"])

@@ -1,4 +1,4 @@
-"""train.features=offline|online|cached (eagle_train.states): for the same data, seed and settings the three train
+"""train.features=offline|online|cached (eagle_train.features.states): for the same data, seed and settings the three train
 the same head. The target is tiny and float32 and offline features are stored in float32, so the states are the same
 forward's: the losses agree to float rounding (a batched forward over other rows rounds differently, ~1e-7)."""
 from __future__ import annotations
@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-import eagle_train.train as train_mod
+import eagle_train.training.train as train_mod
 from eagle_infer.errors import EagleError
-from eagle_train.featurize import featurize
-from eagle_train.features import Manifest
-from eagle_train.train import HeadConf, TrainConfig, train
+from eagle_train.features.featurize import featurize
+from eagle_train.features.shards import Manifest
+from eagle_train.training.train import HeadConf, TrainConfig, train
 from tests.test_train import DS_CPU, FEAT, conversations
 
 STATES = dataclasses.replace(FEAT, store_dtype="float32")
@@ -107,15 +107,24 @@ def test_cached_resumes_from_its_cache(last_dirs, offline_run, tiny_smol, deepsp
     assert Manifest.load(out / "states").conversations == 16
 
 
-def test_fused_online_trains_what_offline_trains(tiny_smol6, deepspeed_cpu_env, tmp_path):
-    """EAGLE-3's block over the fused low/middle/high layers: online computes the same three layers."""
+# draftable_only off: the random target's argmax is rarely among the data's 256 most frequent tokens, which would
+# leave nothing in the loss
+FUSED_HEADS = {
+    "eagle3": (HeadConf(layers=1, features="fused", block="eagle3"),
+               dict(ttt_steps=2, w_reg=0.0, w_cls=1.0, noise=0.0, loss_per="position", max_steps=4, heldout=None)),
+    "dflash": (HeadConf(layers=1, features="fused", block="dflash", block_size=4),
+               dict(noise=0.0, anchors=8, max_steps=4, heldout=None)),
+}
+
+
+@pytest.mark.parametrize("block", sorted(FUSED_HEADS))
+def test_fused_online_trains_what_offline_trains(tiny_smol6, deepspeed_cpu_env, tmp_path, block):
+    """EAGLE-3's block and a DFlash drafter over the fused low/middle/high layers: online computes the same three
+    layers (and a DFlash step draws the same anchors in either mode)."""
     dirs = directories(tmp_path / "features", tiny_smol6, fused=True)
-    # draftable_only off: the random target's argmax is rarely among the data's 256 most frequent tokens, which
-    # would leave nothing in the loss
-    eagle3 = dict(ttt_steps=2, w_reg=0.0, w_cls=1.0, noise=0.0, loss_per="position", max_steps=4, heldout=None)
-    head = HeadConf(layers=1, features="fused", block="eagle3")
-    train(config(dirs, "offline", tmp_path / "offline", **eagle3), tiny_smol6, head)
-    train(config(dirs, "online", tmp_path / "online", **eagle3), tiny_smol6, head)
+    head, settings = FUSED_HEADS[block]
+    train(config(dirs, "offline", tmp_path / "offline", **settings), tiny_smol6, head)
+    train(config(dirs, "online", tmp_path / "online", **settings), tiny_smol6, head)
     assert min(curve(tmp_path / "offline")) > 0
     assert curve(tmp_path / "online") == pytest.approx(curve(tmp_path / "offline"), **LOSS_TOLERANCE)
 
@@ -146,7 +155,7 @@ def test_online_trains_on_regenerated_answers(tiny_smol, deepspeed_cpu_env, tmp_
 def test_a_directory_given_as_train_features_is_a_one_line_error(last_dirs):
     """train.features names a mode; a feature directory there (its meaning before the modes) is refused in one
     line pointing to train.features_dir."""
-    from eagle_train.states import check_mode
+    from eagle_train.features.states import check_mode
 
     for mode in ("offline", "online", "cached"):
         check_mode(mode)

@@ -13,6 +13,7 @@ from typing import Callable
 
 import torch
 
+from ..head.block_runner import BlockRunner
 from ..head.head_runner import HeadRunner
 from ..models.kv_cache import KVCache
 from ..trees.cost import Plan
@@ -67,10 +68,11 @@ class Request:
 @dataclass(frozen=True)
 class Models:
     """What a batch decodes with, read-only for the call: the target, the head as it drafts (None: a headless
-    method) and the target layers whose states a fused head reads (() otherwise)."""
+    method; a BlockRunner for a block drafter, whose cache is its context and whose feature is its context state)
+    and the target layers whose states a fused head reads (() otherwise)."""
 
     target: object
-    head: HeadRunner | None
+    head: HeadRunner | BlockRunner | None
 
     @property
     def feature_layers(self) -> tuple[int, ...]:

@@ -3,8 +3,10 @@
 Methods (the registry, eagle_infer.decoding.methods): `vanilla` (one target forward per token, the baseline), `chain` (EAGLE
 without a tree), `eagle1` (static tree), `eagle2` (dynamic tree), `lookup` (prompt lookup, no head), and the hybrids
 `chain+lookup`, `eagle1+lookup`, `eagle2+lookup` (the default), prompt lookup's copies merged into a head's tree
-(eagle_infer.trees.lookup, eagle_infer.trees.merge). All share the target adapter, the caches and the
-samplers, so greedy output is the target's own greedy output and sampled output is distributed as the target's.
+(eagle_infer.trees.lookup, eagle_infer.trees.merge); `dflash` and `dflash-tree` (a DFlash block drafter: one
+forward a cycle drafts a block, verified as a chain or as a tree of its positions' top-k) and their hybrids. All
+share the target adapter, the caches and the samplers, so greedy output is the target's own greedy output and
+sampled output is distributed as the target's.
 
 Batches (`generate_batch`): up to `batch_size` requests decode together, each in one row of the caches with its own
 length, tree, accepted length and stop condition; the rest wait and take the row of a request that finishes
@@ -27,7 +29,8 @@ import torch
 from ..config import InferConf, SamplingParams
 from ..trees.cost import Budget, CostModel
 from ..trees.drafters import Drafter
-from ..head.draft_head import DraftHead
+from ..head.block_runner import BlockRunner
+from ..head.draft_head import SavedHead
 from ..trees.drafting import TreeFeeder
 from ..errors import EagleError
 from ..head.head_runner import HeadRunner, runner_for
@@ -44,9 +47,10 @@ from ..trees.tree import DraftTree, TreeBatch
 
 
 def checked(config: InferConf, target, head) -> InferConf:
-    """`config` resolved (methods.resolve), with one-line errors for what cannot decode with `target` and `head`
-    (a head method without a head among them)."""
-    config = resolve(config)
+    """`config` resolved for `head` (methods.resolve: a block drafter's block bounds the depth), with one-line errors
+    for what cannot decode with `target` and `head` (a head method without a head, or with a head of a block it does
+    not draft with, among them)."""
+    config = resolve(config, None if head is None else head.config)
     validate(config, target.vocab_size)
     if method_of(config).head and head is None:
         raise EagleError(f"method {config.method!r} needs a draft head: give head=<dir> or head=random")
@@ -54,8 +58,8 @@ def checked(config: InferConf, target, head) -> InferConf:
 
 
 class Engine:
-    """Decodes with `target` (a target.Target) and, for the EAGLE methods, a draft head (a DraftHead, run through a
-    HeadRunner built for the target, or a runner).
+    """Decodes with `target` (a target.Target) and, for the head methods, a draft head (a DraftHead, run through a
+    HeadRunner built for the target; a block drafter, DFlashHead, through a BlockRunner; or a runner).
 
     config: the InferConf (its "auto" settings resolved here). drafter: replaces the method's drafter with any
     Drafter (drafters.Drafter: `propose(DraftInput) -> TreeBatch`, or a list of DraftTrees) or callable
@@ -65,7 +69,7 @@ class Engine:
     does no I/O and measures nothing."""
 
     def __init__(
-        self, target, head: DraftHead | HeadRunner | None, config: InferConf,
+        self, target, head: SavedHead | HeadRunner | BlockRunner | None, config: InferConf,
         drafter: Drafter | Callable[[TreeFeeder], TreeBatch | list[DraftTree]] | None = None,
         cost: CostModel | None = None,
     ):
@@ -114,7 +118,8 @@ class Engine:
         shape = self.target.kv_shape(batch)
         total = KVCache.bytes_needed(*shape, max_len, self.target.dtype)
         if self.head is not None:
-            total += KVCache.bytes_needed(1, *shape[1:], max_len + feed_budget(self.config), self.target.dtype)
+            total += KVCache.bytes_needed(self.head.config.layers, *shape[1:], max_len + feed_budget(self.config),
+                                          self.target.dtype)
         return total
 
     def generate(

@@ -1,10 +1,10 @@
 """The method registry: every decoding method by name (`infer.method`, eval's `methods`), each entry saying what the
 method needs, so the engine, the scheduler, the builders and eval ask the entry instead of comparing names.
 
-An entry says whether the method drafts with a head, its tree kind (TREE_KINDS), how its drafter is built, how
-big its tree is and how many nodes a cycle feeds the head for a resolved InferConf, whether it can choose its tree
-per cycle (the auto budget), how its tree shrinks to a batch's token budget, and whether every tree is one chain
-(verified causally). Hybrids ("<method>+lookup": prompt lookup's copies merged into a head method's tree) are built
+An entry says whether the method drafts with a head and with which head blocks (EAGLE heads, or a block drafter:
+head.block=dflash), its tree kind (TREE_KINDS), how its drafter is built, how big its tree is and how many nodes a
+cycle feeds the head for a resolved InferConf, whether it can choose its tree per cycle (the auto budget), how its
+tree shrinks to a batch's token budget, and whether every tree is one chain (verified causally). Hybrids ("<method>+lookup": prompt lookup's copies merged into a head method's tree) are built
 from their head method by `hybrid`. DEFAULT_METHOD is the fastest lossless method measured (README): EAGLE-2 with
 prompt lookup merged in. `register` adds an entry (a new method is one entry: its drafter and its tree arithmetic).
 """
@@ -16,12 +16,16 @@ from typing import Callable
 from ..config import (AUTO_MAX_DEPTH, AUTO_MAX_TOKENS, AUTO_ON_OFF, BUDGETS, DEFAULT_METHOD, DRAFT_VOCABS, FIXED_DEPTH,
                       FIXED_TOKENS, InferConf)
 from ..errors import EagleError
+from ..trees.block_drafter import BlockDrafter
 from ..trees.drafters import (ChainDrafter, CustomDrafter, Drafter, DynamicDrafter, HybridDrafter, LookupDrafter,
                               StaticDrafter)
+from ..head.block_runner import BLOCK_DRAFTERS
+from ..head.draft_head import DraftHeadConfig
 from ..head.expansion import EXPAND_BY
 from ..trees.tree import check_paths
 
 TREE_KINDS = ("none", "chain", "static", "dynamic", "lookup", "hybrid")
+EAGLE_BLOCKS = ("eagle", "eagle3")  # the head blocks the EAGLE methods draft with, a level a forward
 HYBRID = "+lookup"  # suffix of a head method's hybrid: its trees with prompt lookup's copies merged in
 
 
@@ -50,7 +54,8 @@ class Method:
     cycle verifies before any batch budget), feed_budget (most nodes a cycle feeds the head: the head cache's room
     past the context), takes_auto (whether it can choose its tree per cycle: budget="auto"), cut(config, n) (the
     config with its tree cut to n < tree_size nodes), chains (whether every tree is one chain) and check(config,
-    vocab_size) (its own one-line errors)."""
+    vocab_size) (its own one-line errors). blocks: the head blocks (head.block) it drafts with, when it has a head:
+    EAGLE_BLOCKS, or the block drafters', whose block of B tokens bounds the depth (resolve)."""
 
     name: str
     head: bool
@@ -64,6 +69,7 @@ class Method:
     check: Callable[[InferConf, int], None] = _no_check
     lookup: bool = False
     merges_lookup: bool = False
+    blocks: tuple[str, ...] = EAGLE_BLOCKS
 
     def __post_init__(self):
         if self.tree not in TREE_KINDS:
@@ -111,15 +117,42 @@ CHAIN = Method("chain", head=True, tree="chain", drafter=ChainDrafter, tree_size
                chains=lambda config: True)
 EAGLE1 = Method("eagle1", head=True, tree="static", drafter=StaticDrafter, tree_size=_static_size,
                 feed_budget=_static_size, cut=_first_paths, check=_static_ranks)
+def _fewer_nodes(config: InferConf, n: int) -> InferConf:
+    return replace(config, total_tokens=n, depth=min(config.depth, n))
+
+
 EAGLE2 = Method("eagle2", head=True, tree="dynamic", drafter=DynamicDrafter, tree_size=lambda c: c.total_tokens,
-                feed_budget=lambda c: c.top_k * (c.depth - 1), takes_auto=lambda c: c.rerank,
-                cut=lambda c, n: replace(c, total_tokens=n, depth=min(c.depth, n)))
+                feed_budget=lambda c: c.top_k * (c.depth - 1), takes_auto=lambda c: c.rerank, cut=_fewer_nodes)
 LOOKUP = Method("lookup", head=False, tree="lookup", drafter=LookupDrafter, tree_size=_lookup_tokens,
                 takes_auto=lambda c: True, cut=_fewer_copies, chains=lambda c: c.lookup_conf.branches == 1,
                 lookup=True)
+# A block drafter (DFlash): one forward a cycle drafts B - 1 tokens after the bonus token; depth is how many of them
+# a cycle verifies (resolve: "auto" all of them). dflash verifies the top-1 chain, dflash-tree the top_k per
+# position grown to total_tokens nodes by path value (trees/block_drafter.py).
+DFLASH = Method("dflash", head=True, tree="chain", drafter=BlockDrafter, tree_size=_depth, takes_auto=lambda c: True,
+                chains=lambda c: True, blocks=BLOCK_DRAFTERS)
+DFLASH_TREE = Method("dflash-tree", head=True, tree="dynamic", drafter=lambda: BlockDrafter(tree=True),
+                     tree_size=lambda c: c.total_tokens, takes_auto=lambda c: c.rerank, cut=_fewer_nodes,
+                     blocks=BLOCK_DRAFTERS)
+
+
+
+def _chain_or_copies(config: InferConf) -> int:
+    return max(config.depth, _lookup_tokens(config))
+
+
+def _shorter_chain_and_copies(config: InferConf, n: int) -> InferConf:
+    config = replace(config, depth=min(config.depth, n))
+    return config if _lookup_tokens(config) <= n else _fewer_copies(config, n)
+
+
+# dflash+lookup: the block's chain and lookup's copies merged, cut to the longer of the two (a block of 8 drafts 7,
+# lookup copies 10 by default: each fits whole, and the best of both by path value when they differ)
+DFLASH_LOOKUP = replace(hybrid(DFLASH), tree_size=_chain_or_copies, cut=_shorter_chain_and_copies)
 
 METHODS: dict[str, Method] = {m.name: m for m in (VANILLA, CHAIN, EAGLE1, EAGLE2, LOOKUP,
-                                                  hybrid(CHAIN), hybrid(EAGLE1), hybrid(EAGLE2))}
+                                                  hybrid(CHAIN), hybrid(EAGLE1), hybrid(EAGLE2),
+                                                  DFLASH, DFLASH_TREE, DFLASH_LOOKUP, hybrid(DFLASH_TREE))}
 
 
 def method_names() -> tuple[str, ...]:
@@ -164,16 +197,23 @@ def method_of(config: InferConf) -> Method:
 
 
 def takes_auto(config: InferConf) -> bool:
-    """Whether the config's method can take an auto budget (EAGLE-2 with rerank, alone or with lookup, or lookup)."""
+    """Whether the config's method can take an auto budget (its registry entry's takes_auto)."""
     return method_of(config).takes_auto(config)
 
 
-def resolve(config: InferConf) -> InferConf:
+def resolve(config: InferConf, head: DraftHeadConfig | None = None) -> InferConf:
     """`config` with its method named as registered (lookup=true: method X -> "X+lookup", and lookup true exactly
     for hybrids), its budget decided (InferConf.budget) and "auto" depth / total_tokens turned into integers:
     AUTO_MAX_DEPTH / AUTO_MAX_TOKENS caps under an auto budget, FIXED_DEPTH / FIXED_TOKENS under a fixed one; static
-    paths as lists."""
+    paths as lists. Given the head it decodes with (its config): a one-line error when the method does not draft
+    with its block, and a block drafter's block of B tokens bounds the depth: "auto" is B - 1 (every token a forward
+    drafts), an integer at most that."""
     method, budget = method_of(config), config.budget
+    if head is not None and method.head and head.block not in method.blocks:
+        takers = [m.name for m in METHODS.values() if m.head and head.block in m.blocks]
+        raise EagleError(f"method {method.name!r} drafts with a head of block {' or '.join(method.blocks)}, not "
+                         f"head.block={head.block!r}: give it such a head (infer.head=<its directory> or "
+                         f"infer.head=random), or decode this head with infer.method={' / '.join(takers)}")
     if budget is None:
         automatic = "auto" in (config.depth, config.total_tokens) and method.takes_auto(config)
         budget = "auto" if automatic else "fixed"
@@ -181,6 +221,10 @@ def resolve(config: InferConf) -> InferConf:
     for name, cap, fixed in (("depth", AUTO_MAX_DEPTH, FIXED_DEPTH), ("total_tokens", AUTO_MAX_TOKENS, FIXED_TOKENS)):
         if getattr(config, name) == "auto":
             values[name] = cap if budget == "auto" else fixed
+    if head is not None and method.head and head.block_size:  # a block drafter: at most its block's drafts
+        drafts = head.block_size - 1
+        if config.depth == "auto" or isinstance(config.depth, int):  # (anything else: validate's one line)
+            values["depth"] = drafts if config.depth == "auto" else min(config.depth, drafts)
     paths = None if config.static_paths is None else [list(p) for p in config.static_paths]
     return replace(config, **values, method=method.name, lookup=method.merges_lookup, budget=budget, static_paths=paths)
 
@@ -202,8 +246,9 @@ def validate(config: InferConf, vocab_size: int) -> None:
     _one_of("plan_ahead", config.plan_ahead, AUTO_ON_OFF)
     _one_of("budget", config.budget, BUDGETS)
     if config.budget == "auto" and not method.takes_auto(config):
-        raise EagleError(f"budget 'auto' needs a method that chooses its tree per cycle (eagle2 with rerank, "
-                         f"lookup, or their hybrids): got method {method.name!r}, rerank {config.rerank}")
+        raise EagleError(f"budget 'auto' needs a method that chooses its tree per cycle (eagle2 or dflash-tree "
+                         f"with rerank, dflash, lookup, or their hybrids): got method {method.name!r}, rerank "
+                         f"{config.rerank}")
     if config.depth < 1:
         raise EagleError(f"depth {config.depth} is invalid: expected >= 1")
     if not 1 <= config.top_k <= vocab_size:

@@ -22,7 +22,8 @@ from omegaconf import OmegaConf
 from .api import Eagle
 from ..models.chat import Message
 from .chat_input import Request, split_arguments
-from .cli_support import CONF_DIR, fail, launch, one_line_errors
+from .cli_support import fail, launch, one_line_errors
+from ..paths import CONF_DIR
 from ..decoding.methods import method_of
 from ..config import InferConf, LookupConf, ModelConf
 from ..errors import EagleError

@@ -9,14 +9,9 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from ..errors import EagleError
+from ..paths import CONF_DIR, RECIPES_DIR, REPO
 from ..platform import cache_root
 
-SOURCE = Path(__file__).resolve().parents[2]
-# Where conf/ and recipes/ live: the source tree (a checkout, an editable install), or where a wheel installs them
-# (pyproject's data-files: <prefix>/share/eagle-toolkit), so the command lines run from any directory.
-REPO = SOURCE if (SOURCE / "conf").is_dir() else Path(sys.prefix) / "share" / "eagle-toolkit"
-CONF_DIR = str(REPO / "conf")
-RECIPES_DIR = REPO / "recipes"
 
 
 # Config groups a command line picks an option of by name ("optional" in the defaults lists, so Hydra would skip a
@@ -79,11 +74,6 @@ def register_resolvers() -> None:
 
 
 register_resolvers()
-
-
-def missing_extra(package: str, extra: str, what: str) -> EagleError:
-    """The one-line error for an optional dependency that is not installed."""
-    return EagleError(f"{what} needs {package}, which this install lacks: pip install 'eagle-toolkit[{extra}]'")
 
 
 def setup_logging() -> None:

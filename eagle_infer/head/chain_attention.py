@@ -1,13 +1,13 @@
 """Attention of draft chains unrolled in blocks (EAGLE-3's training-time test) in O(n^2 + k n), not O(k n^2).
 
-Step k of the training-time test (eagle_train.objective.ttt_outputs) runs the head over n positions whose keys and
+Step k of the training-time test (eagle_train.training.objective.ttt_outputs) runs the head over n positions whose keys and
 values the cache has stacked after those of steps 0..k-1: [B, kvh, (k+1) n, D]. Query i (the chain started at the
 real pair s = i - k) attends the real pairs j <= s of block 0 and, in block j = 1..k, one key: the same chain's
 step-j node at position s + j. As one additive mask that is k + 1 full blocks of n keys; here block 0 is one
 masked n x n product and blocks 1..k one dot product per query. Queries i < k start no chain: they see only block
 nodes (never a real pair, never a valid query's node) and are left out of the loss.
 
-Training on a CPU packs a batch's rows end to end into one sequence (eagle_train.objective.packed_outputs): a call
+Training on a CPU packs a batch's rows end to end into one sequence (eagle_train.training.objective.packed_outputs): a call
 given `segments` (the rows' lengths) attends within each row only, so the layers' products run once over real
 tokens and never over padding.
 

@@ -41,7 +41,13 @@ from ..models.lean_layer import cast
 from ..models.masks import causal_mask
 
 INPUT_MODES = ("feature+shifted_token", "feature+token", "token", "feature")
-BLOCKS = ("eagle", "eagle3")
+BLOCKS = ("eagle", "eagle3", "dflash")
+# A DFlash block's attention inside the block (speculators' options): bidirectional; or causal, which speculators
+# offers on sliding-window layers only (its full-attention layers are bidirectional)
+BLOCK_ATTENTION = ("bidirectional", "causal")
+# The target families a DFlash drafter builds (dflash_head: speculators' DFlash layers, of Llama's form with
+# per-head q/k norms); Qwen2's biases (q/k/v, not o) have no place in them
+DFLASH_FAMILIES = ("llama", "mistral", "qwen3")
 
 
 def eagle3_layers(num_layers: int) -> tuple[int, int, int]:
@@ -69,7 +75,14 @@ class DraftHeadConfig:
     layers: int = 1  # decoder layers (EAGLE: 1)
     feature_layers: list = field(default_factory=list)  # target decoder layers fused as input ([] = last hidden)
     target_layers: int = 0  # the target's decoder layers (0 = not recorded, heads saved before it was)
-    block: str = "eagle"  # "eagle": fc + the target's decoder layer(s); "eagle3": EAGLE-3's midlayer + own LM head
+    fc_norm: bool = False  # eagle3 (EAGLE-3.1): an RMSNorm of each fused layer's output before the fusion
+    norm_output: bool = False  # eagle3 (EAGLE-3.1): the predicted feature is the final norm's output (fed back as is)
+    block: str = "eagle"  # "eagle": fc + the target's decoder layer(s); "eagle3": EAGLE-3's midlayer + own LM head;
+    # "dflash": a block drafter (dflash_head), whose fields follow
+    block_size: int = 0  # dflash: B, the block's tokens (the bonus token, then B - 1 mask tokens)
+    mask_token_id: int = -1  # dflash: the token id at the block's masked positions
+    sliding_window: int = 0  # dflash: context positions each layer attends before the block (0 = all)
+    block_attention: str = "bidirectional"  # dflash: inside the block, BLOCK_ATTENTION
 
     @property
     def fused(self) -> bool:
@@ -82,6 +95,32 @@ class DraftHeadConfig:
             raise EagleError(f"unknown draft head block {self.block!r}: expected one of {', '.join(BLOCKS)}")
         if self.block == "eagle3" and self.layers != 1:
             raise EagleError(f"an eagle3 draft head has one decoder layer, not {self.layers}")
+        if (self.fc_norm or self.norm_output) and self.block != "eagle3":
+            raise EagleError(f"head.fc_norm and head.norm_output are EAGLE-3.1's, on the eagle3 block: expected them "
+                             f"false for head.block={self.block}")
+        if self.block == "dflash":
+            self.check_dflash()
+
+    def check_dflash(self) -> None:
+        """A DFlash drafter's settings: one line naming the first bad value."""
+        if self.architecture not in DFLASH_FAMILIES:
+            raise EagleError(f"head.block=dflash builds drafters for {', '.join(DFLASH_FAMILIES)} targets, not a "
+                             f"{self.architecture!r} one")
+        if not self.fused:
+            raise EagleError("head.block=dflash reads fused target layers: expected head.features=fused")
+        if self.block_size < 2:
+            raise EagleError(f"head.block_size {self.block_size} is invalid: a DFlash block holds the bonus token and "
+                             "at least one mask token (expected >= 2)")
+        if not 0 <= self.mask_token_id < self.vocab_size:
+            raise EagleError(f"head.mask_token_id {self.mask_token_id} is invalid: expected a token id below "
+                             f"{self.vocab_size}")
+        if self.block_attention not in BLOCK_ATTENTION:
+            raise EagleError(f"unknown head.block_attention {self.block_attention!r}: expected one of "
+                             f"{', '.join(BLOCK_ATTENTION)}")
+        if self.sliding_window < 0 or (self.block_attention == "causal" and not self.sliding_window):
+            raise EagleError(f"head.sliding_window {self.sliding_window} with head.block_attention="
+                             f"{self.block_attention}: expected a window >= 0, and > 0 for causal blocks (as "
+                             "speculators, whose full-attention layers are bidirectional)")
 
     @property
     def token_shift(self) -> int:
@@ -134,7 +173,29 @@ class Eagle3Layer(nn.Module):
         return hidden + self.mlp(self.post_attention_layernorm(hidden))
 
 
-class DraftHead(nn.Module):
+class SavedHead(nn.Module):
+    """What every drafter module saves: its own weights (not the borrowed embedding and LM head, nor the rotary
+    tables) and its DraftHeadConfig."""
+
+    config: DraftHeadConfig
+
+    def trainable_state_dict(self) -> dict[str, torch.Tensor]:
+        return {k: v for k, v in self.state_dict().items() if not k.startswith("rotary.")}
+
+    def save(self, directory: str | Path, dtype: torch.dtype = torch.bfloat16) -> None:
+        """Write config.json + model.safetensors (bfloat16 by default: half the size, drafting is unaffected in
+        any way that matters, and verification keeps the output exact whatever the head)."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        state = {
+            k: v.detach().to("cpu", dtype if v.is_floating_point() else v.dtype).contiguous()
+            for k, v in self.trainable_state_dict().items()
+        }
+        save_file(state, str(directory / WEIGHTS_FILE))
+        (directory / CONFIG_FILE).write_text(json.dumps(asdict(self.config), indent=2) + "\n")
+
+
+class DraftHead(SavedHead):
     """[fuse +] fc + decoder layer(s) of the target's class; embedding and LM head are borrowed from the target
     (block "eagle3": fuse + EAGLE-3's layer, with a norm and LM head of its own). The trainable module: training and
     checkpoints use it as it is; drafting runs it through a head_runner.HeadRunner built for the target."""
@@ -161,6 +222,9 @@ class DraftHead(nn.Module):
             self.layers[0].input_layernorm = nn.Identity()
             self.norm = self.lm_head = None
         self.rotary = type(target.model.model.rotary_emb)(config=layer_config)
+        eps = getattr(target.config, "rms_norm_eps", 1e-6)
+        norm = type(target.model.model.norm)
+        self.fc_norm = nn.ModuleList(norm(h, eps=eps) for _ in config.feature_layers) if config.fc_norm else None
         self._target = (target,)  # a tuple keeps the target's modules out of this module's parameters
         vd = config.draft_vocab_size
         self.register_buffer("draft_vocab", torch.arange(vd, dtype=torch.long) if vd else None)
@@ -224,15 +288,16 @@ class DraftHead(nn.Module):
         """`forward` over a transformers Cache `past` (or None), the mask as given -> [B, T, H]. Inference runs the
         same function as lean steps (head_runner.head_step)."""
         features, embeds = head_inputs(INPUT_HALVES[self.config.input_mode], self.config.hidden_size, features, tokens,
-                                       self.target.embed_tokens, self.fuse)
+                                       self.target.embed_tokens, self.fuse, self.fc_norm)
         attention = {"attention_mask": mask, "position_ids": positions, "past_key_values": past,
                      "position_embeddings": self.rotary(features, positions)}
         if chain_step is not None:
             attention["chain_step"] = chain_step
         if segments is not None:
             attention["segments"] = tuple(segments)
-        if self.fc is None:  # eagle3
-            return self.layers[0](embeds, features, **attention)
+        if self.fc is None:  # eagle3 (EAGLE-3.1's norm_output: the normalised state is the prediction)
+            out = self.layers[0](embeds, features, **attention)
+            return self.norm(out) if self.config.norm_output else out
         hidden = self.fc(torch.cat((embeds, features), dim=-1))
         for layer in self.layers:
             hidden = layer(hidden, **attention)
@@ -242,7 +307,7 @@ class DraftHead(nn.Module):
         """Predicted features [..., H] -> float32 logits [..., Vd] over the draft vocabulary (the target's frozen LM
         head restricted to draft_vocab, or an eagle3 head's own norm and LM head)."""
         if self.lm_head is not None:
-            return self.lm_head(self.norm(predicted)).float()
+            return self.lm_head(predicted if self.config.norm_output else self.norm(predicted)).float()
         return self.target_draft_logits(predicted)
 
     def target_draft_logits(self, features: torch.Tensor) -> torch.Tensor:
@@ -256,22 +321,6 @@ class DraftHead(nn.Module):
     def logits(self, predicted: torch.Tensor) -> torch.Tensor:
         """Predicted features [..., H] -> float32 logits [..., V]; -inf outside the draft vocabulary."""
         return full_vocabulary(self.draft_logits(predicted), self.draft_vocab, self.config.vocab_size)
-
-    def trainable_state_dict(self) -> dict[str, torch.Tensor]:
-        return {k: v for k, v in self.state_dict().items() if not k.startswith("rotary.")}
-
-    def save(self, directory: str | Path, dtype: torch.dtype = torch.bfloat16) -> None:
-        """Write config.json + model.safetensors (bfloat16 by default: half the size, drafting is unaffected in
-        any way that matters, and verification keeps the output exact whatever the head)."""
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        state = {
-            k: v.detach().to("cpu", dtype if v.is_floating_point() else v.dtype).contiguous()
-            for k, v in self.trainable_state_dict().items()
-        }
-        save_file(state, str(directory / WEIGHTS_FILE))
-        (directory / CONFIG_FILE).write_text(json.dumps(asdict(self.config), indent=2) + "\n")
-
 
 def _both(features: torch.Tensor, embeds: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return features, embeds
@@ -290,15 +339,18 @@ INPUT_HALVES = {"feature+shifted_token": _both, "feature+token": _both, "token":
 
 
 def head_inputs(halves, hidden_size: int, features: torch.Tensor, tokens: torch.Tensor, embed: nn.Module,
-                fuse: nn.Module | None) -> tuple[torch.Tensor, torch.Tensor]:
+                fuse: nn.Module | None, fc_norm: nn.ModuleList | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """A head's two inputs, training's and inference's alike: (features [B, T, H], token embeddings [B, T, H]), fused
-    target features [B, T, k*H] projected by `fuse`; halves: INPUT_HALVES of the head's input mode."""
+    target features [B, T, k*H] projected by `fuse` (each layer's H first normalised by its fc_norm, EAGLE-3.1's);
+    halves: INPUT_HALVES of the head's input mode."""
     if features.shape[-1] != hidden_size:
         if fuse is None:
             raise EagleError(
                 f"draft head takes features of width {hidden_size}, got {features.shape[-1]}: "
                 "a fused head needs fused target features"
             )
+        if fc_norm is not None:
+            features = torch.cat([n(x) for n, x in zip(fc_norm, features.chunk(len(fc_norm), dim=-1))], dim=-1)
         features = fuse(features)
     return halves(features, cast(embed(tokens), features.dtype))
 
@@ -312,9 +364,19 @@ def full_vocabulary(sub: torch.Tensor, draft_vocab: torch.Tensor | None, vocab_s
     return full.index_copy_(-1, draft_vocab, sub)
 
 
+def vocab_order(draft_vocab: torch.Tensor | None, vocab_size: int) -> torch.Tensor | None:
+    """[V]: the draft vocabulary's target ids ([Vd], draft_vocab), then every other id, what maps a top-k over the
+    draft vocabulary to target ids (expansion.top_tokens); None: the whole vocabulary, in order."""
+    if draft_vocab is None:
+        return None
+    outside = torch.ones(vocab_size, dtype=torch.bool, device=draft_vocab.device)
+    outside[draft_vocab] = False
+    return torch.cat([draft_vocab, outside.nonzero()[:, 0]])
+
+
 def random_head(target, seed: int = 0, input_mode: str = "feature+shifted_token", layers: int = 1,
                 feature_layers: list[int] | None = None, draft_vocab: torch.Tensor | None = None,
-                block: str = "eagle") -> DraftHead:
+                block: str = "eagle", fc_norm: bool = False, norm_output: bool = False) -> DraftHead:
     """An untrained head (deterministic for a seed): low acceptance, same output; lets the engine run before training.
     `draft_vocab` ([Vd] distinct target ids) restricts its drafts; block "eagle3" builds EAGLE-3's block, fused over
     `feature_layers` (default: eagle3_layers of the target), its own norm and LM head starting from the target's."""
@@ -322,6 +384,7 @@ def random_head(target, seed: int = 0, input_mode: str = "feature+shifted_token"
     if block == "eagle3" and feature_layers is None:
         feature_layers = list(eagle3_layers(target.config.num_hidden_layers))
     config.layers, config.feature_layers, config.block = layers, list(feature_layers or []), block
+    config.fc_norm, config.norm_output = fc_norm, norm_output
     config.draft_vocab_size = 0 if draft_vocab is None else draft_vocab.numel()
     config.check()
     with torch.random.fork_rng(devices=[]):

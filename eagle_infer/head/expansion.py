@@ -38,7 +38,15 @@ def expand_level(logp: torch.Tensor, parent_values: torch.Tensor, k: int, order:
     the k best children of each of k expanded nodes. logp [B, k, Vd]: their children's log-probs; parent_values
     [B, k]: their path log-values. -> the children's target ids, path values and own log-probs [B, k*k] (parent
     by parent), and which k of them expand next [B, k] (best by `key` of (values, own); ties: earlier)."""
-    own, tokens = top_tokens(logp, k, order)
+    return expand_children(*top_tokens(logp, k, order), parent_values, k, key)
+
+
+def expand_children(own: torch.Tensor, tokens: torch.Tensor, parent_values: torch.Tensor, k: int,
+                    key: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = by_value,
+                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """expand_level given the k expanded nodes' k best children, own log-probs and target ids [B, k, k], and their
+    path log-values parent_values [B, k] -> the same four tensors (a block drafter's positions give every node of a
+    level the same children: trees.block_drafter)."""
     own = own.flatten(1)
     values = parent_values.repeat_interleave(k, dim=1) + own  # (each parent's value beside its k children's)
     pick = torch.sort(key(values, own), dim=1, descending=True, stable=True).indices[:, :k]

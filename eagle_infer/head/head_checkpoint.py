@@ -15,7 +15,8 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file
 
 from ..models.config_limits import HEAD_LIMITS, check_head_config, check_numbers, not_plain_tensors
-from .draft_head import CONFIG_FILE, WEIGHTS_FILE, DraftHead, DraftHeadConfig, eagle3_layers
+from .blocks import build_head
+from .draft_head import CONFIG_FILE, WEIGHTS_FILE, DraftHeadConfig, SavedHead, eagle3_layers
 from ..errors import EagleError
 from ..models.hub import unreachable_reason
 from ..models.registry import is_hub_id
@@ -47,7 +48,7 @@ def _from_eagle3_keys(state: dict[str, torch.Tensor], subset: bool) -> dict[str,
     """EAGLE-3 names -> this head's: midlayer.* -> layers.0.*, fc -> fuse, d2t -> draft_vocab (target ids) when the
     head drafts a subset of the vocabulary (a full-vocabulary head's d2t is all zeros)."""
     out = {"layers.0." + k[len("midlayer."):]: v for k, v in state.items() if k.startswith("midlayer.")}
-    out.update({k: state[k] for k in ("norm.weight", "lm_head.weight") if k in state})
+    out.update({k: v for k, v in state.items() if k in ("norm.weight", "lm_head.weight") or k.startswith("fc_norm.")})
     if "fc.weight" in state:
         out["fuse.weight"] = state["fc.weight"]
     if subset:
@@ -58,12 +59,13 @@ def _from_eagle3_keys(state: dict[str, torch.Tensor], subset: bool) -> dict[str,
 def _from_speculators(raw: dict, state: dict[str, torch.Tensor], where: str) -> tuple[dict, dict[str, torch.Tensor]]:
     """vLLM's speculators layout of an EAGLE-3 head (speculators_model_type eagle3: the decoder layer's config in
     transformer_layer_config, its weights as layers.0.*) -> the published EAGLE-3 config and names."""
-    variants = [k for k in ("norm_before_residual", "norm_before_fc", "fc_norm", "norm_output") if raw.get(k)]
+    variants = [k for k in ("norm_before_residual", "norm_before_fc") if raw.get(k)]
     if variants:
-        raise EagleError(f"EAGLE-3 head {where} sets {', '.join(variants)}: this toolkit's EAGLE-3 layer has none of "
-                         "these variants (expected them false)")
+        raise EagleError(f"EAGLE-3 head {where} sets {', '.join(variants)}: this toolkit's EAGLE-3 layer has neither "
+                         "variant (expected them false; EAGLE-3.1's fc_norm and norm_output it has)")
     layer = raw.get("transformer_layer_config") or {}
-    config = {**layer, **{k: raw[k] for k in ("draft_vocab_size", "target_hidden_size") if k in raw},
+    config = {**layer, **{k: raw[k] for k in ("draft_vocab_size", "target_hidden_size", "fc_norm", "norm_output")
+                          if k in raw},
               "eagle_config": {"eagle_aux_hidden_state_layer_ids": raw.get("eagle_aux_hidden_state_layer_ids")}}
     return config, {("midlayer." + k[len("layers.0."):] if k.startswith("layers.0.") else k): v for k, v in state.items()}
 
@@ -79,6 +81,7 @@ def _published_config(raw: dict, state: dict[str, torch.Tensor], target, where: 
         config.fc_bias, config.layers = "fc.bias" in state, _layer_count(state)
     else:
         config.block = "eagle3"
+        config.fc_norm, config.norm_output = bool(raw.get("fc_norm")), bool(raw.get("norm_output"))
         fc = state.get("fc.weight")
         if fc is not None and fc.shape[1] != target.hidden_size:
             aux = (raw.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
@@ -190,7 +193,7 @@ def _token_map(path: Path, vocab_size: int) -> torch.Tensor:
     return ids
 
 
-def load_head(directory: str | Path, target) -> DraftHead:
+def load_head(directory: str | Path, target) -> SavedHead:
     """Load a head saved by this toolkit, or a published EAGLE-1/2 or EAGLE-3 checkpoint directory, for `target`
     (the trainable module, in eval mode; the engine drafts with it through a HeadRunner). A hub id ("owner/name")
     is downloaded on first use."""
@@ -216,7 +219,7 @@ def load_head(directory: str | Path, target) -> DraftHead:
         if config.block == "eagle" and (directory / TOKEN_MAP_FILE).exists():  # a reduced draft vocabulary
             state["draft_vocab"] = _token_map(directory / TOKEN_MAP_FILE, config.vocab_size)
             config.draft_vocab_size = state["draft_vocab"].numel()
-    head = DraftHead(config, target)
+    head = build_head(config, target)
     missing, unexpected = head.load_state_dict(state, strict=False)
     missing = [k for k in missing if not k.startswith("rotary.")]
     if missing or unexpected:

@@ -18,7 +18,8 @@ import torch
 from torch import nn
 
 from ..models.compiled import CompiledForward, mark_dynamic_step, static_length
-from .draft_head import INPUT_HALVES, DraftHead, full_vocabulary, head_inputs
+from .block_runner import BLOCK_DRAFTERS, BlockRunner
+from .draft_head import INPUT_HALVES, DraftHead, SavedHead, full_vocabulary, head_inputs, vocab_order
 from ..models.kv_cache import KVCache
 from ..models.lean_layer import RopeTable, cast, lean_layer
 from ..models.lean_layer import run as lean_run
@@ -33,10 +34,12 @@ class HeadStep(nn.Module):
     halves (draft_head.INPUT_HALVES) are chosen here, once."""
 
     def __init__(self, config, embed: nn.Module, fuse: nn.Module | None, fc: nn.Module | None, layers: list,
-                 norm: nn.Module | None, vocab_weight: torch.Tensor, vocab_packed: PackedLinear | None):
+                 norm: nn.Module | None, vocab_weight: torch.Tensor, vocab_packed: PackedLinear | None,
+                 fc_norm: nn.ModuleList | None = None, out_norm: nn.Module | None = None):
         super().__init__()
         self.embed, self.fuse, self.fc, self.layers = embed, fuse, fc, nn.ModuleList(layers)
         self.norm, self.vocab_packed = norm, vocab_packed
+        self.fc_norm, self.out_norm = fc_norm, out_norm  # EAGLE-3.1: fused layers' norms; the prediction's norm
         # a buffer, as the weights are parameters: a compiled step reads it in place (a plain tensor attribute
         # would be a graph input that CUDA graphs copy in at every replay)
         self.register_buffer("vocab_weight", vocab_weight, persistent=False)
@@ -53,9 +56,11 @@ def head_step(step: HeadStep, features: torch.Tensor, tokens: torch.Tensor, rope
               mask: torch.Tensor | None, k: list, v: list, slots, after: AfterStep | None = None, extra: tuple = ()):
     """The head's forward at inference, eager and compiled alike (arguments as in HeadRunner.__call__; rope, k, v,
     slots as in lean_layer.run) -> predicted features [B, T, H], or after(step, them, *extra) when given."""
-    features, embeds = head_inputs(step.halves, step.hidden_size, features, tokens, step.embed, step.fuse)
+    features, embeds = head_inputs(step.halves, step.hidden_size, features, tokens, step.embed, step.fuse, step.fc_norm)
     if step.fc is None:  # EAGLE-3's layer reads the embeddings beside the feature
         out = lean_run(step.layers, features, rope, k, v, slots, mask, embeds=embeds)[0]
+        if step.out_norm is not None:  # EAGLE-3.1's norm_output: the normalised state is the prediction
+            out = step.out_norm(out)
     else:
         out = lean_run(step.layers, step.fc(torch.cat((embeds, features), dim=-1)), rope, k, v, slots, mask)[0]
     return out if after is None else after(step, out, *extra)
@@ -90,14 +95,12 @@ class HeadRunner:
             vocab_weight = sub if module.draft_vocab is None else sub[module.draft_vocab]  # [Vd, H]
         else:  # an EAGLE-3 head drafts with its own norm and LM head
             vocab_weight = module.lm_head.weight.detach()
-        self.step = HeadStep(self.config, target.embed_tokens, fuse, fc, layers, module.norm, vocab_weight,
-                             PackedLinear(vocab_weight) if self.packed else None)
+        norm_output = self.config.norm_output
+        self.step = HeadStep(self.config, target.embed_tokens, fuse, fc, layers, None if norm_output else module.norm,
+                             vocab_weight, PackedLinear(vocab_weight) if self.packed else None, module.fc_norm,
+                             module.norm if norm_output else None)
         self.rope = RopeTable(module.rotary)
-        self.vocab_order = None  # [V]: the draft vocabulary's target ids, then every other id (expansion.top_tokens)
-        if module.draft_vocab is not None:
-            outside = torch.ones(self.config.vocab_size, dtype=torch.bool, device=module.draft_vocab.device)
-            outside[module.draft_vocab] = False
-            self.vocab_order = torch.cat([module.draft_vocab, outside.nonzero()[:, 0]])
+        self.vocab_order = vocab_order(module.draft_vocab, self.config.vocab_size)
         self.compiled = (CompiledForward(self.step, head_step, target.device, "the draft head's step")
                          if compile_step else None)
 
@@ -141,8 +144,9 @@ class HeadRunner:
         return full_vocabulary(self.draft_logits(predicted), self.draft_vocab, self.config.vocab_size)
 
 
-def runner_for(head: DraftHead | HeadRunner | None, target) -> HeadRunner | None:
-    """`head` ready to draft for `target`: a runner built for it, or the runner given."""
-    if head is None or isinstance(head, HeadRunner):
+def runner_for(head: SavedHead | HeadRunner | BlockRunner | None, target) -> HeadRunner | BlockRunner | None:
+    """`head` ready to draft for `target`: the runner its block drafts through (a BlockRunner for the block drafters,
+    block_runner.BLOCK_DRAFTERS; a HeadRunner for an EAGLE head) built for it, or the runner given."""
+    if head is None or isinstance(head, (HeadRunner, BlockRunner)):
         return head
-    return HeadRunner(head, target)
+    return BlockRunner(head, target) if head.config.block in BLOCK_DRAFTERS else HeadRunner(head, target)

@@ -10,6 +10,8 @@ from typing import Callable
 import torch
 
 from .cost import COST_REVISION, SIZES, CostModel, cache_path
+from ..head.block_runner import BlockRunner
+from ..head.expansion import top_tokens
 from .drafting import DraftRoot, TreeFeeder
 from ..platform import machine_key, median_ms, writable_cache
 from ..models.masks import causal_mask
@@ -33,8 +35,9 @@ def estimate_seconds(prefill_ms: float, one_ms: float, context: int, sizes: list
 def measure(target, head, top_k: int, max_tokens: int, context: int = 256, reps: int = 3,
             say: Callable[[str], None] = _stderr) -> CostModel:
     """Time target forwards of 1.. max_tokens tokens (the SIZES up to the first one >= max_tokens) over a `context`
-    token cache, and one draft level of top_k nodes (head forward, draft logits, top-k; 0 ms without a head).
-    `say` gets the estimated duration after the first timings."""
+    token cache, and one draft level of top_k nodes (head forward, draft logits, top-k; 0 ms without a head; a block
+    drafter's level: its block forward and a top-k at every position, block_level). `say` gets the estimated
+    duration after the first timings."""
     device = target.device
     context = min(context, max(1, target.max_context - max_tokens - 1))
     sizes = [s for s in SIZES if s < max_tokens] + [max(max_tokens, 2)]
@@ -55,6 +58,11 @@ def measure(target, head, top_k: int, max_tokens: int, context: int = 256, reps:
                 f"(forwards of {', '.join(map(str, sizes))} tokens, {reps} timings each)")
     if head is None:  # prompt lookup drafts without a head: nothing to time per level
         return CostModel({}, sizes, forward_ms, 0.0, context)
+    if isinstance(head, BlockRunner):
+        fused = target.forward(torch.randint(0, target.vocab_size, (1, context), device=device),
+                               torch.arange(context, device=device)[None], target.new_cache(1, context),
+                               feature_layers=tuple(head.config.feature_layers))[1]
+        return CostModel({}, sizes, forward_ms, median_ms(block_level(head, fused, top_k), reps * 2, device), context)
     head_cache = head.new_cache(1, context + top_k + 1)
     head_cache.lengths[0] = context
     root = DraftRoot(feats[:, -1], [0], [context], [0])
@@ -70,12 +78,24 @@ def measure(target, head, top_k: int, max_tokens: int, context: int = 256, reps:
     return CostModel({}, sizes, forward_ms, level_ms, context)
 
 
+def block_level(head: BlockRunner, fused: torch.Tensor, top_k: int) -> Callable[[], None]:
+    """A block drafter's draft level to time: its block forward after a context of the fused states [1, L, k*H] and
+    the top_k of every position's log-probs (what block_drafter.grow_block reads)."""
+    context = fused.shape[1]
+    cache = head.new_cache(1, context)
+    head(fused, None, torch.arange(context, device=fused.device)[None], cache, None)
+    cache.advance(context)
+    bonus, lengths = torch.zeros(1, 1, dtype=torch.long, device=fused.device), cache.length_column()
+    return lambda: top_tokens(torch.log_softmax(head.draft(cache, bonus, lengths), -1), top_k, head.vocab_order)
+
+
 def load_or_measure(target, head, top_k: int, max_tokens: int, say: Callable[[str], None] = _stderr) -> CostModel:
     """The cached cost model of this machine, model, dtype, weight packing, compiling and head shape, measured (and
     cached) when there is none, saying so through `say` (standard error)."""
     hc = None if head is None else head.config
     shape = "none" if hc is None else (
-        f"{hc.block} block, {hc.layers} layer(s), draft vocabulary {hc.draft_vocab_size or hc.vocab_size}")
+        f"{hc.block} block{f' of {hc.block_size}' if hc.block_size else ''}, {hc.layers} layer(s), draft vocabulary "
+        f"{hc.draft_vocab_size or hc.vocab_size}")
     key = {**machine_key(target.device), "revision": COST_REVISION, "model": target.name,
            "dtype": str(target.dtype).removeprefix("torch."), "top_k": top_k, "head": shape}
     if target.packed:  # packed weights change every cost (unpacked keys stay as they were)

@@ -53,11 +53,13 @@ class Drafted:
     """A drafter's trees with what it knows beside them: evidence, what an auto budget decides the next cycle's plan
     by (Budget.evidence, on the device, read with the cycle's one host copy; None: the trees alone); values, a
     function computing the trees' path log-values [B, N] (-inf on padding) where the drafter has them (a hybrid
-    merges by them; None: TreeBatch.values)."""
+    merges by them; None: TreeBatch.values); levels: the draft forwards the trees cost, each priced as a level by an
+    auto budget (None: one a level of depth, as a head drafting level by level pays)."""
 
     trees: TreeBatch
     evidence: Evidence | None = None
     values: Callable[[], torch.Tensor] | None = None
+    levels: int | None = None
 
 
 class Drafter(Protocol):
@@ -128,6 +130,13 @@ def tree_values(drafted: TreeBatch | list[DraftTree] | Drafted, trees: TreeBatch
     return trees.values().log()
 
 
+def draft_levels(drafted: TreeBatch | list[DraftTree] | Drafted, trees: TreeBatch) -> int:
+    """The draft forwards a drafter's `trees` (as_batch(drafted)) cost, as it says, else their depth."""
+    if isinstance(drafted, Drafted) and drafted.levels is not None:
+        return drafted.levels
+    return trees.depth
+
+
 def copies(inp: DraftInput) -> Copies:
     """Each row's prompt-lookup tree: every continuation found in its context as a chain, prefixes shared; node
     probabilities are the row's copy rates (lookup.copy_batch)."""
@@ -154,7 +163,7 @@ class HybridDrafter:
     beside its own candidates, and the merged tree is cut to the plan's nodes (planning ahead) or to the number that
     pays (deciding now)."""
 
-    def __init__(self, head: ChainDrafter | StaticDrafter | DynamicDrafter | CustomDrafter):
+    def __init__(self, head: Drafter):
         self.head = head
 
     def propose(self, inp: DraftInput) -> TreeBatch | Drafted:
@@ -166,7 +175,7 @@ class HybridDrafter:
         heads, evidence = as_batch(drafted, device), plan_evidence(drafted)
         if heads.batch != copied.tokens.shape[0] or not found:  # (a custom drafter's wrong count: the engine names it)
             return drafted
-        budget, levels, values = inp.budget, heads.depth, tree_values(drafted, heads)
+        budget, levels, values = inp.budget, draft_levels(drafted, heads), tree_values(drafted, heads)
         if budget is not None and inp.plan is None:  # decide now: the merged candidates' count (a host read)
             return merge(heads, values, copied, copied.log_values, inp.tree_size,
                          lambda union: budget.next_plan(union, levels, ahead=False)[1]).tree

@@ -20,6 +20,7 @@ import torch
 
 from .. import constants
 from ..head.expansion import EXPAND_BY, by_value, expanded, top_tokens
+from ..head.block_runner import BlockRunner
 from ..head.head_runner import AfterStep, HeadRunner
 from ..models.kv_cache import KVCache
 from .cost import Budget
@@ -56,7 +57,8 @@ class DraftRoot:
 class TreeFeeder:
     """Feeds tree nodes to the head over its cache, the same number per row. Fed keys stay uncommitted past each
     row's committed length until `reset()`; a row's fed slots are numbered 0, 1, ... in feeding order. Headless
-    methods (prompt lookup) get a feeder without head and cache: only `root` is meaningful.
+    methods (prompt lookup) get a feeder without head and cache: only `root` is meaningful. A block drafter
+    (head.block=dflash: a BlockRunner over its context cache) is fed nothing: it drafts by `draft_block`.
 
     What a level needs of earlier ones lives in buffers indexed [root, fed slot 0, 1, ...] (built at the first
     feed, grown by doubling), so a level reads its parents by one index op and writes its nodes in place: predicted
@@ -64,7 +66,8 @@ class TreeFeeder:
     itself visible), which a child copies and unmasks its own slot in. Which token a node is fed with (its own, or
     its parent's for a head trained on unshifted tokens) is chosen once, here, not per level."""
 
-    def __init__(self, head: HeadRunner | None, cache: KVCache | None, root: DraftRoot, capacity: int = 64):
+    def __init__(self, head: HeadRunner | BlockRunner | None, cache: KVCache | None, root: DraftRoot,
+                 capacity: int = 64):
         self.head, self.cache, self.root = head, cache, root
         self.levels = 0  # feed() calls so far: head forwards of one tree level each
         self.fed = 0  # nodes fed so far
@@ -137,6 +140,12 @@ class TreeFeeder:
         if not last:
             self._outputs.index_copy_(1, slots, out)
         return torch.log_softmax(self.head.draft_logits(out), dim=-1) if after is None else rest
+
+    def draft_block(self) -> torch.Tensor:
+        """A block drafter's one forward (block_runner.BlockRunner.draft, a level of its own): the rows' committed
+        contexts in the cache and their roots -> float32 logits [B, T - 1, Vd] of the tokens after each root."""
+        self.levels += 1
+        return self.head.draft(self.cache, self.root.token_ids, self.root.positions)
 
     def reset(self) -> None:
         """Drop every fed node from the head's cache."""
@@ -349,9 +358,8 @@ def grow_dynamic(feeder: TreeFeeder, depth: int, top_k: int, total_tokens: int, 
     b, k = root_lp.shape[0], min(top_k, feeder.head.config.vocab_size)
     lp, tok = feeder.top(root_lp, k)  # [B, k]
     toks, vals, owns = [tok], [lp], [lp]  # per level: candidates' target ids, path log-values, own log-probs
-    fronts = [constants.built_once(("root's front", b, k, device),  # the root (-1), then per level the k it expands:
-                             lambda: torch.arange(-1, k, device=device).expand(b, k + 1).contiguous())]
-    # the depth-1 candidates, then each level's picks (numbered from the level's first candidate at the end)
+    fronts = [root_front(b, k, device)]  # the root and the depth-1 candidates, then each level's picks (numbered
+    # from the level's first candidate at the end)
     front_tok, front_val, up = tok, lp, constants.filled((b, k), 0, torch.long, device)  # up: the parents' feeder rows
     nodes = values = None
     for d in range(2, depth + 1):
@@ -373,13 +381,29 @@ def grow_dynamic(feeder: TreeFeeder, depth: int, top_k: int, total_tokens: int, 
     if deciding is not None:
         total_tokens = nodes if nodes is not None else decided(deciding, values, extra, front_val, owns[-1],
                                                                len(toks))[1]
+    return kept_draft(toks, owns, fronts, values, front_val, k, total_tokens, grow)
+
+
+def root_front(b: int, k: int, device) -> torch.Tensor:
+    """[B, 1 + k]: how grown candidates number the root's expansion: the root (-1), then its k children (0 .. k - 1),
+    all expanded (a grown tree's first `fronts` entry, kept_draft)."""
+    return constants.built_once(("root's front", b, k, device),
+                                lambda: torch.arange(-1, k, device=device).expand(b, k + 1).contiguous())
+
+
+def kept_draft(toks: list[torch.Tensor], owns: list[torch.Tensor], fronts: list[torch.Tensor], values: torch.Tensor,
+               front_val: torch.Tensor, k: int, total_tokens: int, grow: Growth) -> DynamicDraft:
+    """EAGLE-2's trees from candidates grown level by level with top-k k (grow_dynamic's numbering), per level their
+    target ids `toks` and own log-probs `owns` ([B, k] at depth 1, [B, k*k] below), and `fronts`: root_front, then
+    each deeper level's k expanded picks [B, k]; values [B, C]: every candidate's path log-value (joined);
+    front_val [B, k]: the last picks' -> the DynamicDraft keeping the `total_tokens` best (grow.keep)."""
     levels = len(toks)
-    offsets, depth_of = candidate_numbering(k, levels, device)
+    offsets, depth_of = candidate_numbering(k, levels, values.device)
     numbered = joined(fronts) if levels == 1 else joined(fronts) + offsets
     keep = grow.keep(values, numbered, total_tokens)
     # candidate c's parent is numbered[c // k]; parents renumbered among the kept (ascending)
     parents = torch.searchsorted(keep, numbered.gather(1, keep // k), right=True) - 1
     depths = depth_of[keep]
     trees = TreeBatch.full_rows(joined(toks).gather(1, keep), parents, depths, joined(owns).gather(1, keep).exp(),
-                                len(toks), distinct=True)  # (top-k: a node's children are distinct)
-    return DynamicDraft(trees, values, owns[-1], front_val, len(toks), keep)
+                                levels, distinct=True)  # (top-k: a node's children are distinct)
+    return DynamicDraft(trees, values, owns[-1], front_val, levels, keep)

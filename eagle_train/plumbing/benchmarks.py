@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
 
-from eagle_infer.entry.cli_support import REPO
+from eagle_infer.paths import REPO
 from eagle_infer.errors import EagleError
 
 BENCHMARKS = ("mt_bench", "humaneval", "gsm8k", "alpaca", "cnn_dm", "nq")

@@ -1,4 +1,4 @@
-"""Score a saved head on a held-out feature split, as training scores it: `python -m eagle_train.score_head head=HEAD
+"""Score a saved head on a held-out feature split, as training scores it: `python -m eagle_train.training.score_head head=HEAD
 features=FEATURES [conversations=32]` (conf/command/score_head.yaml) prints held-out top-1, top-3 and simulated
 chain acceptance 0-α…6-α (JSON), in float32, on the split's first `conversations` conversations (training's
 train.eval_conversations).
@@ -17,8 +17,8 @@ from eagle_infer.errors import EagleError
 from eagle_infer.head.head_checkpoint import load_head
 from eagle_infer.models.target import load_target
 
-from .command_line import command_settings
-from .features import Manifest, read_samples
+from ..plumbing.command_line import command_settings
+from ..features.shards import Manifest, read_samples
 from .train import evaluate
 
 

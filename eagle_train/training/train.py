@@ -19,18 +19,21 @@ from typing import Optional
 
 import torch
 
-from eagle_infer.entry.cli_support import REPO, missing_extra
-from eagle_infer.head.draft_head import DraftHead, DraftHeadConfig, eagle3_layers
+from eagle_infer.errors import missing_extra
+from eagle_infer.paths import REPO
+from eagle_infer.head.blocks import build_head
+from eagle_infer.head.draft_head import DraftHeadConfig, eagle3_layers
 from eagle_infer.head.head_card import machine as card_machine
 from eagle_infer.head.head_card import target_revision, write_card
+from eagle_infer.head.mask_token import check_mask_token, default_mask_token
 from eagle_infer.errors import EagleError
 from eagle_infer.platform import resolve_dtype
 
-from .disk import ID_BYTES, check_disk
-from .features import Manifest, Sample, read_samples
+from .block_objective import BlockObjective, acceptance_of_chains, block_acceptance, block_losses
+from ..features.disk import ID_BYTES, check_disk
+from ..features.shards import Manifest, read_samples
 from .objective import Objective, chain_acceptance, collate, compile_layers, frequent_tokens, losses, with_target_top
-from .states import (CACHE_DIR, check_directory, check_mode, read_cached, states_in_batches, with_states,
-                     write_cached)
+from ..features.states import CACHE_DIR, check_directory, check_mode, read_cached, states_in_batches, with_states, write_cached
 from .train_numbers import check_train_numbers
 
 log = logging.getLogger(__name__)
@@ -38,7 +41,7 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class TrainConfig:
-    # where the target's states come from (eagle_train.states): offline (features_dir holds them) | online (the
+    # where the target's states come from (eagle_train.features.states): offline (features_dir holds them) | online (the
     # target computes each micro batch's, features_dir holds tokens only) | cached (online in epoch 1, kept after)
     features: str = "offline"
     features_dir: str = "runs/features/train"  # a feature directory (offline) or a token directory (online, cached)
@@ -71,6 +74,13 @@ class TrainConfig:
     ttt_decay: float = 0.8  # step k's loss weight is ttt_decay ** k
     loss_per: str = "loss_token"  # each step's sum / its loss tokens (EAGLE-1/2) | position (B x T: EAGLE-3's trainer)
     draftable_only: bool = False  # count only positions whose target argmax is a draft token (EAGLE-3's trainer)
+    # block drafters (head.block=dflash; eagle_train.training.block_objective): blocks sampled a row each step, and each
+    # block slot's weight: decay exp(-(j - 1) / decay_gamma) (DFlash: 7 for blocks of 16, 4 for 8) | dpace (D-PACE's
+    # detached acceptance weights, smoothed by dpace_alpha)
+    anchors: int = 512
+    decay_gamma: float = 7.0
+    position_weights: str = "decay"
+    dpace_alpha: float = 0.5
     eval_every: int = 100
     save_every: int = 200
     keep_checkpoints: int = 2  # the newest checkpoints kept (resuming reads the latest); 0 = keep all
@@ -107,6 +117,19 @@ class HeadConf:
     features: str = "last"
     block: str = "eagle"
     fc_bias: bool = True
+    # EAGLE-3.1 (block=eagle3, as speculators defines them): an RMSNorm of each fused layer before the fusion, and
+    # the final norm's output as the predicted feature fed to the next step
+    fc_norm: bool = False
+    norm_output: bool = False
+    # fused heads: the target's decoder layers read (0-based outputs; z-lab's target_layer_ids); null: EAGLE-3's
+    # low/middle/high layers (speculators' default for EAGLE-3 and DFlash alike)
+    feature_layers: Optional[list[int]] = None
+    # block drafters (block=dflash, eagle_infer.head.dflash_head): tokens a block, the mask token (null: the target's
+    # default, eagle_infer.head.mask_token), the context window (0: all) and attention inside the block
+    block_size: int = 8
+    mask_token_id: Optional[int] = None
+    sliding_window: int = 0
+    block_attention: str = "bidirectional"
 
 
 def build_head_config(target, cfg: TrainConfig, head: HeadConf) -> DraftHeadConfig:
@@ -126,8 +149,19 @@ def build_head_config(target, cfg: TrainConfig, head: HeadConf) -> DraftHeadConf
                          f"{target.vocab_size}: expected at most {target.vocab_size} (0 = the full vocabulary)")
     config = DraftHeadConfig.of_target(target, cfg.input_mode)
     config.draft_vocab_size, config.layers = cfg.draft_vocab_size, head.layers
-    config.feature_layers = list(eagle3_layers(target.config.num_hidden_layers)) if head.features == "fused" else []
+    if head.features == "fused":
+        config.feature_layers = list(head.feature_layers or eagle3_layers(target.config.num_hidden_layers))
     config.block, config.fc_bias = head.block, head.fc_bias
+    config.fc_norm, config.norm_output = head.fc_norm, head.norm_output
+    if head.block == "dflash":
+        config.block_size, config.sliding_window, config.block_attention = (head.block_size, head.sliding_window,
+                                                                           head.block_attention)
+        config.mask_token_id = default_mask_token(target) if head.mask_token_id is None else head.mask_token_id
+        config.check()
+        check_mask_token(target, config.mask_token_id)
+        if cfg.compile:
+            raise EagleError("train.compile compiles an EAGLE head's decoder layers: expected train.compile=false "
+                             "with head.block=dflash")
     config.check()
     if head.block == "eagle3" and (cfg.w_reg != 0 or not cfg.draft_vocab_size):
         raise EagleError(f"head.block=eagle3 predicts no target feature and drafts from its own LM head over a draft "
@@ -136,7 +170,13 @@ def build_head_config(target, cfg: TrainConfig, head: HeadConf) -> DraftHeadConf
     return config
 
 
-def objective(cfg: TrainConfig, max_length: int) -> Objective:
+def objective(cfg: TrainConfig, max_length: int, head: DraftHeadConfig | None = None) -> Objective | BlockObjective:
+    """The training objective of `head` (a block drafter's, or EAGLE's) for sequences of max_length tokens."""
+    if head is not None and head.block == "dflash":
+        if head.block_size > max_length:
+            raise EagleError(f"head.block_size {head.block_size} is above the context: expected at most the "
+                             f"features' max_length {max_length}")
+        return BlockObjective(cfg.anchors, cfg.decay_gamma, cfg.position_weights, cfg.dpace_alpha)
     if not 0 <= cfg.ttt_steps < max_length:
         raise EagleError(f"train.ttt_steps {cfg.ttt_steps} is invalid: expected 0 <= ttt_steps < max_length {max_length}")
     return Objective(cfg.w_cls, cfg.w_reg, cfg.ttt_steps, cfg.ttt_decay, cfg.loss_per, cfg.draftable_only,
@@ -167,11 +207,11 @@ def training_samples(cfg: TrainConfig, fused: bool) -> list:
     return first_loss_tokens(everything[: cfg.max_conversations], cfg.max_loss_tokens)
 
 
-def new_head(hconf: DraftHeadConfig, target, cfg: TrainConfig, samples: list) -> DraftHead:
+def new_head(hconf: DraftHeadConfig, target, cfg: TrainConfig, samples: list):
     """The untrained head a run starts from (the same for a seed): its draft vocabulary the train.draft_vocab_size
     most frequent training tokens; EAGLE-3's block's norm and LM head start as the target's."""
     torch.manual_seed(cfg.seed)
-    head = DraftHead(hconf, target)
+    head = build_head(hconf, target)
     if cfg.draft_vocab_size:
         head.set_draft_vocab(frequent_tokens(samples, cfg.draft_vocab_size))
         if hconf.block == "eagle3":
@@ -234,9 +274,9 @@ def read_ds_config(path: str, cfg: TrainConfig, total_steps: int) -> dict:
     ds.setdefault("gradient_accumulation_steps", 1)
     ds.pop("train_batch_size", None)
     ds["gradient_clipping"] = cfg.grad_clip
-    params = {"lr": cfg.lr, "betas": list(cfg.betas), "weight_decay": cfg.weight_decay}
-    if torch.cuda.is_available():  # torch's AdamW, the same update: DeepSpeed's FusedAdam first JIT-compiles a CUDA
-        params["torch_adam"] = True  # extension (nvcc + ninja, a minute or more) on every fresh machine
+    # torch's AdamW, the same update: DeepSpeed's FusedAdam first JIT-compiles an extension on every fresh machine
+    # (a CUDA one with nvcc, a minute or more; on a CPU a C++ one, about as long on two cores)
+    params = {"lr": cfg.lr, "betas": list(cfg.betas), "weight_decay": cfg.weight_decay, "torch_adam": True}
     ds["optimizer"] = {"type": "AdamW", "params": params}
     ds["scheduler"] = lr_scheduler(cfg, total_steps)
     ds.setdefault("steps_per_print", 10**9)
@@ -269,11 +309,25 @@ def _truncate_jsonl(path: Path, keep) -> None:
 
 
 ALPHA_STEPS = 7  # simulated chain acceptance 0-α..6-α
+HELDOUT_SEED = 0  # a block drafter's held-out anchors: the same at every evaluation
+
+
+def step_losses(head, batch, noise: float, obj: Objective | BlockObjective, accuracy: bool = False,
+                generator: torch.Generator | None = None) -> dict[str, torch.Tensor]:
+    """A micro batch's losses for either kind of head: a block drafter's (block_objective; anchors from `generator`),
+    or EAGLE's with input noise."""
+    if isinstance(obj, BlockObjective):
+        return block_losses(head, batch, obj, accuracy, generator)
+    return losses(head, batch, noise=noise, objective=obj, accuracy=accuracy)
 
 
 @torch.no_grad()
-def evaluate(head, samples, dtype, device, obj: Objective = Objective()) -> dict[str, float]:
-    """Held-out loss, top-1/top-3 accuracy and simulated chain acceptance 0-α..6-α."""
+def evaluate(head, samples, dtype, device, obj: Objective | BlockObjective = Objective()) -> dict[str, float]:
+    """Held-out loss, top-1 accuracies and the simulated acceptance length (greedy, bonus included: `acceptance`):
+    an EAGLE head's from simulated chains of ALPHA_STEPS (with their 0-α..6-α), a block drafter's from its blocks
+    (block_objective.block_acceptance)."""
+    if isinstance(obj, BlockObjective):
+        return evaluate_blocks(head, samples, dtype, device, obj)
     head.eval()
     sums, tokens = {}, 0.0
     tried, hit = [0] * ALPHA_STEPS, [0] * ALPHA_STEPS
@@ -291,6 +345,28 @@ def evaluate(head, samples, dtype, device, obj: Objective = Objective()) -> dict
     head.train()
     result = {f"heldout/{k}": v / max(weights[k], 1) for k, v in sums.items()}
     result.update({f"heldout/alpha_{k}": hit[k] / tried[k] if tried[k] else float("nan") for k in range(ALPHA_STEPS)})
+    result["heldout/acceptance"] = acceptance_of_chains(tried, hit)
+    return result
+
+
+@torch.no_grad()
+def evaluate_blocks(head, samples, dtype, device, obj: BlockObjective) -> dict[str, float]:
+    """A block drafter's held-out loss and top-1 per slot (anchors drawn from HELDOUT_SEED: the same each time) and
+    simulated acceptance length."""
+    head.eval()
+    generator = torch.Generator().manual_seed(HELDOUT_SEED)
+    sums, weights, anchors, accepted = {}, {}, 0, 0
+    for s in samples:
+        out = block_losses(head, collate([s], dtype, device, fused=True), obj, accuracy=True, generator=generator)
+        n = float(out.pop("tokens"))
+        for k, v in out.items():
+            if n and not math.isnan(float(v)):
+                sums[k], weights[k] = sums.get(k, 0.0) + float(v) * n, weights.get(k, 0.0) + n
+        a, total = block_acceptance(head, s, dtype=dtype)
+        anchors, accepted = anchors + a, accepted + total
+    head.train()
+    result = {f"heldout/{k}": v / weights[k] for k, v in sums.items()}
+    result["heldout/acceptance"] = accepted / anchors if anchors else float("nan")
     return result
 
 
@@ -315,24 +391,64 @@ def _run_id(cfg: TrainConfig) -> str:
     return path.read_text().strip()
 
 
-def train(cfg: TrainConfig, target, head_shape: HeadConf = HeadConf(), provenance: dict | None = None) -> dict:
-    """Train (or resume) a head for `target`; writes checkpoints and the engine-format head to out_dir/head, with its
-    model card (eagle_infer.head.head_card; `provenance`: what the caller knows of the data, e.g. its source and recipe)."""
-    check_mode(cfg.features)
-    cfg.check()
-    try:
-        import deepspeed  # optional (the `train` extra): inference installs without it
-    except ImportError:
-        raise missing_extra("deepspeed", "train", "training a head") from None
+@dataclass
+class Run:
+    """What a training run trains on and with, fixed by `setup` before the loop: the head's config and objective,
+    the features' manifest, the training and held-out samples, the target layers a fused head reads, the DeepSpeed
+    engine and its config, the rank and world, micro batches per step and per epoch, the steps in all, the training
+    dtype, whether float32 matmuls run in bfloat16 (autocast), the run directory, the states cache (train.features=
+    cached; None otherwise), the W&B run (None when off) and the target dtypes the features were computed in."""
 
-    from tqdm import tqdm
+    cfg: TrainConfig
+    target: object
+    hconf: DraftHeadConfig
+    obj: Objective | BlockObjective
+    manifest: Manifest
+    samples: list
+    heldout: list
+    layers: tuple[int, ...]
+    engine: object
+    ds_config: dict
+    rank: int
+    world: int
+    accum: int
+    per_epoch: int
+    total_steps: int
+    dtype: torch.dtype
+    autocast: bool
+    out: Path
+    cache: Path | None
+    wandb: object
+    forward_dtypes: set[str]
 
-    manifest = Manifest.load(cfg.features_dir)
-    hconf = build_head_config(target, cfg, head_shape)
-    obj = objective(cfg, manifest.max_length)
+    @property
+    def online(self) -> bool:
+        return self.cfg.features != "offline"
+
+
+@dataclass
+class Progress:
+    """Where a run stands: optimizer steps taken, the epoch and its next micro batch, training seconds of earlier
+    (resumed) runs, loss tokens trained on since this process started and when it started (perf_counter), the last
+    step's metrics, and, cached, the states computed since the last cache shard (sample index -> Sample)."""
+
+    step: int = 0
+    epoch: int = 0
+    position: int = 0
+    before: float = 0.0
+    tokens: float = 0.0
+    start: float = 0.0
+    metrics: dict = field(default_factory=dict)
+    computed: dict = field(default_factory=dict)
+
+    def elapsed(self) -> float:
+        return self.before + time.perf_counter() - self.start
+
+
+def check_features(cfg: TrainConfig, target, hconf: DraftHeadConfig, manifest: Manifest) -> set[str]:
+    """One-line errors for feature directories training cannot read alike -> the target dtypes they were computed in."""
     online = cfg.features != "offline"
-    layers = tuple(hconf.feature_layers)
-    forward_dtypes = set()  # the target dtypes the features were computed in (the card records them)
+    forward_dtypes = set()
     for directory in [cfg.features_dir, *cfg.extra_features]:
         other = Manifest.load(directory)
         other.check_target(target, directory)
@@ -347,6 +463,18 @@ def train(cfg: TrainConfig, target, head_shape: HeadConf = HeadConf(), provenanc
                 f"a fused head reads target layers {hconf.feature_layers}, but {directory!r} holds "
                 f"{list(other.feature_layers) or 'no fused layers'}: featurize with featurize.features=fused"
             )
+    return forward_dtypes
+
+
+def setup(cfg: TrainConfig, target, head_shape: HeadConf, deepspeed) -> Run:
+    """Everything a run needs before its first step: the checked features, the samples, the distributed world, the
+    step counts, the head under DeepSpeed, autocast, W&B and the states cache's disk room."""
+    manifest = Manifest.load(cfg.features_dir)
+    hconf = build_head_config(target, cfg, head_shape)
+    obj = objective(cfg, manifest.max_length, hconf)
+    online = cfg.features != "offline"
+    layers = tuple(hconf.feature_layers)
+    forward_dtypes = check_features(cfg, target, hconf, manifest)
     samples = training_samples(cfg, hconf.fused)
     heldout = []
     if cfg.heldout:  # a token directory's states are computed once, here
@@ -382,115 +510,169 @@ def train(cfg: TrainConfig, target, head_shape: HeadConf = HeadConf(), provenanc
     if online and target.device.type != engine.device.type:
         raise EagleError(f"train.features={cfg.features} runs the target on the rank's device {engine.device}, but "
                          f"it was loaded on {target.device}: expected model.device=auto")
-    ckpt_dir = out / "checkpoints"
-    step, epoch, position, before = 0, 0, 0, 0.0  # before: training seconds of earlier runs (resumed)
-    if (ckpt_dir / "latest").exists():
-        _, client = engine.load_checkpoint(str(ckpt_dir))
-        step, epoch, position = client["step"], client["epoch"], client["position"]
-        before = client.get("elapsed", 0.0)
-        if rank == 0:
-            log.info("resumed from step %d (epoch %d, micro batch %d)", step, epoch, position)
-    if rank == 0:  # a run interrupted before its first checkpoint starts over: its lines go too
-        _truncate_jsonl(out / "eval.jsonl", lambda r: r["step"] <= step)
-        _truncate_jsonl(out / "train.jsonl", lambda r: r["step"] <= step)
-    _truncate_jsonl(out / f"seen-rank{rank}.jsonl", lambda r: (r["epoch"], r["position"]) < (epoch, position))
-    run = _wandb(cfg, rank, {**asdict(cfg), "deepspeed": ds_config, "manifest_tokens": manifest.tokens})
-    seen_path = out / f"seen-rank{rank}.jsonl"  # which micro batches were trained on, for audits and tests
     autocast = use_autocast(cfg.autocast, dtype, engine.device)
     if autocast and rank == 0:
         log.info("bfloat16 autocast: float32 weights, bfloat16 matmuls")
-    if obj.draftable_only and not online:  # every epoch needs the target's full-vocabulary argmax: once per run directory (timed)
-        started = time.perf_counter()
-        samples = with_target_top(samples, target, autocast, progress=rank == 0,
-                                  cache=out / f"target-top-rank{rank}.safetensors")
-        before += time.perf_counter() - started
-    bar = tqdm(total=total_steps, initial=step, desc="train", disable=rank != 0, unit="step")
-    tokens, start, metrics = 0.0, time.perf_counter(), {}
     cache = out / CACHE_DIR if cfg.features == "cached" else None
-    if cache is not None and rank == 0 and epoch == 0:  # every training conversation's states, in the target's dtype
-        values = target.hidden_size * (1 + len(layers))
-        tokens_in_cache = sum(s.input_ids.numel() for s in samples)
-        check_disk(tokens_in_cache * (values * target.dtype.itemsize + ID_BYTES), out, "train.features=cached")
-    computed: dict[int, Sample] = {}  # cached: states computed since the last write to the cache
+    wandb = _wandb(cfg, rank, {**asdict(cfg), "deepspeed": ds_config, "manifest_tokens": manifest.tokens})
+    return Run(cfg, target, hconf, obj, manifest, samples, heldout, layers, engine, ds_config, rank, world, accum,
+               per_epoch, total_steps, dtype, autocast, out, cache, wandb, forward_dtypes)
 
-    def keep_computed():
-        """cached: this rank's states computed since the last write become one cache shard, named by where they end
-        (a resumed run redoing micro batches writes the same shard again)."""
-        if cache is not None and computed:
-            write_cached(cache, (epoch * per_epoch + position) * world + rank, computed, manifest, layers)
-            computed.clear()
 
-    def save():
-        keep_computed()  # before the checkpoint: a checkpoint never counts states the cache lacks
-        elapsed = before + time.perf_counter() - start
-        engine.save_checkpoint(str(ckpt_dir), tag=f"step{step}",
-                               client_state={"step": step, "epoch": epoch, "position": position, "elapsed": elapsed})
+def resume(run: Run) -> Progress:
+    """Where the run stands: from its last checkpoint (none: the start), the logs cut back to it, and the work done
+    once per run directory before the first step (the target's argmax for the draftable-only objective, timed; the
+    states cache's disk room on a first epoch)."""
+    at = Progress()
+    ckpt_dir, out, rank = run.out / "checkpoints", run.out, run.rank
+    if (ckpt_dir / "latest").exists():
+        _, client = run.engine.load_checkpoint(str(ckpt_dir))
+        at.step, at.epoch, at.position = client["step"], client["epoch"], client["position"]
+        at.before = client.get("elapsed", 0.0)
         if rank == 0:
-            engine.module.save(out / "head")
-            prune_checkpoints(ckpt_dir, cfg.keep_checkpoints)
+            log.info("resumed from step %d (epoch %d, micro batch %d)", at.step, at.epoch, at.position)
+    if rank == 0:  # a run interrupted before its first checkpoint starts over: its lines go too
+        _truncate_jsonl(out / "eval.jsonl", lambda r: r["step"] <= at.step)
+        _truncate_jsonl(out / "train.jsonl", lambda r: r["step"] <= at.step)
+    _truncate_jsonl(out / f"seen-rank{rank}.jsonl", lambda r: (r["epoch"], r["position"]) < (at.epoch, at.position))
+    obj = run.obj
+    if isinstance(obj, Objective) and obj.draftable_only and not run.online:  # every epoch needs the target's full-vocabulary argmax: once per run directory (timed)
+        started = time.perf_counter()
+        run.samples[:] = with_target_top(run.samples, run.target, run.autocast, progress=rank == 0,
+                                         cache=out / f"target-top-rank{rank}.safetensors")
+        at.before += time.perf_counter() - started
+    if run.cache is not None and rank == 0 and at.epoch == 0:  # every training conversation's states, in the target's dtype
+        target = run.target
+        values = target.hidden_size * (1 + len(run.layers))
+        tokens_in_cache = sum(s.input_ids.numel() for s in run.samples)
+        check_disk(tokens_in_cache * (values * target.dtype.itemsize + ID_BYTES), out, "train.features=cached")
+    at.start = time.perf_counter()
+    return at
 
-    while step < total_steps:
-        batches = micro_batches(len(samples), cfg, epoch, rank, world, accum)
-        if cache is not None and epoch > 0 and any(s.hidden is None for s in samples):
-            samples = read_cached(cache, samples, hconf.fused)
-        while position < len(batches) and step < total_steps:
-            torch.manual_seed(cfg.seed * 1_000_003 + epoch * 100_003 + position)  # noise depends on where, not when
-            chosen = [samples[i] for i in batches[position]]
-            if online:
-                chosen = with_states(chosen, target, layers)
-                for i, s in zip(batches[position], chosen) if cache is not None else ():
-                    if samples[i].hidden is None:  # kept for later epochs, and for the cache's next shard
-                        computed[i] = samples[i] = s
-            batch = collate(chosen, dtype, engine.device, hconf.fused)
-            with torch.autocast(engine.device.type, dtype=torch.bfloat16, enabled=autocast):
-                result = losses(engine.module, batch, cfg.noise, obj)
-            engine.backward(result["loss"])
-            engine.step()
-            with seen_path.open("a") as f:
-                f.write(json.dumps({"epoch": epoch, "position": position, "samples": batches[position]}) + "\n")
-            position += 1
-            tokens += float(result["tokens"])
-            if position % accum == 0:
-                step += 1
-                bar.update(1)
-                rate = tokens / (time.perf_counter() - start)
-                metrics = {k: float(v.detach()) for k, v in result.items() if k != "tokens"}
-                if world > 1:  # the loss of the global batch: the ranks' mean (the gradient DeepSpeed averages)
-                    loss = result["loss"].detach().reshape(1).clone()
-                    deepspeed.comm.all_reduce(loss)
-                    metrics["loss"] = float(loss) / world
-                metrics.update({"train/tok_s": rate, "lr": engine.get_lr()[0], "step": step})
-                bar.set_postfix(loss=f"{metrics['loss']:.3f}", tok_s=f"{rate:.0f}")
-                if rank == 0:  # the loss curves (every step's last micro batch; per-step terms with the test)
-                    with (out / "train.jsonl").open("a") as f:
-                        f.write(json.dumps({"epoch": epoch, **metrics}) + "\n")
-                if run:
-                    run.log({f"train/{k}" if "/" not in k else k: v for k, v in metrics.items()}, step=step)
-                if heldout and (step % cfg.eval_every == 0 or step == total_steps) and rank == 0:
-                    ev = evaluate(engine.module, heldout, dtype, engine.device, obj)
-                    metrics.update(ev)
-                    log.info("step %d: %s", step, " ".join(f"{k}={v:.3f}" for k, v in ev.items()))
-                    if run:
-                        run.log(ev, step=step)
-                    (out / "eval.jsonl").open("a").write(json.dumps({"step": step, **ev}) + "\n")
-                if step % cfg.save_every == 0 or step == total_steps:
-                    save()
-        if position >= len(batches):
-            keep_computed()
-            if cache is not None and world > 1:  # every rank's first-epoch states are in the cache before any reads
-                deepspeed.comm.barrier()
-            epoch, position = epoch + 1, 0
-    bar.close()
-    if run:
-        run.finish()
-    metrics["train/wall_s"] = before + time.perf_counter() - start
-    if rank == 0:
-        summary = {"steps": step, "train_s": metrics["train/wall_s"], "conversations": len(samples),
-                   "loss_tokens": int(sum(float(s.loss_mask[2:].sum()) for s in samples)), "epochs": cfg.epochs,
-                   "autocast": autocast, **{k: v for k, v in metrics.items() if k.startswith("heldout/")}}
-        (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-        write_card(out / "head", hconf, {
-            **(provenance or {}), **summary, "max_steps": cfg.max_steps, "template": manifest.template, "regenerated": manifest.regenerate,
-            "target_revision": target_revision(target), "machine": card_machine(target),
-            "features_forward_dtype": ", ".join(sorted(forward_dtypes))})
+
+def train_micro_batch(run: Run, at: Progress, batch_indices: list[int]) -> dict:
+    """One micro batch forward and backward (DeepSpeed steps the optimizer every `accum` of them), logged to the
+    rank's seen-rank<r>.jsonl; online, its states computed (and, cached, kept for later epochs and the cache's next
+    shard) -> the step's losses."""
+    cfg, samples = run.cfg, run.samples
+    torch.manual_seed(cfg.seed * 1_000_003 + at.epoch * 100_003 + at.position)  # noise depends on where, not when
+    chosen = [samples[i] for i in batch_indices]
+    if run.online:
+        chosen = with_states(chosen, run.target, run.layers)
+        for i, s in zip(batch_indices, chosen) if run.cache is not None else ():
+            if samples[i].hidden is None:  # kept for later epochs, and for the cache's next shard
+                at.computed[i] = samples[i] = s
+    batch = collate(chosen, run.dtype, run.engine.device, run.hconf.fused)
+    with torch.autocast(run.engine.device.type, dtype=torch.bfloat16, enabled=run.autocast):
+        result = step_losses(run.engine.module, batch, cfg.noise, run.obj)
+    run.engine.backward(result["loss"])
+    run.engine.step()
+    with (run.out / f"seen-rank{run.rank}.jsonl").open("a") as f:
+        f.write(json.dumps({"epoch": at.epoch, "position": at.position, "samples": batch_indices}) + "\n")
+    return result
+
+
+def log_step(run: Run, at: Progress, result: dict, deepspeed) -> dict:
+    """A finished optimizer step's metrics (the global batch's loss across ranks, tokens/s, lr) to train.jsonl, W&B
+    and, every eval_every steps, the held-out measures to eval.jsonl (rank 0) -> the metrics."""
+    cfg, out = run.cfg, run.out
+    rate = at.tokens / (time.perf_counter() - at.start)
+    metrics = {k: float(v.detach()) for k, v in result.items() if k != "tokens"}
+    if run.world > 1:  # the loss of the global batch: the ranks' mean (the gradient DeepSpeed averages)
+        loss = result["loss"].detach().reshape(1).clone()
+        deepspeed.comm.all_reduce(loss)
+        metrics["loss"] = float(loss) / run.world
+    metrics.update({"train/tok_s": rate, "lr": run.engine.get_lr()[0], "step": at.step})
+    if run.rank == 0:  # the loss curves (every step's last micro batch; per-step terms with the test)
+        with (out / "train.jsonl").open("a") as f:
+            f.write(json.dumps({"epoch": at.epoch, **metrics}) + "\n")
+    if run.wandb:
+        run.wandb.log({f"train/{k}" if "/" not in k else k: v for k, v in metrics.items()}, step=at.step)
+    if run.heldout and (at.step % cfg.eval_every == 0 or at.step == run.total_steps) and run.rank == 0:
+        ev = evaluate(run.engine.module, run.heldout, run.dtype, run.engine.device, run.obj)
+        metrics.update(ev)
+        log.info("step %d: %s", at.step, " ".join(f"{k}={v:.3f}" for k, v in ev.items()))
+        if run.wandb:
+            run.wandb.log(ev, step=at.step)
+        with (out / "eval.jsonl").open("a") as f:
+            f.write(json.dumps({"step": at.step, **ev}) + "\n")
     return metrics
+
+
+def keep_computed(run: Run, at: Progress) -> None:
+    """cached: this rank's states computed since the last write become one cache shard, named by where they end (a
+    resumed run redoing micro batches writes the same shard again)."""
+    if run.cache is not None and at.computed:
+        write_cached(run.cache, (at.epoch * run.per_epoch + at.position) * run.world + run.rank, at.computed,
+                     run.manifest, run.layers)
+        at.computed.clear()
+
+
+def save(run: Run, at: Progress) -> None:
+    """A checkpoint of the engine and where the run stands (rank 0 also saves the head and prunes old checkpoints)."""
+    keep_computed(run, at)  # before the checkpoint: a checkpoint never counts states the cache lacks
+    ckpt_dir = run.out / "checkpoints"
+    run.engine.save_checkpoint(str(ckpt_dir), tag=f"step{at.step}", client_state={
+        "step": at.step, "epoch": at.epoch, "position": at.position, "elapsed": at.elapsed()})
+    if run.rank == 0:
+        run.engine.module.save(run.out / "head")
+        prune_checkpoints(ckpt_dir, run.cfg.keep_checkpoints)
+
+
+def finish(run: Run, at: Progress, provenance: dict | None) -> dict:
+    """The run's summary.json and the head's card (rank 0) -> the last metrics with the wall time."""
+    metrics = {**at.metrics, "train/wall_s": at.elapsed()}
+    if run.wandb:
+        run.wandb.finish()
+    if run.rank == 0:
+        cfg, samples, manifest = run.cfg, run.samples, run.manifest
+        summary = {"steps": at.step, "train_s": metrics["train/wall_s"], "conversations": len(samples),
+                   "loss_tokens": int(sum(float(s.loss_mask[2:].sum()) for s in samples)), "epochs": cfg.epochs,
+                   "autocast": run.autocast, **{k: v for k, v in metrics.items() if k.startswith("heldout/")}}
+        (run.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        write_card(run.out / "head", run.hconf, {
+            **(provenance or {}), **summary, "max_steps": cfg.max_steps, "template": manifest.template,
+            "regenerated": manifest.regenerate, "target_revision": target_revision(run.target),
+            "machine": card_machine(run.target), "features_forward_dtype": ", ".join(sorted(run.forward_dtypes))})
+    return metrics
+
+
+def train(cfg: TrainConfig, target, head_shape: HeadConf = HeadConf(), provenance: dict | None = None) -> dict:
+    """Train (or resume) a head for `target`: setup, resume, then micro batches until total_steps, each optimizer
+    step logged and every save_every steps a checkpoint; writes checkpoints and the engine-format head to
+    out_dir/head with its model card (eagle_infer.head.head_card; `provenance`: what the caller knows of the data,
+    e.g. its source and recipe). -> the last step's metrics."""
+    check_mode(cfg.features)
+    cfg.check()
+    try:
+        import deepspeed  # optional (the `train` extra): inference installs without it
+    except ImportError:
+        raise missing_extra("deepspeed", "train", "training a head") from None
+
+    from tqdm import tqdm
+
+    run = setup(cfg, target, head_shape, deepspeed)
+    at = resume(run)
+    bar = tqdm(total=run.total_steps, initial=at.step, desc="train", disable=run.rank != 0, unit="step")
+    while at.step < run.total_steps:
+        batches = micro_batches(len(run.samples), cfg, at.epoch, run.rank, run.world, run.accum)
+        if run.cache is not None and at.epoch > 0 and any(s.hidden is None for s in run.samples):
+            run.samples[:] = read_cached(run.cache, run.samples, run.hconf.fused)
+        while at.position < len(batches) and at.step < run.total_steps:
+            result = train_micro_batch(run, at, batches[at.position])
+            at.position += 1
+            at.tokens += float(result["tokens"])
+            if at.position % run.accum == 0:
+                at.step += 1
+                bar.update(1)
+                at.metrics = log_step(run, at, result, deepspeed)
+                bar.set_postfix(loss=f"{at.metrics['loss']:.3f}", tok_s=f"{at.metrics['train/tok_s']:.0f}")
+                if at.step % cfg.save_every == 0 or at.step == run.total_steps:
+                    save(run, at)
+        if at.position >= len(batches):
+            keep_computed(run, at)
+            if run.cache is not None and run.world > 1:  # every rank's first-epoch states are in the cache before any reads
+                deepspeed.comm.barrier()
+            at.epoch, at.position = at.epoch + 1, 0
+    bar.close()
+    return finish(run, at, provenance)

@@ -6,9 +6,8 @@ architecture the head cannot take.
 
 The target's shape comes without its weights: a registered name's architecture (eagle_infer.models.registry), a synthetic
 stand-in's, or a local directory's config.json, built on PyTorch's meta device; the head is built on it the way
-training builds it, so its parameter count is the real one. Before featurize, the data's tokens are estimated from
-its characters (CHARS_PER_TOKEN, each message's template markup TEMPLATE_TOKENS; capped at max_length, regenerated
-answers at regenerate_max_new_tokens); after, the feature or token directory's manifest gives them exactly.
+training builds it, so its parameter count is the real one. The data's tokens are estimated from its characters
+before featurize and read from the manifest after (eagle_train.features.data_size).
 
 Memory per rank (bytes a parameter; ZeRO stage z over N ranks): the target's weights in the training dtype (loaded
 in every mode: the head reads its embedding and LM head; online it also runs its forward); the head's weights and
@@ -21,25 +20,23 @@ every step, and, online, the target's forward of that micro batch (no gradient: 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 
-from eagle_infer.head.draft_head import DraftHead
+from eagle_infer.head.blocks import build_head
 from eagle_infer.errors import EagleError
 from eagle_infer.platform import available_memory
 from eagle_infer.models.registry import lookup
 from eagle_infer.models.synthetic import PREFIX, is_synthetic, synthetic_model
 from eagle_infer.models.target import SUPPORTED_ARCHITECTURES, Target, load_target
 
-from .disk import ID_BYTES, size
-from .features import Manifest, Sample
-from .objective import collate, losses
-from .states import with_states
-from .train import build_head_config, objective, precision
+from ..features.data_size import CHARS_PER_TOKEN, DataSize, disk_bytes, estimate_data, manifest_data, state_values
+from ..features.disk import size
+from ..features.shards import Sample
+from .objective import collate
+from ..features.states import with_states
+from .train import build_head_config, objective, precision, step_losses
 
-CHARS_PER_TOKEN = 4.0  # English text in Llama-3 / Qwen / SmolLM2 BPE vocabularies: ~4 characters a token
-TEMPLATE_TOKENS = 6  # a message's role markers and separators
 ACTIVATION_VALUES = 17  # 34 x hidden bytes a token and layer in 16-bit values
 
 
@@ -49,14 +46,6 @@ def count(n: float) -> str:
         if n >= size:
             return f"{n / size:.1f}{unit}"
     return f"{n:.0f}"
-
-
-@dataclass
-class DataSize:
-    conversations: int
-    tokens: int
-    loss_tokens: int
-    exact: bool  # from a manifest; else estimated from characters
 
 
 @dataclass
@@ -97,43 +86,6 @@ def check_architecture(name: str, model_type: str) -> None:
                          f"one of {', '.join(SUPPORTED_ARCHITECTURES)}")
 
 
-def estimate_data(conversations, max_length: int, regenerate: bool, max_new_tokens: int, turns: int) -> DataSize:
-    """Tokens and loss tokens of `conversations` (lists of eagle_infer.models.chat.Message) estimated from characters."""
-    tokens = loss = 0
-    for conv in conversations:
-        if regenerate:
-            users = [m for m in conv if m.role == "user"][:turns]
-            answers = [m for m in conv if m.role == "assistant"][: len(users)]
-            pieces = [(len(m.content) / CHARS_PER_TOKEN, False) for m in users]
-            pieces += [(min(max(len(m.content) / CHARS_PER_TOKEN, max_new_tokens / 2), max_new_tokens), True)
-                       for m in answers or users]  # a user turn without its answer gets one
-        else:
-            pieces = [(len(m.content) / CHARS_PER_TOKEN, m.role == "assistant") for m in conv]
-        total = sum(n + TEMPLATE_TOKENS for n, _ in pieces)
-        kept = min(1.0, max_length / max(total, 1))
-        tokens += int(total * kept)
-        loss += int(sum(n + 1 for n, answer in pieces if answer) * kept)
-    return DataSize(len(conversations), tokens, loss, exact=False)
-
-
-def manifest_data(directory: str | Path) -> DataSize | None:
-    """The exact sizes of a featurized directory, or None before featurize."""
-    if not (Path(directory) / "manifest.json").exists():
-        return None
-    m = Manifest.load(directory)
-    return DataSize(m.conversations, m.tokens, m.loss_tokens, exact=True) if m.conversations else None
-
-
-def state_values(target, fused: bool) -> int:
-    """Values stored a token: the last hidden state, and EAGLE-3's three fused layers beside it."""
-    return target.hidden_size * (4 if fused else 1)
-
-
-def disk_bytes(tokens: int, target, fused: bool, store_bytes: int, mode: str) -> int:
-    """Bytes a mode writes for `tokens`: states at store_bytes a value (offline, cached) or tokens only (online)."""
-    return tokens * (ID_BYTES + (0 if mode == "online" else state_values(target, fused) * store_bytes))
-
-
 @dataclass
 class Memory:
     """Bytes per rank."""
@@ -148,18 +100,28 @@ class Memory:
         return self.target + self.head + self.optimizer + self.activations
 
 
+def draft_positions(conf, head) -> int:
+    """Positions a row the head runs at once: max_length x the training-time test's steps for an EAGLE head, the
+    anchored blocks' queries for a block drafter (A x B, each also attending the row's context)."""
+    if head.config.block == "dflash":
+        return min(conf.train.anchors, conf.featurize.max_length) * head.config.block_size
+    return conf.featurize.max_length * (conf.train.ttt_steps + 1)
+
+
 def memory_per_rank(target, head, dtype: torch.dtype, zero: int, ranks: int, batch: int, max_length: int,
-                    ttt_steps: int, online: bool) -> Memory:
-    """The module docstring's model of one rank's memory."""
+                    positions: int, online: bool) -> Memory:
+    """The module docstring's model of one rank's memory; `positions`: draft_positions."""
     width = torch.finfo(dtype).bits // 8
     target_params = sum(p.numel() for p in target.model.parameters())
     head_params = sum(p.numel() for p in head.parameters() if p.requires_grad)
     grads = head_params * width / (ranks if zero >= 2 else 1)
     optimizer = head_params * (8 + (4 if width < 4 else 0)) / (ranks if zero >= 1 else 1)
-    tokens, steps, h = batch * max_length, ttt_steps + 1, target.hidden_size
+    tokens, h = batch * max_length, target.hidden_size
     vocab = head.config.draft_vocab_size or target.vocab_size
-    inputs = tokens * h * (3 if head.config.fused else 1) * width * 2  # the fused inputs and the regression goal
-    head_acts = tokens * steps * (head.config.layers * ACTIVATION_VALUES * h * width + 2 * vocab * 4)
+    inputs = tokens * h * (len(head.config.feature_layers) or 1) * width * 2  # the fused inputs and the goal
+    head_acts = batch * positions * (head.config.layers * ACTIVATION_VALUES * h * width + 2 * vocab * 4)
+    if head.config.block == "dflash":  # the block mask: each query's keys, context and blocks
+        head_acts += batch * positions * (max_length + positions)
     cfg = target.config
     target_acts = tokens * (2 * h + 2 * cfg.intermediate_size) * width if online else 0
     return Memory(target_params * width, int(head_params * width + grads), int(optimizer),
@@ -190,7 +152,7 @@ def cost_lines(conf, conversations, ds: dict) -> list[str]:
     dtype = precision(ds)
     target = meta_target(conf.model.name, dtype)
     head = head_on_meta(conf, target)
-    fused = head.config.fused
+    fused = len(head.config.feature_layers)
     data = data_size(conf, conversations)
     accum = int(ds.get("gradient_accumulation_steps", 1))
     per_epoch = data.conversations // (conf.train.batch_size * ranks) // accum
@@ -208,7 +170,7 @@ def cost_lines(conf, conversations, ds: dict) -> list[str]:
              f"online {size(disk_bytes(data.tokens, target, fused, store, 'online'))} (tokens only)"]
     for mode in ("offline", "online"):
         m = memory_per_rank(target, head, dtype, zero_stage(ds), ranks, conf.train.batch_size,
-                            conf.featurize.max_length, conf.train.ttt_steps, mode == "online")
+                            conf.featurize.max_length, draft_positions(conf, head), mode == "online")
         lines.append(f"  memory per rank, {mode}{' (and cached)' if mode == 'online' else ''}: {size(m.total)} = "
                      f"target weights {size(m.target)} + head {size(m.head)} + optimizer {size(m.optimizer)} "
                      f"(ZeRO-{zero_stage(ds)}) + activations {size(m.activations)} (micro batch "
@@ -219,7 +181,7 @@ def cost_lines(conf, conversations, ds: dict) -> list[str]:
 def timed_steps(conf, ds: dict, steps: int) -> tuple[float, str]:
     """Loss tokens a second of `steps` online training steps (after one warm-up step) on this machine's device: the
     target's forward of a micro batch (batch x max_length random tokens, every position a loss position) and the
-    head's forward, backward and AdamW step, as training runs them (eagle_train.states, eagle_train.objective),
+    head's forward, backward and AdamW step, as training runs them (eagle_train.features.states, eagle_train.training.objective),
     without DeepSpeed's communication. A registered target is timed as its synthetic stand-in (the same shape; a
     step's cost does not depend on the weights' values). Returns (tokens/s, the device in words)."""
     import time
@@ -228,9 +190,9 @@ def timed_steps(conf, ds: dict, steps: int) -> tuple[float, str]:
     name = PREFIX + conf.model.name if lookup(conf.model.name) else conf.model.name
     target = load_target(name, dtype, conf.model.device, "off", allow_synthetic=True)
     hconf = build_head_config(target, conf.train, conf.head)
-    head = DraftHead(hconf, target).to(target.device)
+    head = build_head(hconf, target).to(target.device)
     optimizer = torch.optim.AdamW([p for p in head.parameters() if p.requires_grad], lr=conf.train.lr)
-    obj = objective(conf.train, conf.featurize.max_length)
+    obj = objective(conf.train, conf.featurize.max_length, hconf)
     b, t = conf.train.batch_size, conf.featurize.max_length
     generator = torch.Generator().manual_seed(0)
     samples = [Sample(torch.randint(3, target.vocab_size, (t,), generator=generator), torch.ones(t), None)
@@ -242,7 +204,7 @@ def timed_steps(conf, ds: dict, steps: int) -> tuple[float, str]:
             torch.cuda.synchronize(target.device)
         start = time.perf_counter()
         batch = collate(with_states(samples, target, layers), target.dtype, target.device, hconf.fused)
-        result = losses(head, batch, conf.train.noise, obj)
+        result = step_losses(head, batch, conf.train.noise, obj)
         result["loss"].backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
@@ -269,7 +231,7 @@ def timing_lines(conf, ds: dict, data: DataSize) -> list[str]:
 def head_on_meta(conf, target):
     """The head training would build for `target` (a meta target), on the meta device: its parameters' shapes."""
     with torch.device("meta"):
-        return DraftHead(build_head_config(target, conf.train, conf.head), target)
+        return build_head(build_head_config(target, conf.train, conf.head), target)
 
 
 def check_fits(conf, ds: dict, ranks: int, device: torch.device) -> None:
@@ -277,8 +239,9 @@ def check_fits(conf, ds: dict, ranks: int, device: torch.device) -> None:
     target loads, when the memory model (module docstring) exceeds what `device` has free."""
     dtype = precision(ds)
     target = meta_target(conf.model.name, dtype)
-    m = memory_per_rank(target, head_on_meta(conf, target), dtype, zero_stage(ds), ranks, conf.train.batch_size,
-                        conf.featurize.max_length, conf.train.ttt_steps, online=True)
+    head = head_on_meta(conf, target)
+    m = memory_per_rank(target, head, dtype, zero_stage(ds), ranks, conf.train.batch_size, conf.featurize.max_length,
+                        draft_positions(conf, head), online=True)
     free = available_memory(device)
     if m.total > free:
         raise EagleError(f"train.features={conf.train.features}: {conf.model.name} needs ~{size(m.total)} on each rank "

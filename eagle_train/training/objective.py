@@ -31,7 +31,7 @@ from safetensors.torch import load_file, save_file
 from eagle_infer.errors import EagleError
 from eagle_infer.models.masks import additive_mask, causal_mask
 
-from .features import Sample
+from ..features.shards import Sample
 
 
 @dataclass

@@ -7,7 +7,7 @@ from eagle_infer.errors import EagleError
 
 
 def check_train_numbers(cfg) -> None:
-    """One line naming the first train.* number out of its range (cfg: eagle_train.train.TrainConfig)."""
+    """One line naming the first train.* number out of its range (cfg: eagle_train.training.train.TrainConfig)."""
     check_number("train.lr", cfg.lr, 0, 1, low_open=True)
     if len(cfg.betas) != 2:
         raise EagleError(f"train.betas {list(cfg.betas)} is invalid: expected two numbers in [0, 1)")

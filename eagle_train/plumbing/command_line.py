@@ -15,7 +15,7 @@ from hydra.errors import HydraException
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from eagle_infer.entry.cli_support import CONF_DIR
+from eagle_infer.paths import CONF_DIR
 from eagle_infer.errors import EagleError
 
 COMMAND_DIR = Path(CONF_DIR) / "command"

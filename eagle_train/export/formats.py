@@ -12,6 +12,14 @@ export.format=speculators|vllm|sglang|eagle export.out=DIR`, `make export`).
   config with `draft_vocab_size`, `target_hidden_size` and `eagle_aux_hidden_state_layer_ids` (vLLM's ids count the
   embedding as 0: our 0-based layer outputs + 1) at the top level and in `eagle_config`. `speculators convert`
   turns it into the speculators layout.
+- DFlash block drafter (eagle_infer.head.dflash_head), `speculators`: speculators' DFlashSpeculatorConfig
+  (`speculators_model_type` dflash; `block_size`, `mask_token_id`, `aux_hidden_state_layer_ids` = our 0-based layer
+  outputs + 1, `sliding_window_non_causal`, the block's B - 1 speculative tokens), which vLLM serves (method dflash:
+  its speculators reader maps the aux ids back to DFlash's target_layer_ids); weights with speculators' names
+  (`layers.N.*` with q_norm/k_norm, `fc`, `hidden_norm`, `norm`; with a draft vocabulary `lm_head` [Vd, H] of the
+  target's rows, `d2t`, `t2d`). `sglang`: z-lab's DFlashDraftModel layout that SGLang's DFLASH reads (`block_size`,
+  `num_target_layers`, `dflash_config` {mask_token_id, target_layer_ids}; the same weights, no LM head: SGLang
+  scores with the target's, so a drafter with a draft vocabulary or a context window is refused for it).
 - EAGLE-1 block (fc over [token embedding ; feature] + decoder layers, the target's LM head): a config of the head's
   shape (the target's, `num_hidden_layers` = the head's layers) and `fc.*`, `layers.N.*` (layer 0 without an input
   norm), `embed_tokens`. `eagle` is SafeAILab's layout (architectures LlamaForCausalLM, `bias` says whether fc has
@@ -24,7 +32,7 @@ Every config carries `rope_theta` (and `rope_scaling` when the target scales) at
 `rope_parameters`, and `torch_dtype` = `dtype` = the weights' dtype; draft-vocabulary ids are written ascending
 (the LM-head rows permuted alike). Which target families each server's drafter builds is FAMILIES; what each
 loader reads is written down in tests/fixtures/serving_loaders.json (sources and commits named there), and
-`make check-export` (eagle_train.check_export) loads every export speculators reads with speculators' own classes.
+`make check-export` (scripts/check_export.py) loads every export speculators reads with speculators' own classes.
 """
 from __future__ import annotations
 
@@ -36,7 +44,8 @@ import huggingface_hub
 import torch
 from safetensors.torch import save_file
 
-from eagle_infer.head.draft_head import INPUT_MODES, DraftHead
+from eagle_infer.head.dflash_head import DFlashHead
+from eagle_infer.head.draft_head import INPUT_MODES, DraftHead, SavedHead
 from eagle_infer.errors import EagleError
 from eagle_infer.head.head_card import CARD_FILE, serve_section
 from eagle_infer.head.head_checkpoint import TOKEN_MAP_FILE
@@ -54,7 +63,12 @@ FAMILIES = {
     ("eagle3", "speculators"): ("llama", "mistral", "qwen2", "qwen3"),
     ("eagle3", "vllm"): ("llama", "mistral", "qwen2", "qwen3"),
     ("eagle3", "sglang"): ("llama", "mistral"), ("eagle3", "eagle"): ("llama", "mistral"),
+    # DFlash: vLLM reads speculators' layout, SGLang z-lab's; both build the same layers (per-head q/k norms) from a
+    # Llama or Qwen3 config
+    ("dflash", "speculators"): ("llama", "mistral", "qwen3"), ("dflash", "sglang"): ("llama", "mistral", "qwen3"),
+    ("dflash", "vllm"): (), ("dflash", "eagle"): (),
 }
+BLOCK_NAMES = {"eagle": "EAGLE-1", "eagle3": "EAGLE-3", "dflash": "DFlash"}
 ARCHITECTURES = {"eagle": "LlamaForCausalLM", "vllm": "LlamaForCausalLM", "sglang": "LlamaForCausalLMEagle"}
 EAGLE3_ARCHITECTURES = {"llama": "LlamaForCausalLMEagle3", "qwen3": "Eagle3Qwen3ForCausalLM"}
 SPECULATIVE_TOKENS = 3  # speculators' default proposal length
@@ -83,7 +97,7 @@ def layer_type(head: DraftHead) -> str:
     return "qwen3" if head.config.architecture == "qwen3" else "llama"
 
 
-def check_servable(head: DraftHead, fmt: str) -> None:
+def check_servable(head: SavedHead, fmt: str) -> None:
     """A one-line error naming the server and what to do instead when `fmt`'s server cannot run `head` as it drafts
     here."""
     c = head.config
@@ -98,13 +112,24 @@ def check_servable(head: DraftHead, fmt: str) -> None:
     if c.block == "eagle3" and not c.fused:
         raise EagleError("the servers' EAGLE-3 drafters fuse target layers and this EAGLE-3-block head reads the last "
                          "hidden state: train with head.features=fused")
+    if c.block == "dflash" and fmt not in ("speculators", "sglang"):
+        raise EagleError(f"the {fmt!r} layout cannot hold a DFlash drafter ({SERVERS[fmt]} reads EAGLE heads from it): "
+                         "export format=speculators (vLLM, method dflash) or sglang (SGLang, DFLASH)")
+    if c.block == "dflash" and fmt == "sglang" and (c.draft_vocab_size or c.sliding_window):
+        raise EagleError(f"SGLang's DFlash drafter scores with the target's whole LM head and attends the whole context; "
+                         f"this drafter drafts {c.draft_vocab_size or c.vocab_size} of {c.vocab_size} tokens with "
+                         f"context window {c.sliding_window or 'none'}: export format=speculators, or train with "
+                         "train.draft_vocab_size=0 head.sliding_window=0")
+    if (c.fc_norm or c.norm_output) and fmt != "speculators":
+        raise EagleError(f"SafeAILab's EAGLE-3 layout ({fmt}) has no fc_norm or norm_output, and this EAGLE-3.1 head "
+                         "sets them: export format=speculators (vLLM)")
     if c.block == "eagle" and fmt == "speculators":
         raise EagleError("speculators (0.9.0) has no EAGLE-1 model, so vLLM's speculators format cannot hold an "
                          "EAGLE-1-block head: export format=vllm (trained with head.fc_bias=false), sglang or eagle")
     families = FAMILIES[(c.block, fmt)]
     if c.architecture not in families:
         where = [f for (block, f), fams in FAMILIES.items() if block == c.block and c.architecture in fams]
-        raise EagleError(f"{SERVERS[fmt]} has no {'EAGLE-3' if c.block == 'eagle3' else 'EAGLE-1'} drafter for a "
+        raise EagleError(f"{SERVERS[fmt]} has no {BLOCK_NAMES[c.block]} drafter for a "
                          f"{c.architecture!r} target (it drafts for {', '.join(families)}): "
                          + (f"export format={' or '.join(where)}" if where else "no server drafts for it"))
     if c.block == "eagle" and fmt == "vllm":
@@ -155,6 +180,15 @@ def layer_config(head: DraftHead, dtype: str) -> dict:
     return config
 
 
+def dflash_layer_config(head: DFlashHead, dtype: str) -> dict:
+    """A DFlash drafter's transformer_layer_config: layer_config, and with a sliding window every layer's type
+    `sliding_attention` over it (speculators' window; its full-attention layers see the whole context)."""
+    config, c = layer_config(head, dtype), head.config
+    if c.sliding_window:
+        config.update(sliding_window=c.sliding_window, layer_types=["sliding_attention"] * c.layers)
+    return config
+
+
 def draft_order(head: DraftHead) -> tuple[torch.Tensor, torch.Tensor | None]:
     """(the draft tokens' target ids ascending [Vd], the permutation of the head's LM-head rows that matches them,
     or None when the head drafts the whole vocabulary)."""
@@ -174,6 +208,8 @@ def _eagle3_state(head: DraftHead, layer_prefix: str) -> dict[str, torch.Tensor]
     lm_head = head.lm_head.weight if order is None else head.lm_head.weight[order.to(head.lm_head.weight.device)]
     state.update({"norm.weight": head.norm.weight, "lm_head.weight": lm_head, "fc.weight": head.fuse.weight,
                   "embed_tokens.weight": head.target.embed_tokens.weight})
+    for i, norm in enumerate(head.fc_norm or ()):
+        state[f"fc_norm.{i}.weight"] = norm.weight
     state["d2t"] = ids - torch.arange(ids.numel())
     t2d = torch.zeros(c.vocab_size, dtype=torch.bool)
     t2d[ids] = True
@@ -212,10 +248,54 @@ def speculators_config(head: DraftHead, settings: ExportSettings) -> dict:
                                "default_proposal_method": "greedy",
                                "verifier": {"name_or_path": verifier_of(head, settings.verifier),
                                             "architectures": architectures}},
-        "transformer_layer_config": layer, **eagle3_extra(head), "norm_before_fc": False, "fc_norm": False,
-        "norm_output": False, "embed_requires_grad": False, "tie_word_embeddings": False,
+        "transformer_layer_config": layer, **eagle3_extra(head), "norm_before_fc": False,
+        "fc_norm": head.config.fc_norm, "norm_output": head.config.norm_output, "embed_requires_grad": False, "tie_word_embeddings": False,
         "torch_dtype": layer["torch_dtype"], "dtype": layer["dtype"],
     }
+
+
+def dflash_speculators_config(head: DFlashHead, settings: ExportSettings) -> dict:
+    """speculators' DFlashSpeculatorConfig of a DFlash drafter: its layer config, block, mask token, aux layer ids
+    (speculators' ids: our 0-based layer outputs + 1), the block's B - 1 speculative tokens."""
+    c = head.config
+    layer = dflash_layer_config(head, settings.dtype)
+    architectures = list(getattr(head.target.config, "architectures", None) or [type(head.target.model).__name__])
+    proposal = {"proposal_type": "greedy", "speculative_tokens": c.block_size - 1, "verifier_accept_k": 1,
+                "accept_tolerance": 0.0}
+    return {
+        "architectures": ["DFlashSpeculator"], "speculators_model_type": "dflash",
+        "speculators_config": {"algorithm": "dflash", "proposal_methods": [proposal], "default_proposal_method": "greedy",
+                               "verifier": {"name_or_path": verifier_of(head, settings.verifier),
+                                            "architectures": architectures}},
+        "transformer_layer_config": layer, "draft_vocab_size": c.draft_vocab_size or c.vocab_size,
+        "block_size": c.block_size, "target_hidden_size": c.hidden_size,
+        "aux_hidden_state_layer_ids": [i + 1 for i in c.feature_layers], "mask_token_id": c.mask_token_id,
+        "sliding_window_non_causal": c.block_attention == "bidirectional", "sample_from_anchor": False,
+        "torch_dtype": layer["torch_dtype"], "dtype": layer["dtype"],
+    }
+
+
+def dflash_zlab_config(head: DFlashHead, dtype: str) -> dict:
+    """z-lab's DFlashDraftModel config, which SGLang reads (python/sglang/srt/speculative/dflash_utils.py): the layer
+    config, block_size, num_target_layers and dflash_config {mask_token_id, target_layer_ids (0-based outputs)}."""
+    c = head.config
+    return {**dflash_layer_config(head, dtype), "architectures": ["DFlashDraftModel"], "block_size": c.block_size,
+            "num_target_layers": head.target.config.num_hidden_layers,
+            "dflash_config": {"mask_token_id": c.mask_token_id, "target_layer_ids": list(c.feature_layers)}}
+
+
+def _dflash_state(head: DFlashHead) -> dict[str, torch.Tensor]:
+    """A DFlash drafter's weights as speculators and z-lab name them (the same names as ours); with a draft
+    vocabulary, speculators' LM head of the target's rows over it (ascending), d2t offsets and the t2d mask."""
+    state = {k: v for k, v in head.trainable_state_dict().items() if k != "draft_vocab"}
+    if head.draft_vocab is not None:
+        ids = draft_order(head)[0]
+        state["lm_head.weight"] = head.target.lm_head.weight[ids.to(head.target.lm_head.weight.device)]
+        state["d2t"] = ids - torch.arange(ids.numel())
+        t2d = torch.zeros(head.config.vocab_size, dtype=torch.bool)
+        t2d[ids] = True
+        state["t2d"] = t2d
+    return state
 
 
 def _prepare(out: Path, overwrite: bool) -> None:
@@ -231,7 +311,7 @@ def _prepare(out: Path, overwrite: bool) -> None:
     out.mkdir(parents=True, exist_ok=True)
 
 
-def export(head: DraftHead, fmt: str, out: str | Path, settings: ExportSettings | None = None) -> list[Path]:
+def export(head: SavedHead, fmt: str, out: str | Path, settings: ExportSettings | None = None) -> list[Path]:
     """Write `head` in `fmt`'s layout into `out` (config.json, model.safetensors, and a token map where needed);
     returns the files written."""
     settings = settings or ExportSettings()
@@ -242,7 +322,11 @@ def export(head: DraftHead, fmt: str, out: str | Path, settings: ExportSettings 
         raise EagleError(f"unknown export.dtype {settings.dtype!r}: expected one of {', '.join(DTYPES)}")
     dtype = DTYPES[settings.dtype]
     c, out = head.config, Path(out)
-    if fmt == "speculators":
+    if c.block == "dflash":
+        config = (dflash_speculators_config(head, settings) if fmt == "speculators"
+                  else dflash_zlab_config(head, settings.dtype))
+        state = _dflash_state(head)
+    elif fmt == "speculators":
         config, state = speculators_config(head, settings), _eagle3_state(head, "layers.0.")
     elif c.block == "eagle3":
         architecture = EAGLE3_ARCHITECTURES["qwen3" if layer_type(head) == "qwen3" else "llama"]
@@ -267,7 +351,7 @@ def export(head: DraftHead, fmt: str, out: str | Path, settings: ExportSettings 
     return written
 
 
-def write_card(source: str | Path, out: str | Path, head: DraftHead, fmt: str,
+def write_card(source: str | Path, out: str | Path, head: SavedHead, fmt: str,
                settings: ExportSettings | None = None) -> Path:
     """The export's model card: the source head's card (when it has one) and how `fmt`'s server runs the export."""
     settings = settings or ExportSettings()

@@ -34,8 +34,8 @@ import re
 from collections import Counter
 from pathlib import Path
 
-from .benchmarks import load_benchmark
-from .markdown import table
+from ..plumbing.benchmarks import load_benchmark
+from ..plumbing.markdown import table
 
 OTHER = "other"
 LABELLED_SETS = {"mt_bench": None, "gsm8k": "math", "humaneval": "coding"}  # None: each question's own category
@@ -113,7 +113,7 @@ def agreement(labelled: list[tuple[str, str]]) -> tuple[int, str]:
 def category_report(columns: dict[str, list[str]], data_dir: str | None) -> str:
     """The share table of `columns` and, for each of LABELLED_SETS found in eval's benchmark `data_dir`, how many
     of its first turns the classifier puts in their category."""
-    lines = ["Prompt categories (keyword rules, eagle_train/prompt_categories.py):", "", share_table(columns)]
+    lines = ["Prompt categories (keyword rules, eagle_train/data/prompt_categories.py):", "", share_table(columns)]
     for name, category in LABELLED_SETS.items():
         if data_dir is not None and (Path(data_dir) / name / "question.jsonl").is_file():
             questions = load_benchmark(name, data_dir)

@@ -126,8 +126,8 @@ def write_shard(path: Path, samples: list[tuple], dtype: torch.dtype, extra: dic
 @dataclass
 class Sample:
     """One conversation's features: input_ids [T] long, loss_mask [T] float, hidden [T, H] (post-norm last layer;
-    None read from a token directory, until eagle_train.states computes it), aux [T, k * H] (fused layer outputs) or None; target_top [T] long, the target's argmax after each position, or None
-    (not stored: eagle_train.objective.with_target_top adds it where training needs it every epoch)."""
+    None read from a token directory, until eagle_train.features.states computes it), aux [T, k * H] (fused layer outputs) or None; target_top [T] long, the target's argmax after each position, or None
+    (not stored: eagle_train.training.objective.with_target_top adds it where training needs it every epoch)."""
 
     input_ids: torch.Tensor
     loss_mask: torch.Tensor

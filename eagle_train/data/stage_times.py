@@ -1,4 +1,4 @@
-"""How long each data stage took, read from what the stages record: `python -m eagle_train.stage_times
+"""How long each data stage took, read from what the stages record: `python -m eagle_train.data.stage_times
 'directories=[DIR,DIR]'` (conf/command/stage_times.yaml).
 
 For each feature directory (a recipe's `data.features_dir`):
@@ -20,8 +20,8 @@ from pathlib import Path
 from eagle_infer.entry.cli_support import one_line_errors
 from eagle_infer.errors import EagleError
 
-from .command_line import command_settings
-from .markdown import table as markdown
+from ..plumbing.command_line import command_settings
+from ..plumbing.markdown import table as markdown
 
 SPLITS = ("train", "heldout")
 

@@ -1,6 +1,6 @@
 """Self-written prompts (the Magpie method): the target, given its chat template's user header and nothing else,
 writes what a user would ask. The prompts kept here become one-turn conversations that regeneration
-(eagle_train/regenerate.py) answers like ShareGPT's, so both sides of the data come from the target.
+(eagle_train/data/regenerate.py) answers like ShareGPT's, so both sides of the data come from the target.
 
 - user header: `user_header` renders a chat of one user message whose content is a sentinel (eagle_infer.models.chat, so
   any template works) and cuts at the sentinel: for SmolLM2 `<|im_start|>system\\n…<|im_end|>\\n<|im_start|>user\\n`
@@ -18,9 +18,9 @@ writes what a user would ask. The prompts kept here become one-turn conversation
   index. Both together: system prompt i mod n, opener i mod m.
 - rejection, one reason per sample, counted: `too_long` (no end of turn within max_tokens), `special_token`
   (another special token of the tokenizer in the text, e.g. a second header), the quality filters of
-  eagle_train/prompt_filters.py (`too_short`, `repetitive`, `not_english`), `evaluation_set` (an exact or near
+  eagle_train/data/prompt_filters.py (`too_short`, `repetitive`, `not_english`), `evaluation_set` (an exact or near
   duplicate of any turn of eval's six sets found in the benchmark data directory: they stay evaluation-only),
-  `duplicate` / `near_duplicate` (of a prompt kept before it; eagle_train/near_duplicates.py).
+  `duplicate` / `near_duplicate` (of a prompt kept before it; eagle_train/data/near_duplicates.py).
 - shards: `<out_dir>/shard-NNNNN.json`, `shard_size` samples each, request i of shard s seeded
   (seed · 1,000,003 + s) · shard_size + i. A shard's samples depend on the settings and s only (on one machine and
   dtype), and what it keeps on those and the prompts kept by the shards before it, so shards are written in order
@@ -48,7 +48,7 @@ from eagle_infer.errors import EagleError
 from eagle_infer.platform import machine_facts
 from eagle_infer.config import SamplingParams
 
-from .benchmarks import BENCHMARKS, benchmark_dir, load_benchmark
+from ..plumbing.benchmarks import BENCHMARKS, benchmark_dir, load_benchmark
 from .near_duplicates import DuplicateIndex
 from .prompt_filters import QualityThresholds, quality_reason
 
@@ -60,7 +60,7 @@ SHARD_GLOB = "shard-*.json"
 @dataclass
 class SelfPromptConf(QualityThresholds):
     """data.self_prompts: how prompts are sampled and filtered (the module docstring; quality thresholds in
-    eagle_train/prompt_filters.py). eval_data_dir: the benchmark question directory whose sets are excluded; null:
+    eagle_train/data/prompt_filters.py). eval_data_dir: the benchmark question directory whose sets are excluded; null:
     eval's default (the sibling shared/data/benchmarks when present)."""
 
     temperature: float = 1.0
@@ -120,7 +120,7 @@ def user_header(tokenizer, template: str, system: str | None = None) -> tuple[st
 
 def evaluation_questions(data_dir: str | None) -> dict[str, list[str]]:
     """Every turn of each of eval's six sets present as <data_dir>/<name>/question.jsonl, by set name (eval's
-    loader, eagle_train/benchmarks.py); {} without a directory."""
+    loader, eagle_train/plumbing/benchmarks.py); {} without a directory."""
     if data_dir is None:
         return {}
     return {name: [turn for q in load_benchmark(name, data_dir) for turn in q.turns]

@@ -19,10 +19,10 @@ from eagle_infer.decoding.engine import Engine
 from eagle_infer.errors import EagleError
 from eagle_infer.platform import machine_facts
 
-from .features import Manifest, shard_name, stats_name, write_shard
+from .shards import Manifest, shard_name, stats_name, write_shard
 from .disk import ID_BYTES, check_disk
-from .plan import estimate_data
-from .regenerate import RegenerateSettings, answer_shards, regenerated_shard
+from .data_size import estimate_data
+from ..data.regenerate import RegenerateSettings, answer_shards, regenerated_shard
 from .states import flash_attention, target_features
 
 log = logging.getLogger(__name__)
@@ -58,10 +58,14 @@ class FeaturizeConfig:
     world: int = 1
     max_shards: Optional[int] = None  # featurize only the first N shards (a rerun with more extends the directory)
 
-    def feature_layers(self, target) -> list[int]:
+    def feature_layers(self, target, fused: list[int] | None = None) -> list[int]:
+        """The decoder layers whose outputs are stored: none, or for "fused" `fused` (the head's head.feature_layers)
+        or EAGLE-3's low/middle/high layers."""
         if self.features not in FEATURES:
             raise EagleError(f"unknown featurize.features {self.features!r}: expected one of {', '.join(FEATURES)}")
-        return list(eagle3_layers(target.config.num_hidden_layers)) if self.features == "fused" else []
+        if self.features != "fused":
+            return []
+        return list(fused or eagle3_layers(target.config.num_hidden_layers))
 
     def regenerate_settings(self) -> RegenerateSettings:
         return RegenerateSettings(self.regenerate_fraction, self.regenerate_turns, self.regenerate_max_new_tokens,
@@ -107,7 +111,7 @@ def regeneration_engine(target, cfg: FeaturizeConfig):
 
 
 def _check_room(conversations, todo: list[int], out: Path, cfg: FeaturizeConfig, state_bytes: int) -> None:
-    """Refuse to start, in one line, when the shards still to write (estimated as eagle_train.plan does: characters
+    """Refuse to start, in one line, when the shards still to write (estimated as eagle_train.features.data_size does: characters
     to tokens, `state_bytes` a token beside its id and mask) do not fit on out's disk."""
     chunks = [c for i in todo for c in conversations[i * cfg.shard_size : (i + 1) * cfg.shard_size]]
     size = estimate_data(chunks, cfg.max_length, cfg.regenerate, cfg.regenerate_max_new_tokens, cfg.regenerate_turns)
@@ -136,11 +140,12 @@ def _check_resume(manifest: Manifest, fresh: Manifest, out: Path) -> None:
 
 
 def featurize(conversations: list[list[Message]], target, out_dir: str | Path, cfg: FeaturizeConfig,
-              states: bool = True) -> Manifest:
+              states: bool = True, fused: list[int] | None = None) -> Manifest:
     """Write feature shards for `conversations` (in this order) to out_dir; finished shards are kept on a rerun.
     This process does shards cfg.rank, cfg.rank + cfg.world, ...; with regenerate, a shard's answers are taken from
     out_dir/regenerated when present (see regenerate.py), else generated first. states=False writes tokens and loss
-    masks only, no target forward (a token directory: training computes the states, train.features=online|cached)."""
+    masks only, no target forward (a token directory: training computes the states, train.features=online|cached).
+    fused: the fused layers stored (head.feature_layers; None: FeaturizeConfig.feature_layers' default)."""
     if cfg.overlong not in OVERLONG:
         raise EagleError(f"unknown overlong policy {cfg.overlong!r}: expected one of {', '.join(OVERLONG)}")
     if not 0 <= cfg.rank < cfg.world:
@@ -149,7 +154,7 @@ def featurize(conversations: list[list[Message]], target, out_dir: str | Path, c
         raise EagleError(f"featurize.max_shards {cfg.max_shards} is invalid: expected >= 1 or null (all shards)")
     if not conversations:
         raise EagleError("no usable conversation to featurize: check the dataset source and its filters")
-    layers = cfg.feature_layers(target) if states else []
+    layers = cfg.feature_layers(target, fused) if states else []
     if cfg.regenerate:
         cfg.regenerate_settings().check()
     out = Path(out_dir)

@@ -25,7 +25,7 @@ from safetensors import safe_open
 
 from eagle_infer.errors import EagleError
 
-from .features import Manifest, Sample, read_samples, shard_name, stats_name, write_shard
+from .shards import Manifest, Sample, read_samples, shard_name, stats_name, write_shard
 
 MODES = ("offline", "online", "cached")
 CACHE_DIR = "states"  # under the run's out_dir
