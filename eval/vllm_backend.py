@@ -1,6 +1,6 @@
 """vLLM itself as an eval method: "vllm" (vLLM's plain decoding of the run's target) and "vllm:LABEL" (vLLM drafting
-chains of infer.depth tokens with the head heads[LABEL], exported to the layout vLLM loads: `speculators` for an
-EAGLE-3-block head, `vllm` for an EAGLE-1-block one).
+with the head heads[LABEL], exported to the layout vLLM loads: `speculators` for an EAGLE-3-block head and a DFlash
+drafter, `vllm` for an EAGLE-1-block head; chains of infer.depth tokens, a DFlash block's B - 1).
 
 vLLM runs in its own environment (`vllm.python`, made by `make .venv-serve/.installed`: it pins other transformers
 than the toolkit) as a worker process (eval/vllm_worker.py) that answers one request at a time over a pipe. Its
@@ -25,7 +25,7 @@ from eagle_infer.config import InferConf, SamplingParams
 from eagle_infer.decoding.methods import resolve
 from eagle_infer.decoding.records import BatchResult, CycleStats, GenerationResult
 from eagle_infer.errors import EagleError
-from eagle_infer.head.draft_head import DraftHead
+from eagle_infer.head.draft_head import SavedHead
 from eagle_infer.models.target import Target, resolve_source
 from eagle_train.export.formats import ExportSettings, export
 
@@ -71,9 +71,14 @@ def root_cause(log_text: str, reported: str) -> str:
     return cause if len(cause) <= LONGEST else cause[: LONGEST - 1] + "…"
 
 
-def served_format(head: DraftHead) -> tuple[str, str]:
-    """(export format, vLLM's speculative method) for a head: speculators/eagle3 or vllm/eagle."""
-    return ("speculators", "eagle3") if head.config.block == "eagle3" else ("vllm", "eagle")
+def served_as(head: SavedHead, depth: int) -> tuple[str, str, int]:
+    """(export format, vLLM's speculative method, draft tokens a step) for a head: an EAGLE-3 block as speculators /
+    eagle3 and an EAGLE-1 block as vllm / eagle, both drafting chains of `depth`; a DFlash block as speculators /
+    dflash, drafting its block's B - 1 tokens."""
+    block = head.config.block
+    if block == "dflash":
+        return "speculators", "dflash", head.config.block_size - 1
+    return ("speculators", "eagle3", depth) if block == "eagle3" else ("vllm", "eagle", depth)
 
 
 class VllmWorker:
@@ -113,14 +118,13 @@ class VllmWorker:
 class VllmMethod:
     """name: "vllm" (plain decoding) or "vllm:LABEL" with `head` (drafting chains of infer.depth tokens)."""
 
-    def __init__(self, name: str, target: Target, infer: InferConf, head: DraftHead | None, conf: VllmConf):
+    def __init__(self, name: str, target: Target, infer: InferConf, head: SavedHead | None, conf: VllmConf):
         self.name = name
         _, source, _ = resolve_source(target.name)
         dtype = str(target.dtype).removeprefix("torch.")
         speculative = None
         if head is not None:
-            fmt, method = served_format(head)
-            depth = resolve(replace(infer, method="chain")).depth
+            fmt, method, depth = served_as(head, resolve(replace(infer, method="chain")).depth)
             self.exported = tempfile.TemporaryDirectory(prefix="vllm-head-")
             export(head, fmt, self.exported.name, ExportSettings(verifier=source, speculative_tokens=depth,
                                                                  overwrite=True, dtype=dtype))

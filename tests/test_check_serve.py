@@ -19,8 +19,11 @@ import torch
 
 from eagle_infer.config import InferConf, SamplingParams
 from eagle_infer.errors import EagleError
-from eval.vllm_backend import LONGEST, VllmConf, VllmMethod, VllmWorker, root_cause
+from eagle_infer.head.dflash_head import random_dflash_head
+from eagle_infer.head.draft_head import random_head
+from eval.vllm_backend import LONGEST, VllmConf, VllmMethod, VllmWorker, root_cause, served_as
 from scripts import check_serve
+from tests.tiny import tiny_target
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "check_serve.py"
@@ -111,3 +114,12 @@ def test_minimal_check_serve(tmp_path):
     assert [(r["head"], r["loads"], r["identical_to_vllm"]) for r in report["heads"]] == [("eagle3", True, 1),
                                                                                         ("eagle1", True, 1)]
     assert {r["method"] for r in report["speeds"]} >= {"vanilla", "vllm", "vllm:eagle3", "vllm:eagle1"}
+
+
+def test_each_block_is_served_in_its_format():
+    """EAGLE-3 as speculators/eagle3 and EAGLE-1 as vllm/eagle drafting chains of infer.depth; DFlash as
+    speculators/dflash drafting its block's B - 1 tokens."""
+    target = tiny_target(layers=6)  # EAGLE-3 and DFlash fuse several layers
+    heads = [random_head(target, block="eagle3"), random_head(target), random_dflash_head(target, 95, block_size=5)]
+    assert [served_as(h, 3) for h in heads] == [("speculators", "eagle3", 3), ("vllm", "eagle", 3),
+                                                ("speculators", "dflash", 4)]
