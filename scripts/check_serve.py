@@ -135,6 +135,11 @@ def first_difference(a: list[dict], b: list[dict]) -> int | None:
     return next((i for i, (x, y) in enumerate(zip(*steps)) if x != y), min(map(len, steps)))
 
 
+def step_accepted(cycles: list[dict], step: int) -> int | None:
+    """Draft tokens accepted at `step` (None: the answer ended before it)."""
+    return cycles[step]["accepted"] if step < len(cycles) else None
+
+
 def compare(kind: str, by: dict[str, dict[str, dict]], depth: int, load_error: str | None) -> dict:
     """One head's row: vLLM's records of vllm:<kind> against vllm's and the toolkit's chain:<kind>."""
     served, plain, ours = by.get(f"{VLLM}:{kind}", {}), by.get(VLLM, {}), by.get(f"chain:{kind}", {})
@@ -150,8 +155,8 @@ def compare(kind: str, by: dict[str, dict[str, dict]], depth: int, load_error: s
             emitted = sum(c["accepted"] + 1 for c in ours[q]["cycles"][:at])
             differences.append({"question": q, "step": at, "token": emitted + 1,
                                 "steps": [len(served[q]["cycles"]), len(ours[q]["cycles"])],
-                                "vllm": [c["accepted"] for c in served[q]["cycles"][at:at + 1]],
-                                "toolkit": [c["accepted"] for c in ours[q]["cycles"][at:at + 1]],
+                                "vllm": step_accepted(served[q]["cycles"], at),
+                                "toolkit": step_accepted(ours[q]["cycles"], at),
                                 "same_output": served[q]["tokens"] == ours[q]["tokens"]})
     row.update(questions=len(questions), identical_to_vllm=len(same_text),
                toolkit_identical_to_vanilla=sum(ours[q]["tokens"] == by["vanilla"][q]["tokens"] for q in questions),
