@@ -81,6 +81,16 @@ def served_as(head: SavedHead, depth: int) -> tuple[str, str, int]:
     return ("speculators", "eagle3", depth) if block == "eagle3" else ("vllm", "eagle", depth)
 
 
+def finish(proc: subprocess.Popen, log: str) -> None:
+    """End a worker (it shuts vLLM down at the end of its input; killed after a minute) and remove its log."""
+    proc.stdin.close()
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+    Path(log).unlink(missing_ok=True)
+
+
 class VllmWorker:
     """One vLLM engine in its own process; `request` answers one protocol line (eval/vllm_worker.py)."""
 
@@ -93,7 +103,7 @@ class VllmWorker:
         self.log = tempfile.NamedTemporaryFile("w+", prefix="vllm-", suffix=".log", delete=False)
         self.proc = subprocess.Popen([conf.python, "-P", str(WORKER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=self.log, text=True, env=worker_env(conf.python, conf.kv_cache_gb))
-        weakref.finalize(self, self.proc.stdin.close)  # the worker ends at the end of its input
+        self.close = weakref.finalize(self, finish, self.proc, self.log.name)
         ready = self.request(engine)
         self.version, self.load_s = ready["vllm"], ready["load_s"]
         self.log.seek(0)
@@ -109,6 +119,8 @@ class VllmWorker:
             line = ""
         reply = json.loads(line) if line else {"error": f"the worker exited ({self.proc.wait()})"}
         if "error" in reply:
+            self.close.detach()  # the log stays, for the error names it
+            self.proc.stdin.close()
             self.log.seek(0)
             raise EagleError(f"vLLM failed on {self.what}: {root_cause(self.log.read(), reply['error'])} "
                              f"(its log: {self.log.name})")

@@ -43,6 +43,13 @@ def stand_in(tmp_path: Path, replies: list[dict], log: str = "") -> str:
     return str(script)
 
 
+def failure(err) -> str:
+    """The message of a worker's EagleError; the log it names (kept for the user) is removed."""
+    message = str(err.value)
+    Path(message.rsplit("(its log: ", 1)[1].rstrip(")")).unlink()
+    return message
+
+
 def test_a_missing_vllm_environment_is_one_line():
     with pytest.raises(EagleError, match=r"vllm.python '/nowhere/python' does not exist: make .venv-serve") as err:
         VllmWorker(VllmConf(python="/nowhere/python"), ENGINE, "x")
@@ -58,7 +65,7 @@ def test_vllms_own_error_is_named_not_the_frontends(tmp_path):
                       log)
     with pytest.raises(EagleError) as err:
         VllmWorker(VllmConf(python=python), ENGINE, "smollm2-135m (float32)")
-    message = str(err.value)
+    message = failure(err)
     assert message.startswith("vLLM failed on smollm2-135m (float32): ValueError: There is no module or parameter "
                               "named 'draft_id_to_target_id'"), message
     assert "\n" not in message
@@ -72,8 +79,9 @@ def test_root_cause_is_cut_to_one_short_line():
 
 def test_a_worker_that_dies_is_one_line(tmp_path):
     python = stand_in(tmp_path, [], "(EngineCore pid=9) ERROR [core.py:1] MemoryError: no room")
-    with pytest.raises(EagleError, match=r"MemoryError: no room"):
+    with pytest.raises(EagleError) as err:
         VllmWorker(VllmConf(python=python), ENGINE, "x")
+    assert "MemoryError: no room" in failure(err)
 
 
 def test_vllms_steps_become_cycles(tmp_path):
