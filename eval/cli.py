@@ -32,6 +32,7 @@ from eagle_train.plumbing.benchmarks import BENCHMARKS, benchmark_dir, check_nam
 from eval import harness, throughput
 from eval.harness import HarnessSettings
 from eval.methods import PEER_METHODS, make_methods, needs_head
+from eval.vllm_backend import VllmConf
 from eval.metrics import cycle_split, summarize
 from eval.records import RecordWriter, RunLock, read_records
 from eval.report import category_table, log_wandb, plot_all, write_calibration, write_cycles, write_table
@@ -72,6 +73,7 @@ class EvalRunConf:
     run: str = "${model.name}"
     results_dir: str = "results"
     assistant_model: Optional[str] = None
+    vllm: VllmConf = field(default_factory=VllmConf)  # methods vllm and vllm:LABEL (eval.vllm_backend)
     threads: Optional[int] = None
     mode: str = "answers"  # answers: records + quality/speed table; throughput: tokens/s per batch size
     batch_sizes: list[int] = field(default_factory=lambda: [1, 2, 4, 8])  # throughput mode
@@ -100,7 +102,8 @@ def evaluate(conf: EvalRunConf, out: Path) -> str:
                          conf.infer.compile)
     unlabelled = any(":" not in m and needs_head(m) for m in conf.methods)  # EAGLE methods drafting with the run's head
     head = load_head_for(conf.infer, target) if unlabelled else None
-    methods = make_methods(conf.methods, target, conf.infer, head, conf.assistant_model, conf.model.dtype, conf.heads)
+    methods = make_methods(conf.methods, target, conf.infer, head, conf.assistant_model, conf.model.dtype, conf.heads,
+                           conf.vllm)
     settings = HarnessSettings(conf.infer.max_new_tokens, conf.infer.sampling(), conf.infer.seed, conf.bench.max_turns,
                                conf.infer.batch_size)
     out.mkdir(parents=True, exist_ok=True)
@@ -139,7 +142,7 @@ def _check_batches(conf: EvalRunConf) -> None:
         if not 1 <= size <= conf.infer.max_batch_size:
             raise EagleError(f"batch size {size} is invalid: expected 1 <= batch size <= infer.max_batch_size "
                              f"{conf.infer.max_batch_size}")
-    peers = [m for m in conf.methods if m in PEER_METHODS]
+    peers = [m for m in conf.methods if m.split(":")[0] in PEER_METHODS]
     if peers and max(sizes) > 1:
         raise EagleError(f"method {peers[0]!r} answers one request at a time: drop it from methods to batch "
                          f"(engine methods batch)")

@@ -3,7 +3,7 @@
 Engine methods (the method registry's: vanilla, chain, eagle1, eagle2, lookup, and the hybrids chain/eagle1/eagle2
 + "+lookup"; eagle_infer.decoding.methods) call the one engine; peers from transformers (hf_generate, pld, assisted) call `generate` on the same target model
 object, so dtype, weights and threads are shared. pld runs with the `lookup` group's max_ngram and num_tokens, so
-lookup and pld compare at equal settings.
+lookup and pld compare at equal settings. vLLM itself is a peer too: "vllm" and "vllm:LABEL" (eval.vllm_backend).
 """
 from __future__ import annotations
 
@@ -22,7 +22,9 @@ from eagle_infer.decoding.records import BatchResult, GenerationResult
 from eagle_infer.models.target import load_target
 from eagle_infer.config import SamplingParams
 
-PEER_METHODS = ("hf_generate", "pld", "assisted")
+from .vllm_backend import VLLM, VllmConf, VllmMethod
+
+PEER_METHODS = ("hf_generate", "pld", "assisted", VLLM)
 
 
 def all_methods() -> tuple[str, ...]:
@@ -93,10 +95,11 @@ class PeerMethod:
 
 
 def make_methods(names: list[str], target, infer: InferConf, head, assistant_model: str | None, dtype: str,
-                 heads: dict[str, str] | None = None) -> list:
+                 heads: dict[str, str] | None = None, vllm: VllmConf | None = None) -> list:
     """Adapters for `names`, in order. "eagle2:LABEL" (any engine method) drafts with the head heads[LABEL] instead
-    of the run's head, so several heads share one table. Unknown names are one-line errors. The peers' prompt
-    lookup (pld) takes infer.lookup_conf's settings."""
+    of the run's head, so several heads share one table; "vllm:LABEL" serves heads[LABEL] in vLLM (`vllm`'s
+    settings). Unknown names are one-line errors. The peers' prompt lookup (pld) takes infer.lookup_conf's
+    settings."""
     heads = heads or {}
     unknown = [n for n in names if n.split(":")[0] not in all_methods()]
     if unknown:
@@ -116,7 +119,10 @@ def make_methods(names: list[str], target, infer: InferConf, head, assistant_mod
     methods = []
     for name in names:
         base, _, label = name.partition(":")
-        if base in PEER_METHODS:
+        if base == VLLM:
+            methods.append(VllmMethod(name, target, infer, load_head(heads[label], target) if label else None,
+                                      vllm or VllmConf()))
+        elif base in PEER_METHODS:
             methods.append(PeerMethod(name, target, assistant, infer.lookup_conf))
         elif not needs_head(name):
             methods.append(EngineMethod(name, target, infer, None))
