@@ -4,8 +4,9 @@ method needs, so the engine, the scheduler, the builders and eval ask the entry 
 An entry says whether the method drafts with a head and with which head blocks (EAGLE heads, or a block drafter:
 head.block=dflash), its tree kind (TREE_KINDS), how its drafter is built, how big its tree is and how many nodes a
 cycle feeds the head for a resolved InferConf, whether it can choose its tree per cycle (the auto budget), how its
-tree shrinks to a batch's token budget, and whether every tree is one chain (verified causally). Hybrids ("<method>+lookup": prompt lookup's copies merged into a head method's tree) are built
-from their head method by `hybrid`. DEFAULT_METHOD is the fastest lossless method measured (README): EAGLE-2 with
+tree shrinks to a batch's token budget, and whether every tree is one chain (verified causally). Hybrids
+("<method>+lookup": prompt lookup's copies merged into a head method's tree) are built from their head method by
+`hybrid`. DEFAULT_METHOD is the fastest lossless method measured (README): EAGLE-2 with
 prompt lookup merged in. `register` adds an entry (a new method is one entry: its drafter and its tree arithmetic).
 """
 from __future__ import annotations
@@ -117,6 +118,8 @@ CHAIN = Method("chain", head=True, tree="chain", drafter=ChainDrafter, tree_size
                chains=lambda config: True)
 EAGLE1 = Method("eagle1", head=True, tree="static", drafter=StaticDrafter, tree_size=_static_size,
                 feed_budget=_static_size, cut=_first_paths, check=_static_ranks)
+
+
 def _fewer_nodes(config: InferConf, n: int) -> InferConf:
     return replace(config, total_tokens=n, depth=min(config.depth, n))
 
@@ -134,7 +137,6 @@ DFLASH = Method("dflash", head=True, tree="chain", drafter=BlockDrafter, tree_si
 DFLASH_TREE = Method("dflash-tree", head=True, tree="dynamic", drafter=lambda: BlockDrafter(tree=True),
                      tree_size=lambda c: c.total_tokens, takes_auto=lambda c: c.rerank, cut=_fewer_nodes,
                      blocks=BLOCK_DRAFTERS)
-
 
 
 def _chain_or_copies(config: InferConf) -> int:
