@@ -1,4 +1,5 @@
-"""An eval run's figures as this machine's headline result file (`lab.result_file`), in two steps around the eval:
+"""An eval run's figures as the headline result file of the machine it ran on (`lab.result_file`), in two steps
+around the eval:
 
     python -m lab.headline step=begin run_dir=results/headline       # before it: the checkout's commit
     python -m lab.headline step=end run_dir=results/headline 'command=make headline'
