@@ -5,7 +5,8 @@ export.format=speculators|vllm|sglang|eagle export.out=DIR`, `make export`).
   directory>` runs as is: `speculators_model_type` eagle3, `speculators_config` (algorithm, the proposal method and its
   speculative tokens, the verifier's hub id or path and architectures), a `transformer_layer_config` of the head's
   decoder layer, `draft_vocab_size`, `target_hidden_size`, `norm_before_residual` (false: the feature itself is the
-  residual), the aux layer ids; weights `layers.0.*`, `fc`, `norm`, `lm_head`, `d2t`, `t2d`, `embed_tokens`.
+  residual), the aux layer ids; weights `layers.0.*`, `fc`, `norm`, `lm_head`, `embed_tokens`, and with a reduced
+  draft vocabulary `d2t`, `t2d` (none for the whole vocabulary: vLLM has no parameter for them then).
   speculators (0.9.0) has no EAGLE-1 model, so an EAGLE-1-block head has no route here: format=vllm serves it.
 - EAGLE-3 block, `vllm|sglang|eagle`: the LlamaForCausalLMEagle3 layout SafeAILab published: `midlayer.*`, `fc`
   (3H -> H), `norm`, `lm_head` [Vd, H], `d2t` (draft id -> target id offsets), `t2d` (bool [V]), `embed_tokens`; a
@@ -198,6 +199,19 @@ def draft_order(head: DraftHead) -> tuple[torch.Tensor, torch.Tensor | None]:
     return ids, order
 
 
+def vocab_maps(head: DraftHead | DFlashHead) -> dict[str, torch.Tensor]:
+    """`d2t` (each draft id's offset to its target id [Vd]) and `t2d` (bool [V]: the target ids drafted) for a head
+    drafting a reduced vocabulary; none for one drafting the whole vocabulary, which vLLM's EAGLE-3 and DFlash
+    drafters hold no `draft_id_to_target_id` for (loading one fails: "no module or parameter named
+    'draft_id_to_target_id'") and speculators treats as the identity."""
+    ids = draft_order(head)[0]
+    if ids.numel() == head.config.vocab_size:
+        return {}
+    t2d = torch.zeros(head.config.vocab_size, dtype=torch.bool)
+    t2d[ids] = True
+    return {"d2t": ids - torch.arange(ids.numel()), "t2d": t2d}
+
+
 def _eagle3_state(head: DraftHead, layer_prefix: str) -> dict[str, torch.Tensor]:
     """An EAGLE-3-block head's weights, its decoder layer under `layer_prefix` ("midlayer." or "layers.0.")."""
     c = head.config
@@ -210,11 +224,7 @@ def _eagle3_state(head: DraftHead, layer_prefix: str) -> dict[str, torch.Tensor]
                   "embed_tokens.weight": head.target.embed_tokens.weight})
     for i, norm in enumerate(head.fc_norm or ()):
         state[f"fc_norm.{i}.weight"] = norm.weight
-    state["d2t"] = ids - torch.arange(ids.numel())
-    t2d = torch.zeros(c.vocab_size, dtype=torch.bool)
-    t2d[ids] = True
-    state["t2d"] = t2d
-    return state
+    return {**state, **vocab_maps(head)}
 
 
 def _eagle_state(head: DraftHead, fmt: str) -> dict[str, torch.Tensor]:
@@ -291,11 +301,7 @@ def _dflash_state(head: DFlashHead) -> dict[str, torch.Tensor]:
     if head.draft_vocab is not None:
         ids = draft_order(head)[0]
         state["lm_head.weight"] = head.target.lm_head.weight[ids.to(head.target.lm_head.weight.device)]
-        state["d2t"] = ids - torch.arange(ids.numel())
-        t2d = torch.zeros(head.config.vocab_size, dtype=torch.bool)
-        t2d[ids] = True
-        state["t2d"] = t2d
-    return state
+    return {**state, **vocab_maps(head)}
 
 
 def _prepare(out: Path, overwrite: bool) -> None:
