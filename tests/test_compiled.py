@@ -253,7 +253,8 @@ def test_verification_and_acceptance_compile_without_a_graph_break():
     """The verification input, greedy and sampled acceptance and the commit's index ops (accept_and_commit, the
     step the engine runs), traced as one graph at a padded width, give what the eager functions give."""
     from eagle_infer.trees.tree import TreeBatch
-    from eagle_infer.decoding.verify import argmax, inverse_cdf, target_probs
+    from eagle_infer.decoding.verify import argmax, target_probs
+    from eagle_infer.draws import inverse_cdf
     from eagle_infer.config import SamplingParams
     from eagle_infer.decoding.verify_batch import accept_and_commit, kept_columns, verification_input
 

@@ -31,7 +31,8 @@ from eagle_infer.config import InferConf
 from eagle_infer.decoding.engine import Engine
 from eagle_infer.models.target import compile_target
 from eagle_infer.trees.tree import DraftTree, TreeBatch, ancestor_masks
-from eagle_infer.decoding.verify import follow, inverse_cdf, sampled_choices, target_probs
+from eagle_infer.decoding.verify import follow, proposal_choices, sampled_choices, target_probs
+from eagle_infer.draws import inverse_cdf
 from eagle_infer.config import SamplingParams
 from eagle_infer.decoding.verify_batch import accept_and_commit
 from tests.oracles import children_of, one_thread, oracle_drafter, scaled_target, vanilla_tokens, verify_sampling  # noqa: F401
@@ -572,21 +573,87 @@ DFLASH_SETTINGS = [("dflash", SamplingParams(temperature=0.7), "eager"),
 @pytest.mark.parametrize("name,params,path", DFLASH_SETTINGS,
                          ids=[f"{n}-T{p.temperature}-{path}" for n, p, path in DFLASH_SETTINGS])
 def test_dflash_samples_follow_the_target(name, params, path):
-    """A random DFlash drafter's block, verified as one chain of its top-1 tokens (dflash) or as a tree of its
-    positions' top-3 (dflash-tree) by the exact sampler: samples follow the target's exact joint distribution, and
-    its drafts are accepted often enough that acceptance, not only the bonus token, is what is tested."""
+    """A random DFlash drafter's block, as one chain of tokens sampled from its positions' distributions and
+    verified against them (dflash), or as a tree of its positions' top-3 verified by the exact tree sampler
+    (dflash-tree): samples follow the target's exact joint distribution, and its drafts are accepted often enough
+    that acceptance, not only the bonus token, is what is tested."""
     counts, accepted = engine_counts(name, params, path=path, head=small_dflash_head())
     same, p_value, stat = same_distribution(counts, exact_joint(params))
     assert same, (name, params, p_value, stat)
     assert sum(a > 0 for a in accepted) >= 0.1 * len(accepted), accepted[:50]
 
 
-@pytest.mark.parametrize("name,broken", [("dflash", broken_sampled_greedy_root),
-                                         ("dflash-tree", broken_sampled_parent_rows)], ids=["greedy-root", "parent-rows"])
-def test_dflash_check_detects_a_broken_verifier(monkeypatch, name, broken):
-    """The same check over the DFlash drafter's chain and tree has the power to reject a broken sampler."""
+def broken_proposal_residual_from_p(logits, proposal, tokens, sizes, params, generators, draws=0):
+    """After a rejection, a draw from p itself instead of the residual max(0, p - q): p(x) is counted twice."""
+    n, count = tokens.shape[1], max(draws, tokens.shape[1] + 1)
+    probs = target_probs(logits, params)
+    u = verify.uniforms(generators, 2 * count, probs.device)
+    p_x = probs[:, :n].gather(-1, tokens[..., None])[..., 0]
+    q_x = proposal.to(probs.dtype).gather(-1, tokens[..., None])[..., 0]
+    drawn = inverse_cdf(probs, u[:, count: count + n + 1])
+    return torch.cat([torch.where(u[:, :n] * q_x < p_x, tokens, drawn[:, :n]), drawn[:, n:]], 1)
+
+
+def broken_proposal_accept_always(logits, proposal, tokens, sizes, params, generators, draws=0):
+    """Every sampled draft kept, as if q were the target's distribution."""
+    chosen = proposal_choices(logits, proposal, tokens, sizes, params, generators, draws)
+    return torch.cat([tokens, chosen[:, tokens.shape[1]:]], 1)
+
+
+def test_proposal_choices_emit_the_target_distribution_exactly():
+    """Speculative sampling against a chain's own proposal, enumerated: node 0's token x drawn from q (every x,
+    weight q(x)), the accept test's and the residual draw's uniforms on midpoint grids of G cells. The first emitted
+    token (x when kept, else the residual draw) is distributed as p to within the grid's resolution, for q near p,
+    far from it and with zeros where p has mass; the broken rules miss by far more."""
+    G, vocab = 400, 5
+    grid = (torch.arange(G, dtype=torch.float64) + 0.5) / G
+    cases = [([0.4, 0.3, 0.2, 0.1, 0.0], [0.35, 0.3, 0.25, 0.05, 0.05]),
+             ([0.1, 0.1, 0.6, 0.1, 0.1], [0.7, 0.2, 0.0, 0.05, 0.05]),
+             ([0.2, 0.2, 0.2, 0.2, 0.2], [0.0, 0.0, 0.0, 0.5, 0.5])]
+
+    def first_token_law(p, q, rule):
+        logits = torch.tensor([p, p], dtype=torch.float64).clamp_min(1e-30).log()  # [N + 1 = 2, V]
+        law = torch.zeros(vocab, dtype=torch.float64)
+        for x in range(vocab):
+            if q[x] == 0:
+                continue
+            # every (accept uniform, draw uniform) pair as a row: the generator stand-in returns the row's pair
+            u_test, u_draw = (t.flatten() for t in torch.meshgrid(grid, grid, indexing="ij"))
+            rows = u_test.numel()
+            fixed = torch.stack([u_test, torch.zeros(rows, dtype=torch.float64), u_draw, u_draw], 1)
+            chosen = rule(logits.expand(rows, -1, -1), torch.tensor([q], dtype=torch.float64).expand(rows, -1, -1),
+                          torch.full((rows, 1), x), None, SamplingParams(temperature=1.0), fixed)
+            law += q[x] * torch.bincount(chosen[:, 0], minlength=vocab).double() / rows
+        return law
+
+    def with_uniforms(rule):
+        def run(logits, q, tokens, sizes, params, fixed):
+            original = verify.uniforms
+            verify.uniforms = lambda generators, count, device: fixed[:, : 2 * count]
+            try:
+                return rule(logits, q, tokens, sizes, params, [None] * fixed.shape[0])
+            finally:
+                verify.uniforms = original
+        return run
+
+    for p, q in cases:
+        law = first_token_law(p, q, with_uniforms(proposal_choices))
+        assert torch.allclose(law, torch.tensor(p, dtype=torch.float64), atol=3 / G), (p, q, law)
+    p, q = cases[1]
+    for rule in (broken_proposal_accept_always, broken_proposal_residual_from_p):
+        broken = first_token_law(p, q, with_uniforms(rule))
+        assert (broken - torch.tensor(p, dtype=torch.float64)).abs().max() > 0.05, rule.__name__
+
+
+@pytest.mark.parametrize("name,module,attribute,broken", [
+    ("dflash", cycle_module, "proposal_choices", broken_proposal_accept_always),
+    ("dflash-tree", cycle_module, "sampled_choices", broken_sampled_parent_rows)],
+    ids=["accept-always", "parent-rows"])
+def test_dflash_check_detects_a_broken_verifier(monkeypatch, name, module, attribute, broken):
+    """The same check over the DFlash drafter's sampled chain and its tree has the power to reject a broken
+    sampler."""
     params = SamplingParams(temperature=0.7)
-    monkeypatch.setattr(cycle_module, "sampled_choices", broken)
+    monkeypatch.setattr(module, attribute, broken)
     counts, _ = engine_counts(name, params, head=small_dflash_head())
     same, p_value, _ = same_distribution(counts, exact_joint(params))
     assert not same and p_value < ALPHA * 1e-3, p_value

@@ -39,13 +39,13 @@ from ..errors import EagleError
 from ..models.masks import additive_mask, causal_mask
 from ..platform import sync
 from ..trees.cost import Budget, Evidence, Plan
-from ..trees.drafters import DraftInput, Drafter, as_batch, plan_evidence
+from ..trees.drafters import DraftInput, Drafter, as_batch, plan_evidence, sampled_proposal
 from ..trees.drafting import DraftRoot, TreeFeeder
 from ..trees.tree import TreeBatch, padded_width
 from .batch_state import BatchState, Models, Pending, Request
 from .methods import method_of
 from .records import CycleStats
-from .verify import BatchAcceptance, argmax, sample_device, sampled_choices
+from .verify import BatchAcceptance, argmax, proposal_choices, sample_device, sampled_choices, sampled_nodes
 from .verify_batch import Commit, HostRow, as_verdict, kept_columns, to_host, verification_input
 
 
@@ -106,7 +106,8 @@ class Proposal:
     """A cycle's trees and what drafted them: the feeder (its levels were head forwards) and the config at this batch
     size; lengths: each row's committed cache length before the cycle; draft_s: seconds spent; plan: the auto
     budget's plan the drafter followed, and evidence: what the budget decides the next cycle's plan by, on the
-    device (None: fixed trees)."""
+    device (None: fixed trees); sampled_from: the distributions a sampled chain's tokens were drawn from [B, N, V]
+    (Drafted.proposal; None: fixed candidates)."""
 
     trees: TreeBatch
     feeder: TreeFeeder
@@ -115,6 +116,7 @@ class Proposal:
     draft_s: float
     plan: Plan | None = None
     evidence: Evidence | None = None
+    sampled_from: torch.Tensor | None = None
 
 
 @dataclass
@@ -146,7 +148,7 @@ def draft_cycle(state: BatchState, models: Models, rows: list[Request], policy: 
                 sampling: SamplingParams) -> list[list[int]]:
     """propose -> verify -> commit -> record, for every row at once -> each row's new tokens. The one writer of
     the state's roots, pending inputs, plan and carried head time in a cycle."""
-    proposal = propose(state, models, rows, policy)
+    proposal = propose(state, models, rows, policy, sampling)
     verdict = verify(state, models, rows, proposal, policy, sampling)
     committed = commit(state, models, verdict)
     emitted = record(rows, proposal, verdict, committed.verify_s, state.carry_s, state.carry_forwards)
@@ -157,8 +159,10 @@ def draft_cycle(state: BatchState, models: Models, rows: list[Request], policy: 
     return emitted
 
 
-def propose(state: BatchState, models: Models, rows: list[Request], policy: CyclePolicy) -> Proposal:
-    """Every row's tree from the drafter, within the tree budget at this batch size."""
+def propose(state: BatchState, models: Models, rows: list[Request], policy: CyclePolicy,
+            sampling: SamplingParams) -> Proposal:
+    """Every row's tree from the drafter, within the tree budget at this batch size (a drafter that samples reads
+    the request's sampling and each row's generator)."""
     t0 = time.perf_counter()
     head, device, batch = models.head, models.target.device, len(rows)
     lengths, config, budget = list(state.cache.lengths), policy.config, policy.budget
@@ -171,7 +175,8 @@ def propose(state: BatchState, models: Models, rows: list[Request], policy: Cycl
         caps = (config.depth if head else 0, budget.max_nodes)
         plan = Plan(*caps) if state.plan is None else state.plan.bounded(*caps)  # the first cycle: the caps
     contexts = [r.context() for r in rows] if method_of(config).lookup else []
-    inp = DraftInput(feeder, contexts, [r.rates for r in rows], config, policy.tree_size, budget, plan)
+    inp = DraftInput(feeder, contexts, [r.rates for r in rows], config, policy.tree_size, budget, plan,
+                     sampling=None if sampling.greedy else sampling, generators=[r.generator for r in rows])
     drafted = policy.drafter.propose(inp)
     trees = as_batch(drafted, device)
     feeder.reset()
@@ -180,7 +185,8 @@ def propose(state: BatchState, models: Models, rows: list[Request], policy: Cycl
         raise EagleError(f"drafter returned {trees.batch} trees of up to {trees.width} nodes: expected one per batch "
                          f"row ({batch}) of at most the tree budget {limit}")
     sync(device)
-    return Proposal(trees, feeder, lengths, config, time.perf_counter() - t0, plan, plan_evidence(drafted))
+    return Proposal(trees, feeder, lengths, config, time.perf_counter() - t0, plan, plan_evidence(drafted),
+                    sampled_proposal(drafted))
 
 
 def verify(state: BatchState, models: Models, rows: list[Request], proposal: Proposal, policy: CyclePolicy,
@@ -197,9 +203,15 @@ def verify(state: BatchState, models: Models, rows: list[Request], proposal: Pro
     logits, features = target.forward(batch.ids, batch.positions, state.cache, mask,
                                       feature_layers=models.feature_layers)
     # greedy: the target's argmax at every node; sampling: the exact batched sampler's draws (verify.sampled_choices;
-    # tests/test_engine_sampling.py enumerates its outcomes)
-    chosen = argmax(logits) if sampling.greedy else sampled_choices(logits, sampling, [r.generator for r in rows],
-                                                                    policy.draws)
+    # tests/test_engine_sampling.py enumerates its outcomes), or rejection against a sampled chain's own proposal
+    generators = [r.generator for r in rows]
+    if sampling.greedy:
+        chosen = argmax(logits)
+    elif proposal.sampled_from is None:
+        chosen = sampled_choices(logits, sampling, generators, policy.draws)
+    else:
+        chosen = proposal_choices(logits, sampled_nodes(proposal.sampled_from, trees), trees.tokens,
+                                  None if trees.full else trees.sizes, sampling, generators, policy.draws)
     fed = chosen if head is not None and head.config.token_shift == 1 else batch.ids  # (Commit.tokens)
     accepted, to_commit = as_verdict(policy.accept(
         trees.tokens, trees.parents, None if trees.full else trees.sizes, batch.allowed, chosen, fed,

@@ -10,6 +10,9 @@ rejection set p(x) = 0 and renormalise; if all are rejected the bonus is drawn f
 is then distributed exactly as p, whatever the draft proposed (EAGLE appendix A.2 / SpecInfer); `sampled_choices`
 and `follow` do this for a whole batch by tensor ops (sampled_choices' docstring says why one draw per node is the
 same thing; the per-node loop is tests/oracles.verify_sampling, which the exact-enumeration tests hold them to).
+A chain whose tokens the drafter *sampled* from its own distributions q (a block drafter at temperature > 0) is
+verified by speculative sampling's rejection instead: keep x with probability min(1, p(x) / q(x)), else draw from
+max(0, p - q) renormalised (`proposal_choices`), which `follow` walks the same way.
 """
 from __future__ import annotations
 
@@ -19,6 +22,8 @@ import torch
 
 from .. import constants
 from ..config import SamplingParams
+from ..draws import inverse_cdf, uniforms
+from ..trees.tree import TreeBatch
 
 
 def target_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
@@ -77,8 +82,7 @@ def sample_device(logits: torch.Tensor, params: SamplingParams, generators: list
     only tokens of probability > 0 are drawn."""
     if params.greedy:
         return argmax(logits)
-    u = torch.stack([torch.rand((), generator=g, device=logits.device, dtype=torch.float64) for g in generators])
-    return inverse_cdf(target_probs(logits, params), u)
+    return inverse_cdf(target_probs(logits, params), uniforms(generators, 1, logits.device)[:, 0])
 
 
 @dataclass
@@ -123,20 +127,46 @@ def sampled_choices(logits: torch.Tensor, params: SamplingParams, generators: li
     Draws at nodes off the accepted path are never read, and each node's draw is independent, so every emitted
     token is distributed as the target's, given the ones before it."""
     probs = target_probs(logits, params)
-    count = max(draws, probs.shape[1])
-    uniforms = torch.stack([torch.rand(count, generator=g, device=probs.device, dtype=torch.float64)
-                            for g in generators])[:, : probs.shape[1]]
-    return inverse_cdf(probs, uniforms)
+    return inverse_cdf(probs, uniforms(generators, max(draws, probs.shape[1]), probs.device)[:, : probs.shape[1]])
 
 
-def inverse_cdf(probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
-    """probs [..., V] (rows summing to ~1), uniforms [...] in [0, 1) -> LongTensor [...]: the token whose float64
-    CDF interval holds u x total; only tokens of probability > 0 are drawn."""
-    cdf = probs.double().cumsum(dim=-1)
-    total = cdf[..., -1:].contiguous()
-    drawn = torch.searchsorted(cdf, uniforms[..., None] * total, right=True)
-    last = torch.searchsorted(cdf, total)  # where the CDF first reaches its total: a token of probability > 0
-    return torch.minimum(drawn, last)[..., 0]  # u * total rounded up to the total falls back to it
+def sampled_nodes(sampled_from: torch.Tensor, tree: TreeBatch) -> torch.Tensor:
+    """A sampled chain's distributions [B, D, V] (position d - 1 for the node at depth d) laid out over the
+    TreeBatch `tree`'s slots [B, N, V] as verified: a cut or padded chain keeps its nodes in depth order; a padding
+    slot (depth 0) gets position 0's, never read (it sits past its row's size)."""
+    at = (tree.depths - 1).clamp_min(0)[..., None].expand(-1, -1, sampled_from.shape[-1])
+    return sampled_from.gather(1, at)
+
+
+def proposal_choices(logits: torch.Tensor, proposal: torch.Tensor, tokens: torch.Tensor, sizes: torch.Tensor | None,
+                     params: SamplingParams, generators: list[torch.Generator], draws: int = 0) -> torch.Tensor:
+    """What the exact rejection sampler follows for chains whose tokens were *sampled* from a drafter's
+    distributions (Leviathan et al. / Chen et al.): node j's token x_j ~ proposal[b, j] (q, float [B, N, V] over
+    the target's ids; node j's parent is node j - 1), logits [B, N + 1, V] the target's at [root, nodes...], tokens
+    [B, N], sizes [B] nodes per row (None: N everywhere). At position j < sizes[b] the target keeps x_j with
+    probability min(1, p(x_j) / q(x_j)) (chosen = x_j), else chooses a draw from the residual max(0, p - q)
+    renormalised, which never equals x_j; at the leaf, position sizes[b], a draw from p (the bonus). `follow` then
+    walks the chain. Each emitted token is distributed as p given the ones before it, whatever q is, and a q close
+    to p keeps a node with probability sum(min(p, q)) where a fixed candidate keeps it with p(x) (sampled_choices).
+    Uniforms: 2 x max(draws, N + 1) a row from generators[b] (accept tests first, then draws), so a row's draws
+    never depend on the other rows. -> chosen [B, N + 1]."""
+    probs = target_probs(logits, params)  # [B, N + 1, V]
+    n = tokens.shape[1]
+    count = max(draws, n + 1)
+    u = uniforms(generators, 2 * count, probs.device)
+    tests, draws_u = u[:, :n], u[:, count: count + n + 1]
+    inner, q = probs[:, :n], proposal.to(probs.dtype)
+    p_x, q_x = inner.gather(-1, tokens[..., None])[..., 0], q.gather(-1, tokens[..., None])[..., 0]
+    kept = tests * q_x < p_x  # [B, N]: probability min(1, p / q) (q_x > 0: x was drawn from q)
+    residual = (inner - q).clamp_min(0)
+    residual = torch.where(residual.sum(-1, keepdim=True) > 0, residual, inner)  # (p == q: never rejected)
+    chosen = torch.where(kept, tokens, inverse_cdf(residual, draws_u[:, :n]))
+    bonus = inverse_cdf(probs, draws_u)  # [B, N + 1]: a draw from p at every position, read at the leaf
+    chosen = torch.cat([chosen, bonus[:, n:]], 1)
+    if sizes is not None:  # a row's leaf sits at its size: the bonus there
+        leaf = constants.arange(0, n + 1, tokens.device) >= sizes[:, None]
+        chosen = torch.where(leaf, bonus, chosen)
+    return chosen
 
 
 def follow(tokens: torch.Tensor, parents: torch.Tensor, sizes: torch.Tensor | None, allowed: torch.Tensor,

@@ -4,11 +4,12 @@ chain, EAGLE-1's static tree, EAGLE-2's dynamic tree, prompt lookup, a hybrid of
 object with a `propose` method handed to the engine (`Engine(..., drafter=...)`; tests pass oracles that know the
 target's answer).
 
-Every built-in drafter picks candidates deterministically (top-k, copies), which is what the verifier assumes; the
-tree is fixed before the cycle's random draws, so sampling stays exact. Writing a drafter: a class with
-`propose(inp)` returning a TreeBatch, or simply one DraftTree per row of `inp.feeder.root` (parents before
-children, siblings distinct; `as_batch` pads them into a TreeBatch), drafting with `inp.feeder` (the head
-over its cache) or from `inp.contexts`; nothing else in the engine changes.
+Every built-in drafter but one picks candidates deterministically (top-k, copies), which is what the tree verifier
+assumes; the tree is fixed before the cycle's random draws, so sampling stays exact. The exception, a block
+drafter's sampled chain (method dflash at temperature > 0), hands the verifier the distributions it drew from.
+Writing a drafter: a class with `propose(inp)` returning a TreeBatch, or simply one DraftTree per row of
+`inp.feeder.root` (parents before children, siblings distinct; `as_batch` pads them into a TreeBatch), drafting with
+`inp.feeder` (the head over its cache) or from `inp.contexts`; nothing else in the engine changes.
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from typing import Callable, Protocol
 
 import torch
 
-from ..config import InferConf
+from ..config import InferConf, SamplingParams
 from .cost import Budget, Evidence, Plan
 from .drafting import TreeFeeder, draft_chain, draft_static, grow_dynamic, growth
 from .lookup import Copies, CopyRates, copy_batch
@@ -34,9 +35,11 @@ class DraftInput:
     when the config uses lookup); rates[b]: its measured acceptance of copied tokens per depth (lookup only);
     config: the settings at this batch size, tree_size: the draft nodes its tree holds (methods.tree_size);
     budget: the auto budget for this batch (None: fixed trees) and plan: what it decided for this cycle (levels,
-    nodes), to be followed without reading the device (None beside a budget: decide now, reading the device); extra: [B, E] path log-values of candidates another drafter proposes
-    for the same verification (a hybrid's copies, -inf padding), which the budget counts beside the head's when it
-    plans the next cycle."""
+    nodes), to be followed without reading the device (None beside a budget: decide now, reading the device);
+    extra: [B, E] path log-values of candidates another drafter proposes for the same verification (a hybrid's
+    copies, -inf padding), which the budget counts beside the head's when it plans the next cycle; sampling and
+    generators: the request's sampling and each row's generator, for a drafter that samples its chain (None: pick
+    candidates deterministically)."""
 
     feeder: TreeFeeder
     contexts: list[list[int]]
@@ -46,6 +49,8 @@ class DraftInput:
     budget: Budget | None = None
     plan: Plan | None = None
     extra: torch.Tensor | None = None
+    sampling: SamplingParams | None = None
+    generators: list[torch.Generator] | None = None
 
 
 @dataclass
@@ -54,12 +59,15 @@ class Drafted:
     by (Budget.evidence, on the device, read with the cycle's one host copy; None: the trees alone); values, a
     function computing the trees' path log-values [B, N] (-inf on padding) where the drafter has them (a hybrid
     merges by them; None: TreeBatch.values); levels: the draft forwards the trees cost, each priced as a level by an
-    auto budget (None: one a level of depth, as a head drafting level by level pays)."""
+    auto budget (None: one a level of depth, as a head drafting level by level pays); proposal: for a chain whose
+    tokens were sampled, the distribution each node's token was drawn from, over the target's ids [B, N, V] (node j
+    at depth j + 1; the verifier rejects against it: verify.proposal_choices; None: fixed candidates)."""
 
     trees: TreeBatch
     evidence: Evidence | None = None
     values: Callable[[], torch.Tensor] | None = None
     levels: int | None = None
+    proposal: torch.Tensor | None = None
 
 
 class Drafter(Protocol):
@@ -123,6 +131,11 @@ def plan_evidence(drafted: TreeBatch | list[DraftTree] | Drafted) -> Evidence | 
     return drafted.evidence if isinstance(drafted, Drafted) else None
 
 
+def sampled_proposal(drafted: TreeBatch | list[DraftTree] | Drafted) -> torch.Tensor | None:
+    """The distributions a drafter sampled its chain from (Drafted.proposal), or None for fixed candidates."""
+    return drafted.proposal if isinstance(drafted, Drafted) else None
+
+
 def tree_values(drafted: TreeBatch | list[DraftTree] | Drafted, trees: TreeBatch) -> torch.Tensor:
     """The path log-values [B, N] of a drafter's `trees` (as_batch(drafted)): the drafter's own where it has them."""
     if isinstance(drafted, Drafted) and drafted.values is not None:
@@ -171,7 +184,8 @@ class HybridDrafter:
         found = copied.depth > 0  # nothing found: the head's trees as its drafter alone makes them
         device = inp.feeder.root.feature.device
         extra = inp.budget is not None and found
-        drafted = self.head.propose(replace(inp, extra=copied.log_values) if extra else inp)
+        # the head's candidates fixed (not sampled): the merged tree is verified as fixed candidates
+        drafted = self.head.propose(replace(inp, extra=copied.log_values if extra else None, sampling=None))
         heads, evidence = as_batch(drafted, device), plan_evidence(drafted)
         if heads.batch != copied.tokens.shape[0] or not found:  # (a custom drafter's wrong count: the engine names it)
             return drafted
