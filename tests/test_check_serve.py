@@ -112,16 +112,17 @@ def test_acceptance_counts_positions_and_finds_the_first_differing_step():
 @pytest.mark.serve
 @pytest.mark.skipif(not SERVE_PYTHON.exists(), reason="no vLLM environment: make .venv-serve/.installed installs it")
 def test_minimal_check_serve(tmp_path):
-    """Random heads of both kinds load in vLLM, its greedy output with each equals its own without one, and the
-    table holds every engine's speed."""
+    """Random heads of every kind (EAGLE-3, EAGLE-1, DFlash) load in vLLM, its greedy output with each equals its
+    own without one, and the table holds every engine's speed."""
     done = subprocess.run([sys.executable, str(SCRIPT), "--heads", "random", "--questions", "1", "--max-new-tokens",
                            "16", "--vllm-eager", "--work", str(tmp_path / "work"), "--results", str(tmp_path)],
                           capture_output=True, text=True, cwd=ROOT, timeout=1200)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     report = json.loads((tmp_path / "check-serve" / "serve.json").read_text())
-    assert [(r["head"], r["loads"], r["identical_to_vllm"]) for r in report["heads"]] == [("eagle3", True, 1),
-                                                                                        ("eagle1", True, 1)]
-    assert {r["method"] for r in report["speeds"]} >= {"vanilla", "vllm", "vllm:eagle3", "vllm:eagle1"}
+    assert [(r["head"], r["loads"], r["identical_to_vllm"]) for r in report["heads"]] == [
+        ("eagle3", True, 1), ("eagle1", True, 1), ("dflash", True, 1)]
+    assert {r["method"] for r in report["speeds"]} >= {"vanilla", "vllm", "vllm:eagle3", "vllm:eagle1", "vllm:dflash",
+                                                       "dflash:dflash"}
 
 
 def test_each_block_is_served_in_its_format():
