@@ -71,6 +71,21 @@ def test_vllms_own_error_is_named_not_the_frontends(tmp_path):
     assert "\n" not in message
 
 
+def test_a_target_vllm_cannot_run_is_vllms_own_line(tmp_path):
+    """A target whose architecture vLLM's CPU build lacks: vLLM's own registry error, cut to one short line."""
+    supported = ", ".join(f"Arch{i}ForCausalLM" for i in range(200))
+    log = ("(EngineCore pid=5) ERROR 12-06 10:01:02 [core.py:1000] ValueError: Model architectures "
+           f"['FooForCausalLM'] are not supported for now. Supported architectures: [{supported}]")
+    python = stand_in(tmp_path, [{"error": "RuntimeError: Engine core initialization failed. See root cause above."}],
+                      log)
+    with pytest.raises(EagleError) as err:
+        VllmWorker(VllmConf(python=python), ENGINE, "foo (float32)")
+    message = failure(err)
+    assert message.startswith("vLLM failed on foo (float32): ValueError: Model architectures ['FooForCausalLM'] are "
+                              "not supported for now."), message
+    assert "\n" not in message and len(message) < LONGEST + 200
+
+
 def test_root_cause_is_cut_to_one_short_line():
     long = "ValueError: " + "x" * 1000
     assert len(root_cause(long, "RuntimeError: failed")) == LONGEST
