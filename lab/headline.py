@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
+from typing import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -109,19 +110,29 @@ class HeadlineSettings:
     root: str
 
 
-@one_line_errors
-def main(argv: list[str] | None = None) -> None:
-    conf = command_settings("headline", HeadlineSettings, argv)
-    run_dir, root = Path(conf.run_dir), Path(conf.root)
-    if conf.step == "begin":
+def run_step(settings: HeadlineSettings, end: Callable[[Path, str, Path], Path]) -> None:
+    """A two-step command's step: `begin` records the checkout (begin), `end` writes the run's result file with
+    end(run_dir, command, root) -> its path; both print what they wrote."""
+    run_dir, root = Path(settings.run_dir), Path(settings.root)
+    if settings.step == "begin":
         print(f"wrote {begin(run_dir, root)}")
         return
-    if conf.step != "end":
-        raise EagleError(f"step={conf.step} is unknown; expected step=begin (before the eval) or step=end (after it)")
-    if not conf.command:
+    if settings.step != "end":
+        raise EagleError(f"step={settings.step} is unknown; expected step=begin (before the eval) or step=end (after "
+                         "it)")
+    if not settings.command:
         raise EagleError("step=end needs command: the command that produced the run, e.g. 'command=make headline'")
-    result = headline_result(run_dir, conf.command)
-    print(f"wrote {write_result(result, result_path(root, result.machine))}")
+    print(f"wrote {end(run_dir, settings.command, root)}")
+
+
+def write_headline(run_dir: Path, command: str, root: Path) -> Path:
+    result = headline_result(run_dir, command)
+    return write_result(result, result_path(root, result.machine))
+
+
+@one_line_errors
+def main(argv: list[str] | None = None) -> None:
+    run_step(command_settings("headline", HeadlineSettings, argv), write_headline)
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@ from the committed result files only.
 
 From every `docs/results/data/<platform>/headline.json` (`lab.result_file`) it writes `docs/results/<platform>.md`
 and the README's results block (between BEGIN and END), one row per platform with its machine, commit and command;
+from every `docs/results/data/<platform>/blocks.json` (`lab.blocks_result`) `docs/results/<platform>-blocks.md`;
 from every `docs/results/data/ablation/<spec>.csv` (`lab.ablation_file`) the ablation table block of
 docs/training.md (between ABLATION_BEGIN and ABLATION_END), from the shipped heads' cards its shipped-heads block
 (between SHIPPED_BEGIN and SHIPPED_END) and, where make reproduce has written
@@ -26,6 +27,7 @@ from eagle_train.plumbing.markdown import table
 from eval.report import HALF_PRECISION_NOTE
 from lab.ablation_file import COLUMNS as ABLATION_COLUMNS
 from lab.ablation_file import ABLATION, ABLATION_DIR
+from lab.blocks_result import rendered_pages
 from lab.reproduction_doc import COMMITTED_BEGIN, COMMITTED_END, committed_block
 from lab.result_file import FILE_NAME, HeadlineResult, MethodResult, read_all
 from lab.result_store import DATA_DIR, read
@@ -222,7 +224,7 @@ def rendered(root: Path) -> dict[Path, str]:
     training_text = _with_block(training.read_text(encoding="utf-8"), training, ABLATION_BEGIN, ABLATION_END,
                                 ablation_block(root))
     training_text = _with_block(training_text, training, SHIPPED_BEGIN, SHIPPED_END, shipped_block(root))
-    texts = {readme: readme_text, training: training_text, **pages}
+    texts = {readme: readme_text, training: training_text, **pages, **rendered_pages(root, PAGES_DIR)}
     reproduction = root / REPRODUCTION
     if reproduction.is_file():  # written by make reproduce; its committed-file sections are kept current here
         texts[reproduction] = _with_block(reproduction.read_text(encoding="utf-8"), reproduction, COMMITTED_BEGIN,

@@ -1,0 +1,92 @@
+"""lab.blocks_result: an eval run of block drafters beside EAGLE heads becomes a result file whose page holds each
+benchmark's table, the heads' cards and the per-question table with the default method beside its parts."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from eagle_infer.errors import EagleError
+from eval.cli import EvalRunConf
+from eval.metrics import ALL
+from lab.blocks_result import FILE_NAME, blocks_page, blocks_result, read_blocks, rendered_pages
+from lab.headline import begin
+from lab.result_file import platform_slug
+from lab.result_store import DATA_DIR
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def record(benchmark, method, qid, wall_s, tokens, accepted=()):
+    cycles = [{"accepted": a, "tree_depth": 3, "tree_size": 3, "draft_s": 0.0, "verify_s": 0.0,
+               "tested_conf": [], "tested_hit": []} for a in accepted]
+    return {"benchmark": benchmark, "method": method, "question_id": qid, "turns": ["x"],
+            "new_tokens": len(tokens), "wall_s": wall_s, "cycles": cycles, "temperature": 0.0, "tokens": tokens}
+
+
+METHODS = ["vanilla", "eagle2", "lookup", "eagle2+lookup", "dflash:d"]
+RECORDS = [record(b, m, q, wall, [1, 2, 3, 4], accepted)
+           for b in ("mt_bench", "gsm8k") for q in ("1", "2")
+           for m, wall, accepted in [("vanilla", 4.0, [0] * 4), ("eagle2", 2.0, [1, 1]), ("lookup", 3.0, [0, 1, 0]),
+                                     ("eagle2+lookup", 2.5 if q == "1" else 1.0, [3]), ("dflash:d", 1.0, [3])]]
+
+
+def run_dir(tmp_path: Path) -> Path:
+    head = tmp_path / "head"
+    head.mkdir()
+    (head / "config.json").write_text(json.dumps({"block": "dflash", "layers": 2}))
+    (head / "card.json").write_text(json.dumps({"steps": 700, "train_s": 3000.0, "machine": "Some CPU, 1 thread",
+                                                "heldout/acceptance": 1.8, "heldout/top1_1": 0.5}))
+    conf = OmegaConf.structured(EvalRunConf)
+    conf.bench.names, conf.bench.limit, conf.bench.max_turns = ["mt_bench", "gsm8k"], 2, 1
+    conf.methods, conf.model.dtype, conf.model.device, conf.threads = METHODS, "float32", "cpu", 2
+    conf.heads = {"d": str(head)}
+    run = tmp_path / "run"
+    begin(run, ROOT)
+    (run / "config.yaml").write_text(OmegaConf.to_yaml(conf))
+    (run / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in RECORDS))
+    return run
+
+
+def test_a_run_becomes_a_file_and_its_page(tmp_path):
+    data = blocks_result(run_dir(tmp_path), "make compare-blocks")
+    assert data["heads"]["d"]["block"] == "dflash" and data["heads"]["d"]["heldout/acceptance"] == 1.8
+    rows = {(m["benchmark"], m["method"]): m for m in data["methods"]}
+    assert rows[("mt_bench", "dflash:d")]["speedup"] == 4.0 and rows[("mt_bench", "dflash:d")]["tau"] == 4.0
+    assert rows[(ALL, "eagle2")]["speedup"] == 2.0 and rows[(ALL, "eagle2")]["identical"] == 1.0
+    first = next(q for q in data["questions"] if q["benchmark"] == "mt_bench" and q["question"] == "1")
+    assert first["methods"]["eagle2+lookup"]["speedup"] == 1.6 and first["methods"]["lookup"]["tau"] == 1.33
+    path = tmp_path / DATA_DIR / platform_slug(data["machine"]) / FILE_NAME
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(data))
+    (page, text), = rendered_pages(tmp_path, Path("docs/results")).items()
+    assert page.name == f"{platform_slug(data['machine'])}-blocks.md"
+    # question 1: the default (1.60x) is slower than eagle2 alone (2.00x); question 2: 4.00x over 2.00x
+    assert "| mt_bench | 1 |" in text and "| 0.80x |" in text and "| 2.00x |" in text
+    assert "## gsm8k" in text and "## All benchmarks" in text and "simulated acceptance" in text
+    assert "eagle2+lookup / best of eagle2 and lookup" in text
+
+
+def test_a_malformed_file_is_one_line(tmp_path):
+    data = blocks_result(run_dir(tmp_path), "make compare-blocks")
+    del data["heads"]
+    bad = tmp_path / "blocks.json"
+    bad.write_text(json.dumps(data))
+    with pytest.raises(EagleError, match=r"fields missing \['heads'\]"):
+        read_blocks(bad)
+    bad.write_text("{")
+    with pytest.raises(EagleError, match="is not JSON"):
+        read_blocks(bad)
+
+
+def test_the_page_states_the_machine_and_command():
+    data = {"machine": "Some CPU AVX2", "device": "cpu", "threads": 2, "dtype": "float32", "torch": "2.13.0",
+            "commit": "abc1234", "uncommitted_changes": False, "command": "make compare-blocks", "date": "2026-12-06",
+            "load_average": 1.0, "heads": {}, "methods": [], "questions": [],
+            "settings": {"model": "m", "head": "shipped", "benchmarks": [], "questions_per_benchmark": 10,
+                         "max_turns": 1, "max_new_tokens": 128, "temperature": 0.0, "depth": "auto",
+                         "total_tokens": "auto", "compile": False, "methods": ["vanilla"]}}
+    text = blocks_page(data, "data/x/blocks.json")
+    assert "Some CPU AVX2 (cpu), 2 threads, float32" in text and "`make compare-blocks`" in text
