@@ -13,6 +13,7 @@ import torch
 
 from eagle_infer.decoding.methods import at_batch, tree_budget
 from eagle_infer.decoding import engine as engine_module
+from eagle_infer.head.dflash_head import random_dflash_head
 from eagle_infer.head.draft_head import random_head
 from eagle_infer.config import InferConf
 from eagle_infer.decoding.engine import Engine
@@ -100,6 +101,20 @@ def test_sampled_requests_equal_their_seeded_batch_of_one(name, path):
     engine = Engine(target, head, CONFIGS[name])
     sampling = SamplingParams(temperature=0.9, top_p=0.95)
     batch = engine.generate_batch(PROMPTS, 20, sampling, seed=11, batch_size=3)
+    for i, (prompt, result) in enumerate(zip(PROMPTS, batch.results)):
+        assert result.tokens == engine.generate(prompt, 20, sampling, seed=11 + i).tokens
+
+
+def test_sampled_dflash_requests_equal_their_seeded_batch_of_one():
+    """A DFlash drafter's sampled chains (its draws and the verifier's from each row's own generator): request i of
+    a batch samples what generate(prompt_i, seed=seed + i) samples. (Under the auto budget a row's tree depends on
+    the batch's cost, so its draws are exact in distribution but not the same tokens.)"""
+    target, _ = target_and_head()
+    head = random_dflash_head(target, VOCAB - 1, seed=3, block_size=5, feature_layers=[0, 1])
+    engine = Engine(target, head, InferConf(method="dflash", budget="fixed"))
+    sampling = SamplingParams(temperature=0.8)
+    batch = engine.generate_batch(PROMPTS, 20, sampling, seed=11, batch_size=3)
+    assert any(c.accepted for r in batch.results for c in r.cycles)  # sampled drafts were kept, not only bonuses
     for i, (prompt, result) in enumerate(zip(PROMPTS, batch.results)):
         assert result.tokens == engine.generate(prompt, 20, sampling, seed=11 + i).tokens
 
