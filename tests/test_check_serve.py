@@ -56,34 +56,37 @@ def test_a_missing_vllm_environment_is_one_line():
     assert "\n" not in str(err.value)
 
 
-def test_vllms_own_error_is_named_not_the_frontends(tmp_path):
-    """The engine process's error, which its log holds behind vLLM's prefix, not 'Engine core initialization
-    failed' that the frontend raises."""
-    log = ("(Worker pid=7) ERROR 12-06 08:01:33 [multiproc_executor.py:953] ValueError: There is no module or "
-           "parameter named 'draft_id_to_target_id' in Eagle3LlamaForCausalLM")
+def engine_failure(tmp_path: Path, log: str, what: str) -> str:
+    """The one-line message of a worker whose engine logged `log` and whose frontend then reported only that the
+    engine failed."""
     python = stand_in(tmp_path, [{"error": "RuntimeError: Engine core initialization failed. See root cause above."}],
                       log)
     with pytest.raises(EagleError) as err:
-        VllmWorker(VllmConf(python=python), ENGINE, "smollm2-135m (float32)")
+        VllmWorker(VllmConf(python=python), ENGINE, what)
     message = failure(err)
+    assert "\n" not in message
+    return message
+
+
+def test_vllms_own_error_is_named_not_the_frontends(tmp_path):
+    """The engine process's error, which its log holds behind vLLM's prefix, not 'Engine core initialization
+    failed' that the frontend raises."""
+    message = engine_failure(tmp_path, "(Worker pid=7) ERROR 12-06 08:01:33 [multiproc_executor.py:953] ValueError: "
+                             "There is no module or parameter named 'draft_id_to_target_id' in Eagle3LlamaForCausalLM",
+                             "smollm2-135m (float32)")
     assert message.startswith("vLLM failed on smollm2-135m (float32): ValueError: There is no module or parameter "
                               "named 'draft_id_to_target_id'"), message
-    assert "\n" not in message
 
 
 def test_a_target_vllm_cannot_run_is_vllms_own_line(tmp_path):
     """A target whose architecture vLLM's CPU build lacks: vLLM's own registry error, cut to one short line."""
     supported = ", ".join(f"Arch{i}ForCausalLM" for i in range(200))
-    log = ("(EngineCore pid=5) ERROR 12-06 10:01:02 [core.py:1000] ValueError: Model architectures "
-           f"['FooForCausalLM'] are not supported for now. Supported architectures: [{supported}]")
-    python = stand_in(tmp_path, [{"error": "RuntimeError: Engine core initialization failed. See root cause above."}],
-                      log)
-    with pytest.raises(EagleError) as err:
-        VllmWorker(VllmConf(python=python), ENGINE, "foo (float32)")
-    message = failure(err)
+    message = engine_failure(tmp_path, "(EngineCore pid=5) ERROR 12-06 10:01:02 [core.py:1000] ValueError: Model "
+                             f"architectures ['FooForCausalLM'] are not supported for now. Supported architectures: "
+                             f"[{supported}]", "foo (float32)")
     assert message.startswith("vLLM failed on foo (float32): ValueError: Model architectures ['FooForCausalLM'] are "
                               "not supported for now."), message
-    assert "\n" not in message and len(message) < LONGEST + 200
+    assert len(message) < LONGEST + 200
 
 
 def test_root_cause_is_cut_to_one_short_line():
