@@ -9,11 +9,14 @@ the commit `begin` saw, command, date, load), the run's settings, each labelled 
 steps and seconds, held-out simulated acceptance and top-1), a line per (benchmark, method) (`eval.metrics.summarize`:
 questions, new tokens, tok/s, × vanilla, τ, identical to vanilla) and a line per question (each method's tok/s
 over vanilla's on that question, and τ). `lab.results_docs` renders it into docs/results/<platform>-blocks.md, whose
-per-question table holds the default method beside the best of its parts (DEFAULT_PARTS).
+per-question table holds the default method beside the best of its parts (DEFAULT_PARTS) and, where the run timed
+the default twice (`DEFAULT:again`, the same method with the same head under the label AGAIN), the noise band that
+says which of its losses are beyond noise.
 """
 from __future__ import annotations
 
 import json
+import math
 import os
 from datetime import datetime, timezone
 from pathlib import Path
@@ -39,6 +42,15 @@ FIELDS = ("format", "machine", "device", "threads", "dtype", "torch", "commit", 
 CARD_FIELDS = ("block", "layers", "steps", "train_s", "machine", "heldout/acceptance", "heldout/top1_1")
 # the default method's parts: a per-question speed at or above the best of them is what makes it the default
 DEFAULT_PARTS = {"eagle2+lookup": ("eagle2", "lookup")}
+AGAIN = "again"  # the label of the default method timed a second time with the same head: its spread is the noise
+
+
+def noise_band(ratios: list[float]) -> float | None:
+    """The noise of one per-question speed ratio, from `ratios` of the same work timed twice (again / first):
+    twice their root mean square log, as a factor (1.06: a ratio below 1 / 1.06 is beyond noise); None without
+    ratios."""
+    logs = [math.log(r) for r in ratios if r]
+    return math.exp(2 * math.sqrt(sum(x * x for x in logs) / len(logs))) if logs else None
 
 
 def _rounded(value, digits: int = 3):
@@ -161,22 +173,38 @@ def blocks_page(data: dict, source: str) -> str:
     methods = [m for m in s["methods"] if m != "vanilla"]
     default = DEFAULT_METHOD if DEFAULT_METHOD in methods else None
     parts_of = [p for p in DEFAULT_PARTS.get(default, ()) if p in methods]
+    again = f"{default}:{AGAIN}" if parts_of and f"{default}:{AGAIN}" in methods else None
+
+    def ratio(got: dict, top: str, bottom: float | None) -> float | None:
+        return got[top]["speedup"] / bottom if top in got and got[top]["speedup"] and bottom else None
+
     columns = ["benchmark", "question"] + methods + ([f"{default} / best of {' and '.join(parts_of)}"]
-                                                     if parts_of else [])
-    rows = []
+                                                     if parts_of else []) + ([f"{again} / {default}"] if again else [])
+    rows, losses, agains = [], [], []
     for line in data["questions"]:
         got = line["methods"]
         row = [line["benchmark"], line["question"]] + [
             f"{_x(got[m]['speedup'])} (τ {_num(got[m]['tau'])})" if m in got else "—" for m in methods]
         if parts_of:
-            best = max((got[p]["speedup"] or 0) for p in parts_of if p in got)
-            row.append(_x(got[default]["speedup"] / best) if default in got and got[default]["speedup"] and best
-                       else "—")
+            loss = ratio(got, default, max((got[p]["speedup"] or 0) for p in parts_of if p in got))
+            losses.append(loss)
+            row.append(_x(loss))
+        if again:
+            agains.append(ratio(got, again, got.get(default, {}).get("speedup")))
+            row.append(_x(agains[-1]))
         rows.append(row)
+    said = [f"; the column {default} / best, the default method over the faster of its parts on that question "
+            "(below 1.00x: a part alone was faster)" if parts_of else ""]
+    band = noise_band([a for a in agains if a]) if again else None
+    if band:
+        beyond = [x for x in losses if x and x < 1 / band]
+        said.append(f"; the last column, the default timed a second time in the same run ({again}, the same head) "
+                    f"over its first timing. That spread is the noise: twice its root mean square puts a ratio "
+                    f"below {1 / band:.2f}x beyond noise. The default is slower than the best of its parts beyond "
+                    f"noise on {len(beyond)} of {len([x for x in losses if x])} questions"
+                    + (f" (at worst {min(beyond):.2f}x)" if beyond else "") + ".")
     parts += ["## Per question", "Each method's tok/s over vanilla's on the same question (τ in brackets)"
-              + (f"; the last column, the default method {default} over the faster of its parts on that question "
-                 "(below 1.00x: a part alone was faster)." if parts_of else "."),
-              table(columns, rows).rstrip("\n")]
+              + "".join(said) + ("" if band else "."), table(columns, rows).rstrip("\n")]
     return "\n\n".join(parts) + "\n"
 
 

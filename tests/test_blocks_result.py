@@ -90,3 +90,30 @@ def test_the_page_states_the_machine_and_command():
                          "total_tokens": "auto", "compile": False, "methods": ["vanilla"]}}
     text = blocks_page(data, "data/x/blocks.json")
     assert "Some CPU AVX2 (cpu), 2 threads, float32" in text and "`make compare-blocks`" in text
+
+
+def test_the_default_timed_twice_sets_the_noise_band():
+    """With the default timed again (label `again`, the same head), the page says which of its losses to its best
+    part are beyond twice the root mean square spread of the two timings."""
+    from lab.blocks_result import AGAIN, noise_band
+
+    assert noise_band([]) is None and noise_band([1.0, 1.0]) == 1.0
+    assert noise_band([1.05, 1 / 1.05]) == pytest.approx(1.05 ** 2)
+    default, again = "eagle2+lookup", f"eagle2+lookup:{AGAIN}"
+    questions = []
+    for q, (first, second, best) in enumerate([(1.00, 1.02, 1.00), (1.00, 0.98, 1.02), (1.00, 1.01, 1.30)]):
+        questions.append({"benchmark": "mt_bench", "question": str(q), "methods": {
+            "eagle2": {"speedup": best, "tau": 1.5}, "lookup": {"speedup": 0.9, "tau": 1.1},
+            default: {"speedup": first, "tau": 1.6}, again: {"speedup": second, "tau": 1.6}}})
+    data = {"machine": "Some CPU AVX2", "device": "cpu", "threads": 2, "dtype": "float32", "torch": "2.13.0",
+            "commit": "abc1234", "uncommitted_changes": False, "command": "make compare-blocks", "date": "2026-12-06",
+            "load_average": 1.0, "heads": {}, "methods": [], "questions": questions,
+            "settings": {"model": "m", "head": "shipped", "benchmarks": [], "questions_per_benchmark": 3,
+                         "max_turns": 1, "max_new_tokens": 128, "temperature": 0.0, "depth": "auto",
+                         "total_tokens": "auto", "compile": False,
+                         "methods": ["vanilla", "eagle2", "lookup", default, again]}}
+    text = blocks_page(data, "data/x/blocks.json")
+    band = noise_band([1.02, 0.98, 1.01])
+    assert f"below {1 / band:.2f}x beyond noise" in text and 1 / 1.02 > 1 / band > 1 / 1.30
+    assert "beyond noise on 1 of 3 questions (at worst 0.77x)" in text
+    assert f"| {again} / {default} |" in text and "| 0.98x |" in text

@@ -266,6 +266,46 @@ def test_cost_model_is_cached_per_machine_and_never_reused_elsewhere(tmp_path, m
     assert packed.key == {**first.key, "packed": True} and cache_path(packed.key) != path
 
 
+def test_timings_disturbed_by_other_work_are_measured_again_and_never_cached(tmp_path, monkeypatch):
+    """A model measured beside other work (SmolLM2's, timed beside a training: 1,624 ms for one token, 948 ms for
+    16) would steer every later run; such timings are named, measured again, and never cached."""
+    from eagle_infer.trees import cost_measure
+    from eagle_infer.trees.cost_measure import Measured, disturbed
+
+    sizes = [1, 2, 4, 8, 16]
+    quiet = [[31.1, 31.9, 33.0], [34.1, 34.5, 36.0], [51.9, 52.0, 55.1], [64.4, 64.9, 66.0], [63.9, 65.0, 64.2]]
+    assert disturbed(sizes, quiet) is None  # (8 -> 16 tokens a little faster: within a fifth)
+    busy = [[1623.8], [2240.2], [2267.8], [2735.3], [947.6]]
+    assert disturbed(sizes, busy) == "a forward of 16 tokens took 947.6 ms, one of 8 tokens 2735.3 ms"
+    spread = [t[:] for t in quiet]
+    spread[2] = [51.9, 130.0, 140.0]
+    assert disturbed(sizes, spread) == "the forward of 4 tokens took 51.9 to 140.0 ms"
+    assert disturbed([1, 2], [[0.4, 0.4], [0.2, 1.3]]) is None  # sub-millisecond jitter: no choice depends on it
+    # Measured again while disturbed; cached once settled.
+    monkeypatch.setenv("EAGLE_CACHE", str(tmp_path))
+    target, head = target_and_head(2)
+    verdicts = ["a forward of 16 tokens took 947.6 ms, one of 8 tokens 2735.3 ms", None]
+    calls = []
+
+    def fake(*args, **kwargs):
+        calls.append(1)
+        return Measured(cost(0.5), verdicts[min(len(calls), len(verdicts)) - 1])
+
+    monkeypatch.setattr(cost_measure, "measure", fake)
+    said: list[str] = []
+    model = load_or_measure(target, None, 4, 9, say=said.append)
+    assert len(calls) == 2 and cache_path(model.key).exists()
+    assert said[1] == "  the machine looks busy (a forward of 16 tokens took 947.6 ms, one of 8 tokens 2735.3 ms): " \
+                      "measuring again"
+    # Never settled: used for this run, not cached, the user told.
+    from eagle_infer.head.head_runner import HeadRunner
+
+    verdicts[1], calls[:], said[:] = verdicts[0], [], []
+    model = load_or_measure(target, HeadRunner(head, target), 4, 9, say=said.append)
+    assert len(calls) == cost_measure.ATTEMPTS and not cache_path(model.key).exists()
+    assert "still disturbed" in said[-1] and "not cached" in said[-1]
+
+
 def test_padded_budget_verifies_whole_buckets():
     """With padded trees a verification of n nodes costs its bucket's forward, so the budget stops only at the top
     of a bucket (or the cap), and maximises expected tokens per ms over those costs."""
