@@ -71,17 +71,24 @@ class ModelConf:
     pack: str = "auto"
 
 
+MATCHES = ("leftmost", "recent")  # LookupConf.match
+
+
 @dataclass
 class LookupConf:
     """Prompt lookup (n-gram) drafting, the `lookup` group: the longest suffix of the context (n from max_ngram down
     to min_ngram) found earlier in the prompt and the text generated so far proposes the num_tokens tokens that
-    followed it (transformers' rule: leftmost match of the longest n). branches: most distinct continuations
-    proposed per cycle (further matches, merged as a trie)."""
+    followed it; match: which occurrence of the longest n, "leftmost" (transformers' rule) or "recent" (the latest,
+    what a model repeating itself repeats). branches: most distinct continuations proposed per cycle (further
+    matches, merged as a trie). choose: a head + lookup hybrid under an auto budget drafts a request's cycles
+    without its copies where they have emitted less per predicted ms (trees.copy_choice); false: always merged."""
 
     max_ngram: int = 2  # transformers' max_matching_ngram_size default
     min_ngram: int = 1
     num_tokens: int = 10
     branches: int = 1
+    match: str = "leftmost"
+    choose: bool = True
 
     def validate(self) -> None:
         if self.min_ngram < 1:
@@ -92,6 +99,8 @@ class LookupConf:
             raise EagleError(f"lookup.num_tokens {self.num_tokens} is invalid: expected >= 1")
         if self.branches < 1:
             raise EagleError(f"lookup.branches {self.branches} is invalid: expected >= 1")
+        if self.match not in MATCHES:
+            raise EagleError(f"lookup.match {self.match!r} is invalid: expected one of {', '.join(MATCHES)}")
 
 
 @dataclass

@@ -160,7 +160,9 @@ def test_auto_budget_with_lookup_is_lossless_and_follows_the_cost(name, per_toke
         result = Engine(target, head, auto, cost=cost(per_token, level_ms)).generate(prompt, 40)
         assert result.tokens == vanilla_tokens(target, prompt, 40)
         assert all(c.tree_size <= tree_size(fixed) for c in result.cycles)
-        if per_token == 0:
+        if per_token == 0:  # (a hybrid's choice to draft without its copies set aside: lookup.choose)
+            unchosen = replace(auto, lookup_conf=replace(auto.lookup_conf, choose=False))
+            result = Engine(target, head, unchosen, cost=cost(per_token, level_ms)).generate(prompt, 40)
             same = Engine(target, head, fixed).generate(prompt, 40)
             assert [c.tree_size for c in result.cycles] == [c.tree_size for c in same.cycles]
         settled = 0
@@ -174,6 +176,30 @@ def test_auto_budget_with_lookup_is_lossless_and_follows_the_cost(name, per_toke
         assert sorted(sizes)[len(sizes) // 2] <= 1 and max(sizes) < tree_size(fixed)
     else:
         assert max(sizes) > 1
+
+
+def test_a_hybrid_drafts_the_way_that_emits_more_per_predicted_ms():
+    """CopyChoice: WARM cycles with copies, WARM without, then the way that emitted more tokens per predicted ms,
+    the other tried once every EXPLORE cycles; a request whose text turns is followed within a few cycles."""
+    from eagle_infer.trees.copy_choice import EXPLORE, WARM, CopyChoice
+
+    def ways(choice, emitted, cycles):
+        taken = []
+        for _ in range(cycles):
+            way = choice.with_copies()
+            taken.append(way)
+            choice.update(way, *emitted(way))
+        return taken
+
+    choice = CopyChoice()
+    head_pays = ways(choice, lambda way: (1, 40.0) if way else (2, 38.0), 4 * WARM + 3 * (EXPLORE + 1))
+    assert head_pays[: 2 * WARM] == [True] * WARM + [False] * WARM
+    after = head_pays[2 * WARM :]
+    assert after == ([False] * EXPLORE + [True]) * (len(after) // (EXPLORE + 1)) + [False] * (len(after) % (EXPLORE + 1))
+    # The text turns: copies now emit 5 tokens a cycle; the next exploration finds it and they stay.
+    turned = ways(choice, lambda way: (5, 60.0) if way else (2, 38.0), 3 * (EXPLORE + 1))
+    first = turned.index(True)
+    assert first <= EXPLORE and all(turned[first:first + EXPLORE])
 
 
 def test_strong_copies_stop_the_head_sooner():

@@ -17,6 +17,7 @@ from ..head.block_runner import BlockRunner
 from ..head.head_runner import HeadRunner
 from ..models.kv_cache import KVCache
 from ..trees.cost import Plan
+from ..trees.copy_choice import CopyChoice
 from ..trees.lookup import CopyRates
 
 
@@ -59,6 +60,7 @@ class Request:
     cycles: list = field(default_factory=list)
     root: int = 0
     rates: CopyRates | None = None  # acceptance of copied tokens per depth, when drafting with lookup
+    choice: CopyChoice | None = None  # whether its copies pay, when a head drafts beside lookup
 
     def context(self) -> list[int]:
         """The prompt and every token emitted so far (the last one is the next cycle's root)."""

@@ -104,7 +104,8 @@ def vanilla_cycle(state: BatchState, models: Models, rows: list[Request],
 @dataclass
 class Proposal:
     """A cycle's trees and what drafted them: the feeder (its levels were head forwards) and the config at this batch
-    size; lengths: each row's committed cache length before the cycle; draft_s: seconds spent; plan: the auto
+    size; lengths: each row's committed cache length before the cycle; draft_s: seconds spent; with_copies: per row,
+    whether its copies were searched (a hybrid's CopyChoice; True for every other drafter); plan: the auto
     budget's plan the drafter followed, and evidence: what the budget decides the next cycle's plan by, on the
     device (None: fixed trees); sampled_from: the distributions a sampled chain's tokens were drawn from [B, N, V]
     (Drafted.proposal; None: fixed candidates)."""
@@ -114,6 +115,7 @@ class Proposal:
     lengths: list[int]
     config: InferConf
     draft_s: float
+    with_copies: list[bool]
     plan: Plan | None = None
     evidence: Evidence | None = None
     sampled_from: torch.Tensor | None = None
@@ -151,7 +153,7 @@ def draft_cycle(state: BatchState, models: Models, rows: list[Request], policy: 
     proposal = propose(state, models, rows, policy, sampling)
     verdict = verify(state, models, rows, proposal, policy, sampling)
     committed = commit(state, models, verdict)
-    emitted = record(rows, proposal, verdict, committed.verify_s, state.carry_s, state.carry_forwards)
+    emitted = record(rows, proposal, verdict, committed.verify_s, state.carry_s, state.carry_forwards, policy.budget)
     state.roots, state.pending = committed.roots, committed.pending
     state.carry_s, state.carry_forwards = 0.0, 0
     if verdict.plan is not None and proposal.plan is not None:
@@ -174,7 +176,9 @@ def propose(state: BatchState, models: Models, rows: list[Request], policy: Cycl
     if budget is not None and policy.plan_ahead:
         caps = (config.depth if head else 0, budget.max_nodes)
         plan = Plan(*caps) if state.plan is None else state.plan.bounded(*caps)  # the first cycle: the caps
-    contexts = [r.context() for r in rows] if method_of(config).lookup else []
+    # a hybrid's rows whose copies do not pay (CopyChoice, under an auto budget) draft their head's tree alone
+    with_copies = [r.choice is None or budget is None or r.choice.with_copies() for r in rows]
+    contexts = [r.context() if c else [] for r, c in zip(rows, with_copies)] if method_of(config).lookup else []
     inp = DraftInput(feeder, contexts, [r.rates for r in rows], config, policy.tree_size, budget, plan,
                      sampling=None if sampling.greedy else sampling, generators=[r.generator for r in rows])
     drafted = policy.drafter.propose(inp)
@@ -185,8 +189,8 @@ def propose(state: BatchState, models: Models, rows: list[Request], policy: Cycl
         raise EagleError(f"drafter returned {trees.batch} trees of up to {trees.width} nodes: expected one per batch "
                          f"row ({batch}) of at most the tree budget {limit}")
     sync(device)
-    return Proposal(trees, feeder, lengths, config, time.perf_counter() - t0, plan, plan_evidence(drafted),
-                    sampled_proposal(drafted))
+    return Proposal(trees, feeder, lengths, config, time.perf_counter() - t0, with_copies, plan,
+                    plan_evidence(drafted), sampled_proposal(drafted))
 
 
 def verify(state: BatchState, models: Models, rows: list[Request], proposal: Proposal, policy: CyclePolicy,
@@ -241,13 +245,14 @@ def commit(state: BatchState, models: Models, verdict: Verdict) -> Committed:
 
 
 def record(rows: list[Request], proposal: Proposal, verdict: Verdict, verify_s: float, carry_s: float,
-           carry_forwards: int) -> list[list[int]]:
+           carry_forwards: int, budget: Budget | None) -> list[list[int]]:
     """A CycleStats per row (the head's time fed after the last verification, carry_s over carry_forwards
-    forwards, counts in this cycle's draft time) and copy rates updated -> each row's accepted tokens and its bonus
-    token."""
+    forwards, counts in this cycle's draft time), copy rates updated and a hybrid's choice scored (tokens emitted,
+    and the cycle's price under the auto budget's cost model: its head forwards and a forward verifying the row's
+    tree alone) -> each row's accepted tokens and its bonus token."""
     draft_s, head_forwards = carry_s + proposal.draft_s, carry_forwards + proposal.feeder.levels
     emitted = []
-    for request, row in zip(rows, verdict.rows):
+    for request, row, with_copies in zip(rows, verdict.rows, proposal.with_copies):
         acc, on_path = row.acceptance, set(row.acceptance.path)
         request.cycles.append(CycleStats(
             tree_size=row.size, tree_depth=max(row.depths, default=0), accepted=len(acc.path), draft_s=draft_s,
@@ -255,7 +260,10 @@ def record(rows: list[Request], proposal: Proposal, verdict: Verdict, verify_s: 
             tested_hit=[i in on_path for i in acc.tested], batch=len(rows), lookup_size=sum(row.copied),
             lookup_accepted=sum(row.copied[i] for i in acc.path), head_forwards=head_forwards))
         if request.rates is not None:
-            request.rates.update(acc.tested, on_path, row.copied, row.depths)
+            request.rates.update(acc.tested, on_path, row.copied, row.depths, row.parents)
+        if request.choice is not None and budget is not None:
+            ms = head_forwards * budget.cost.level_ms + budget.cost.forward(1 + row.size)
+            request.choice.update(with_copies, len(acc.path) + 1, ms)
         request.root = acc.bonus
         emitted.append([row.tokens[i] for i in acc.path] + [acc.bonus])
     return emitted

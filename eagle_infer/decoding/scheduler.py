@@ -16,6 +16,7 @@ import torch
 from ..config import InferConf, SamplingParams
 from ..models.masks import causal_mask
 from ..platform import sync
+from ..trees.copy_choice import CopyChoice
 from ..trees.lookup import CopyRates
 from . import cycle
 from .batch_state import BatchState, Models, Output, Request
@@ -92,6 +93,8 @@ class BatchRun:
         request = Request(i, prompt, Output(call.max_new, call.stops, relay), generator, time.perf_counter())
         if method_of(self.config).lookup:
             request.rates = CopyRates(self.config.lookup_conf.num_tokens)
+            choose = method_of(self.config).head and self.config.lookup_conf.choose
+            request.choice = CopyChoice() if choose else None
         n = len(prompt)
         state.cache.lengths[b] = 0
         positions = torch.arange(n, device=device)[None]

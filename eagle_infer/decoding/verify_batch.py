@@ -79,8 +79,8 @@ def as_verdict(fields: tuple[torch.Tensor, ...]) -> tuple[BatchAcceptance, Commi
 
 @dataclass
 class HostRow:
-    """One row's verdict on the host: its Acceptance, and the tree's size, tokens, draft probabilities, copied flags
-    and depths (lists over its nodes)."""
+    """One row's verdict on the host: its Acceptance, and the tree's size, tokens, draft probabilities, copied flags,
+    depths and parents (lists over its nodes)."""
 
     acceptance: Acceptance
     size: int
@@ -88,6 +88,7 @@ class HostRow:
     probs: list[float]
     copied: list[bool]
     depths: list[int]
+    parents: list[int]
 
 
 def to_host(tree: TreeBatch, accepted: BatchAcceptance, summary: torch.Tensor | None = None
@@ -110,7 +111,8 @@ def to_host(tree: TreeBatch, accepted: BatchAcceptance, summary: torch.Tensor | 
         part = lambda i: row[1 + i * n : 1 + i * n + size]  # noqa: E731 (field i over the row's nodes)
         on_path = part(0)
         path = [i for i in range(size) if on_path[i]]
-        acceptance = Acceptance(path, int(row[0]), tested_nodes(path, [int(p) for p in part(1)]))
+        parents = [int(p) for p in part(1)]
+        acceptance = Acceptance(path, int(row[0]), tested_nodes(path, parents))
         rows.append(HostRow(acceptance, size, [int(x) for x in part(2)], part(3), [bool(x) for x in part(4)],
-                            [int(x) for x in part(5)]))
+                            [int(x) for x in part(5)], parents))
     return rows, read
