@@ -4,11 +4,12 @@ machine it ran on, in two steps around the eval:
     python -m lab.blocks_result step=begin run_dir=results/blocks
     python -m lab.blocks_result step=end run_dir=results/blocks 'command=make compare-blocks'
 
-`end` writes docs/results/data/<platform>/blocks.json: the stamp of a headline file (machine, threads, dtype, torch,
+`end` writes docs/results/data/<platform>/blocks.json (blocks-<dtype>.json for a dtype other than float32): the stamp of a headline file (machine, threads, dtype, torch,
 the commit `begin` saw, command, date, load), the run's settings, each labelled head's card (block, layers, training
 steps and seconds, held-out simulated acceptance and top-1), a line per (benchmark, method) (`eval.metrics.summarize`:
 questions, new tokens, tok/s, × vanilla, τ, identical to vanilla) and a line per question (each method's tok/s
-over vanilla's on that question, and τ). `lab.results_docs` renders it into docs/results/<platform>-blocks.md, whose
+over vanilla's on that question, and τ). `lab.results_docs` renders it into docs/results/<platform>-blocks.md
+(-blocks-<dtype>.md), whose
 per-question table holds the default method beside the best of its parts (DEFAULT_PARTS) and, where the run timed
 the default twice (`DEFAULT:again`, the same method with the same head under the label AGAIN), the noise band that
 says which of its losses are beyond noise.
@@ -36,7 +37,7 @@ from lab.result_file import platform_slug
 from lab.result_store import DATA_DIR
 
 FORMAT = 1
-FILE_NAME = "blocks.json"
+FILE_NAME = "blocks.json"  # float32's; another dtype's is blocks-<dtype>.json (file_name)
 FIELDS = ("format", "machine", "device", "threads", "dtype", "torch", "commit", "uncommitted_changes", "command", "date",
           "load_average", "settings", "heads", "methods", "questions")
 CARD_FIELDS = ("block", "layers", "steps", "train_s", "machine", "heldout/acceptance", "heldout/top1_1")
@@ -125,12 +126,21 @@ def read_blocks(path: Path) -> dict:
     return data
 
 
+def dtype_suffix(dtype: str) -> str:
+    """What a result of `dtype` adds to its file and page names: nothing for float32, "-<dtype>" for another."""
+    return "" if dtype == "float32" else f"-{dtype}"
+
+
+def file_name(dtype: str) -> str:
+    return FILE_NAME.replace(".json", f"{dtype_suffix(dtype)}.json")
+
+
 def blocks_files(root: Path) -> list[Path]:
-    return sorted((root / DATA_DIR).glob(f"*/{FILE_NAME}"))
+    return sorted((root / DATA_DIR).glob(f"*/{FILE_NAME.replace('.json', '*.json')}"))
 
 
 def page_name(data: dict) -> str:
-    return f"{platform_slug(data['machine'])}-blocks.md"
+    return f"{platform_slug(data['machine'])}-blocks{dtype_suffix(data['dtype'])}.md"
 
 
 def _x(value) -> str:
@@ -224,7 +234,7 @@ def rendered_pages(root: Path, pages_dir: Path) -> dict[Path, str]:
 def write_blocks(run_dir: Path, command: str, root: Path) -> Path:
     """The run's blocks result file under `root`'s data folder for its machine; returns its path."""
     data = blocks_result(run_dir, command)
-    path = root / DATA_DIR / platform_slug(data["machine"]) / FILE_NAME
+    path = root / DATA_DIR / platform_slug(data["machine"]) / file_name(data["dtype"])
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     return path

@@ -117,3 +117,19 @@ def test_the_default_timed_twice_sets_the_noise_band():
     assert f"below {1 / band:.2f}x beyond noise" in text and 1 / 1.02 > 1 / band > 1 / 1.30
     assert "beyond noise on 1 of 3 questions (at worst 0.77x)" in text
     assert f"| {again} / {default} |" in text and "| 0.98x |" in text
+
+
+def test_another_dtype_gets_a_file_and_page_of_its_own(tmp_path):
+    """A bfloat16 run sits beside the float32 one of the same machine: blocks-bfloat16.json, -blocks-bfloat16.md."""
+    from lab.blocks_result import blocks_files, file_name, page_name
+
+    assert file_name("float32") == FILE_NAME and file_name("bfloat16") == "blocks-bfloat16.json"
+    data = blocks_result(run_dir(tmp_path), "make compare-blocks")
+    folder = tmp_path / DATA_DIR / platform_slug(data["machine"])
+    folder.mkdir(parents=True)
+    for dtype in ("float32", "bfloat16"):
+        (folder / file_name(dtype)).write_text(json.dumps({**data, "dtype": dtype}))
+    assert len(blocks_files(tmp_path)) == 2
+    names = sorted(page.name for page in rendered_pages(tmp_path, Path("docs/results")))
+    slug = platform_slug(data["machine"])
+    assert names == [f"{slug}-blocks-bfloat16.md", f"{slug}-blocks.md"] and page_name(data) == f"{slug}-blocks.md"
