@@ -46,12 +46,19 @@ DEFAULT_PARTS = {"eagle2+lookup": ("eagle2", "lookup")}
 AGAIN = "again"  # the label of the default method timed a second time with the same head: its spread is the noise
 
 
-def noise_band(ratios: list[float]) -> float | None:
+def noise_band(ratios: list[float], robust: bool = False) -> float | None:
     """The noise of one per-question speed ratio, from `ratios` of the same work timed twice (again / first):
-    twice their root mean square log, as a factor (1.06: a ratio below 1 / 1.06 is beyond noise); None without
-    ratios."""
-    logs = [math.log(r) for r in ratios if r]
-    return math.exp(2 * math.sqrt(sum(x * x for x in logs) / len(logs))) if logs else None
+    twice their root mean square log, as a factor (1.06: a ratio below 1 / 1.06 is beyond noise), or `robust`,
+    twice 1.4826 times their median absolute log (the same for normal noise, unmoved by a few disturbed timings);
+    None without ratios."""
+    logs = sorted(abs(math.log(r)) for r in ratios if r)
+    if not logs:
+        return None
+    if robust:
+        mid = len(logs) // 2
+        median = logs[mid] if len(logs) % 2 else (logs[mid - 1] + logs[mid]) / 2
+        return math.exp(2 * 1.4826 * median)
+    return math.exp(2 * math.sqrt(sum(x * x for x in logs) / len(logs)))
 
 
 def _rounded(value, digits: int = 3):
@@ -207,12 +214,18 @@ def blocks_page(data: dict, source: str) -> str:
             "(below 1.00x: a part alone was faster)" if parts_of else ""]
     band = noise_band([a for a in agains if a]) if again else None
     if band:
-        beyond = [x for x in losses if x and x < 1 / band]
+        judged = [x for x in losses if x]
+
+        def beyond(limit: float) -> str:
+            below = [x for x in judged if x < 1 / limit]
+            return (f"{1 / limit:.2f}x, on {len(below)} of {len(judged)} questions"
+                    + (f" (at worst {min(below):.2f}x)" if below else ""))
+
         said.append(f"; the last column, the default timed a second time in the same run ({again}, the same head) "
-                    f"over its first timing. That spread is the noise: twice its root mean square puts a ratio "
-                    f"below {1 / band:.2f}x beyond noise. The default is slower than the best of its parts beyond "
-                    f"noise on {len(beyond)} of {len([x for x in losses if x])} questions"
-                    + (f" (at worst {min(beyond):.2f}x)" if beyond else "") + ".")
+                    f"over its first timing. That spread is the noise. The default is slower than the best of its "
+                    f"parts beyond twice the spread's root mean square, below {beyond(band)}; beyond twice its "
+                    f"median-based spread (1.4826 median absolute log, unmoved by a few disturbed timings), below "
+                    f"{beyond(noise_band([a for a in agains if a], robust=True))}.")
     parts += ["## Per question", "Each method's tok/s over vanilla's on the same question (τ in brackets)"
               + "".join(said) + ("" if band else "."), table(columns, rows).rstrip("\n")]
     return "\n\n".join(parts) + "\n"

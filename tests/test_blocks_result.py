@@ -99,6 +99,9 @@ def test_the_default_timed_twice_sets_the_noise_band():
 
     assert noise_band([]) is None and noise_band([1.0, 1.0]) == 1.0
     assert noise_band([1.05, 1 / 1.05]) == pytest.approx(1.05 ** 2)
+    # one disturbed timing among steady ones widens the root mean square band, not the median-based one
+    steady = [1.01, 1 / 1.01, 1.01, 1 / 1.01, 1.5]
+    assert noise_band(steady) > 1.3 and noise_band(steady, robust=True) == pytest.approx(1.01 ** (2 * 1.4826))
     default, again = "eagle2+lookup", f"eagle2+lookup:{AGAIN}"
     questions = []
     for q, (first, second, best) in enumerate([(1.00, 1.02, 1.00), (1.00, 0.98, 1.02), (1.00, 1.01, 1.30)]):
@@ -114,8 +117,11 @@ def test_the_default_timed_twice_sets_the_noise_band():
                          "methods": ["vanilla", "eagle2", "lookup", default, again]}}
     text = blocks_page(data, "data/x/blocks.json")
     band = noise_band([1.02, 0.98, 1.01])
-    assert f"below {1 / band:.2f}x beyond noise" in text and 1 / 1.02 > 1 / band > 1 / 1.30
-    assert "beyond noise on 1 of 3 questions (at worst 0.77x)" in text
+    assert 1 / 1.02 > 1 / band > 1 / 1.30
+    assert f"root mean square, below {1 / band:.2f}x, on 1 of 3 questions (at worst 0.77x)" in text
+    robust = noise_band([1.02, 0.98, 1.01], robust=True)
+    assert f"median-based spread (1.4826 median absolute log, unmoved by a few disturbed timings), below " \
+           f"{1 / robust:.2f}x, on" in text
     assert f"| {again} / {default} |" in text and "| 0.98x |" in text
 
 
