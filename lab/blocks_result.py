@@ -197,21 +197,30 @@ def blocks_page(data: dict, source: str) -> str:
 
     columns = ["benchmark", "question"] + methods + ([f"{default} / best of {' and '.join(parts_of)}"]
                                                      if parts_of else []) + ([f"{again} / {default}"] if again else [])
-    rows, losses, agains = [], [], []
+    differs = lambda m: got[m].get("identical") is False  # noqa: E731 (an answer other than vanilla's)
+    rows, losses, agains, unjudged = [], [], [], 0
     for line in data["questions"]:
         got = line["methods"]
         row = [line["benchmark"], line["question"]] + [
-            f"{_x(got[m]['speedup'])} (τ {_num(got[m]['tau'])})" if m in got else "—" for m in methods]
+            f"{_x(got[m]['speedup'])} (τ {_num(got[m]['tau'])}){' ≠' if differs(m) else ''}" if m in got else "—"
+            for m in methods]
         if parts_of:
-            loss = ratio(got, default, max((got[p]["speedup"] or 0) for p in parts_of if p in got))
-            losses.append(loss)
-            row.append(_x(loss))
+            best = max((p for p in parts_of if p in got), key=lambda p: got[p]["speedup"] or 0)
+            loss = ratio(got, default, got[best]["speedup"])
+            other_text = default in got and (differs(default) or differs(best))
+            unjudged += other_text
+            losses.append(None if other_text else loss)
+            row.append(_x(loss) + (" ≠" if other_text else ""))
         if again:
             agains.append(ratio(got, again, got.get(default, {}).get("speedup")))
             row.append(_x(agains[-1]))
         rows.append(row)
-    said = [f"; the column {default} / best, the default method over the faster of its parts on that question "
+    said = [f"; ≠ marks an answer other than vanilla's" if any("≠" in c for r in rows for c in r) else "",
+            f"; the column {default} / best, the default method over the faster of its parts on that question "
             "(below 1.00x: a part alone was faster)" if parts_of else ""]
+    if unjudged:
+        said.append(f", not judged where the default's or that part's answer differs from vanilla's (on {unjudged} "
+                    f"question{'s' if unjudged > 1 else ''}: the two decoded different texts)")
     band = noise_band([a for a in agains if a]) if again else None
     if band:
         judged = [x for x in losses if x]

@@ -116,6 +116,12 @@ def test_the_default_timed_twice_sets_the_noise_band():
                          "total_tokens": "auto", "compile": False,
                          "methods": ["vanilla", "eagle2", "lookup", default, again]}}
     text = blocks_page(data, "data/x/blocks.json")
+    # A question where the default decoded another text than vanilla (bfloat16) is shown, marked, and not judged.
+    other = json.loads(json.dumps(questions[2]))
+    other["question"], other["methods"][default]["speedup"], other["methods"][default]["identical"] = "3", 0.5, False
+    marked = blocks_page({**data, "questions": questions + [other]}, "data/x/blocks.json")
+    assert "| 0.50x (τ 1.60) ≠ |" in marked and "| 0.38x ≠ |" in marked
+    assert "(on 1 question: the two decoded different texts)" in marked and "on 1 of 3 questions" in marked
     band = noise_band([1.02, 0.98, 1.01])
     assert 1 / 1.02 > 1 / band > 1 / 1.30
     assert f"root mean square, below {1 / band:.2f}x, on 1 of 3 questions (at worst 0.77x)" in text
