@@ -4,21 +4,22 @@ machine it ran on, in two steps around the eval:
     python -m lab.blocks_result step=begin run_dir=results/blocks
     python -m lab.blocks_result step=end run_dir=results/blocks 'command=make compare-blocks'
 
-`end` writes docs/results/data/<platform>/blocks.json (blocks-<dtype>.json for a dtype other than float32): the stamp of a headline file (machine, threads, dtype, torch,
-the commit `begin` saw, command, date, load), the run's settings, each labelled head's card (block, layers, training
-steps and seconds, held-out simulated acceptance and top-1), a line per (benchmark, method) (`eval.metrics.summarize`:
-questions, new tokens, tok/s, × vanilla, τ, identical to vanilla) and a line per question (each method's tok/s
-over vanilla's on that question, and τ). `lab.results_docs` renders it into docs/results/<platform>-blocks.md
-(-blocks-<dtype>.md), whose
-per-question table holds the default method beside the best of its parts (DEFAULT_PARTS) and, where the run timed
-the default twice (`DEFAULT:again`, the same method with the same head under the label AGAIN), the noise band that
-says which of its losses are beyond noise.
+`end` writes docs/results/data/<platform>/blocks.json (blocks-<dtype>.json for a dtype other than float32): the
+stamp of a headline file (machine, threads, dtype, torch, the commit `begin` saw, command, date, load), the run's
+settings, each labelled head's card (block, layers, training steps and seconds, held-out simulated acceptance and
+top-1), a line per (benchmark, method) (`eval.metrics.summarize`: questions, new tokens, tok/s, × vanilla, τ,
+identical to vanilla) and a line per question (each method's tok/s over vanilla's on that question, and τ).
+`lab.results_docs` renders it into docs/results/<platform>-blocks.md (-blocks-<dtype>.md), whose per-question table
+holds the default method beside the best of its parts (DEFAULT_PARTS) and, where the run timed the default twice
+(`DEFAULT:again`, the same method with the same head under the label AGAIN), the noise bands that say which of its
+losses are beyond noise.
 """
 from __future__ import annotations
 
 import json
 import math
 import os
+import statistics
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -51,13 +52,11 @@ def noise_band(ratios: list[float], robust: bool = False) -> float | None:
     twice their root mean square log, as a factor (1.06: a ratio below 1 / 1.06 is beyond noise), or `robust`,
     twice 1.4826 times their median absolute log (the same for normal noise, unmoved by a few disturbed timings);
     None without ratios."""
-    logs = sorted(abs(math.log(r)) for r in ratios if r)
+    logs = [abs(math.log(r)) for r in ratios if r]
     if not logs:
         return None
     if robust:
-        mid = len(logs) // 2
-        median = logs[mid] if len(logs) % 2 else (logs[mid - 1] + logs[mid]) / 2
-        return math.exp(2 * 1.4826 * median)
+        return math.exp(2 * 1.4826 * statistics.median(logs))
     return math.exp(2 * math.sqrt(sum(x * x for x in logs) / len(logs)))
 
 
@@ -197,17 +196,20 @@ def blocks_page(data: dict, source: str) -> str:
 
     columns = ["benchmark", "question"] + methods + ([f"{default} / best of {' and '.join(parts_of)}"]
                                                      if parts_of else []) + ([f"{again} / {default}"] if again else [])
-    differs = lambda m: got[m].get("identical") is False  # noqa: E731 (an answer other than vanilla's)
+
+    def differs(got: dict, m: str) -> bool:  # an answer other than vanilla's
+        return got[m].get("identical") is False
+
     rows, losses, agains, unjudged = [], [], [], 0
     for line in data["questions"]:
         got = line["methods"]
         row = [line["benchmark"], line["question"]] + [
-            f"{_x(got[m]['speedup'])} (τ {_num(got[m]['tau'])}){' ≠' if differs(m) else ''}" if m in got else "—"
+            f"{_x(got[m]['speedup'])} (τ {_num(got[m]['tau'])}){' ≠' if differs(got, m) else ''}" if m in got else "—"
             for m in methods]
         if parts_of:
             best = max((p for p in parts_of if p in got), key=lambda p: got[p]["speedup"] or 0)
             loss = ratio(got, default, got[best]["speedup"])
-            other_text = default in got and (differs(default) or differs(best))
+            other_text = default in got and (differs(got, default) or differs(got, best))
             unjudged += other_text
             losses.append(None if other_text else loss)
             row.append(_x(loss) + (" ≠" if other_text else ""))

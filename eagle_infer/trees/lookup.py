@@ -8,9 +8,9 @@ continuations, skipping ones that add no new path.
 
 Node values: the copied tokens that continue one node at depth j share the request's measured rate of accepting a
 copy there (`CopyRates`: of the times copies at depth j were tested, below an accepted parent, the share in which
-one of them was accepted, from a prior `prior_rate(j)` weighing PRIOR_TRIES tests), split evenly among them: siblings exclude one
-another, so their values sum to that rate, and a chain's path value estimates the chance that it is accepted that
-far, on the same scale as a head's path probabilities.
+one of them was accepted, from a prior `prior_rate(j)` weighing PRIOR_TRIES tests), split evenly among them:
+siblings exclude one another, so their values sum to that rate, and a chain's path value estimates the chance that
+it is accepted that far, on the same scale as a head's path probabilities.
 """
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ PRIOR_MISS = 0.75  # prior_rate(j) = 1 - PRIOR_MISS / j
 def prior_rate(depth: int) -> float:
     """A copy's acceptance rate at `depth` before any was tested there: 1 - 0.75 / depth, the longer a copy has
     held the likelier it goes on (0.25, 0.62, 0.75, 0.81, 0.85 at depths 1-5). Fit to greedy chains of 10 copies
-    over SmolLM2's answers to its 64 held-out self-written requests (recipes/smollm2-135m-self-openers): 0.24, 0.62,
+    over SmolLM2's answers to its 64 held-out self-written requests (`python scripts/copy_rates.py`): 0.24, 0.62,
     0.73, 0.75, 0.80, then 0.86-0.92. A flat prior of 0.5 priced a second copy so low that an auto budget never
     verified one, and so never measured that it is accepted far more often than the first."""
     return 1.0 - PRIOR_MISS / depth
