@@ -2,32 +2,19 @@
 emitted token on, so a request's prefill does not inflate the per-cycle figure, and CUDA graph replays."""
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import torch
 
 from eagle_infer.config import InferConf
 from eagle_infer.decoding.engine import Engine
 from tests.oracles import one_thread  # noqa: F401 (autouse fixture)
+from tests.scripts import load_script
 from tests.tiny import tiny_target
-
-SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "bench_engine.py"
-
-
-def bench_engine():
-    spec = importlib.util.spec_from_file_location("bench_engine_under_test", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_operators_are_counted_per_step_without_the_prefill():
     """A vanilla step dispatches the same operators at every length, so the per-step count of a short answer equals a
     long one's: counting the prefill's forward too would raise the short one's by a third."""
-    dispatched = bench_engine().dispatched
+    dispatched = load_script("bench_engine").dispatched
     engine = Engine(tiny_target(), None, InferConf(method="vanilla"))
     prompt = [3, 14, 15, 9, 26, 5, 35]
     engine.generate(prompt, 4)  # warm-up
@@ -39,7 +26,7 @@ def test_operators_are_counted_per_step_without_the_prefill():
 
 def test_graph_replays_are_counted_per_cycle(monkeypatch):
     """Every CUDA graph replay during the answer counts: here a stand-in replay inside each target forward."""
-    dispatched = bench_engine().dispatched
+    dispatched = load_script("bench_engine").dispatched
     monkeypatch.setattr(torch.cuda.CUDAGraph, "replay", lambda graph: None)  # no GPU: a replay that does nothing
     target = tiny_target()
     forward = target.forward

@@ -1,21 +1,11 @@
 """scripts/draft_vocab_coverage.py counts, per benchmark, the answer tokens inside a head's draft vocabulary."""
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
-SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "draft_vocab_coverage.py"
-
-
-def load_script():
-    spec = importlib.util.spec_from_file_location("draft_vocab_coverage", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from tests.scripts import load_script
 
 
 def test_coverage_counts_every_turn_per_benchmark():
-    coverage = load_script().coverage
+    coverage = load_script("draft_vocab_coverage").coverage
     records = [{"benchmark": "mt_bench", "turns": ["abc", "ad"]}, {"benchmark": "gsm8k", "turns": ["zz"]},
                {"benchmark": "mt_bench", "turns": ["b"]}]
     encode = lambda text: [ord(c) for c in text]  # noqa: E731

@@ -3,7 +3,6 @@
 JSON and the table; a step that outruns the budget is stopped and later ones are skipped."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -14,17 +13,11 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.scripts import load_script
+
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / "scripts" / "gpu_check.py"
 STEPS = ["check-lossless", "bench-smollm2", "bench-synthetic", "featurize", "train"]
-
-
-def gpu_check():
-    spec = importlib.util.spec_from_file_location("gpu_check", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["gpu_check"] = module  # its dataclasses look their module up while it loads
-    spec.loader.exec_module(module)
-    return module
 
 
 def env() -> dict:
@@ -44,7 +37,7 @@ def test_without_cuda_says_so_in_one_line(tmp_path):
 
 
 def test_a_step_past_the_budget_is_stopped_later_ones_skipped_and_a_failure_shows_its_last_line(tmp_path):
-    module = gpu_check()
+    module = load_script("gpu_check")
     sleeper = module.Step("sleep", [sys.executable, "-c", "import time; time.sleep(30)"])
     record = module.run(sleeper, tmp_path / "sleep.log", time.monotonic() + 1.0)
     assert record["status"] == "timed out" and record["seconds"] < 20

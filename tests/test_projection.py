@@ -1,7 +1,6 @@
 """The projected speedup of a synthetic target (lab/projection.py) and bench-engine's projection table."""
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
@@ -9,16 +8,10 @@ import pytest
 from eagle_infer.models.registry import MODELS
 from eagle_infer.trees.tree import check_paths
 from lab.projection import EAGLE_TREE, PAPER_FIGURES, projected_speedup
+from tests.scripts import load_script
 from tests.test_engine_errors import one_line_error
 
 REPO = Path(__file__).resolve().parent.parent
-
-
-def bench_engine():
-    spec = importlib.util.spec_from_file_location("bench_engine", REPO / "scripts" / "bench_engine.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_projected_speedup_arithmetic():
@@ -48,7 +41,7 @@ def runs_of(module, vanilla_ms: list[float], draft_ms: list[float], verify_ms: l
 
 
 def test_bench_engine_projects_from_per_cycle_medians_and_prints_it_beside_the_paper(capsys):
-    module = bench_engine()
+    module = load_script("bench_engine")
     runs = runs_of(module, [20.0, 21.0, 99.0], [3.0, 2.5, 2.0], [24.0, 25.0, 40.0])
     row = module.projection(runs, "this", PAPER_FIGURES["vicuna-7b"])
     assert row["vanilla_step_ms"] == pytest.approx(21.0) and row["cycle_vs_step"] == pytest.approx(27.5 / 21.0)
@@ -64,7 +57,7 @@ def test_bench_engine_projects_from_per_cycle_medians_and_prints_it_beside_the_p
 
 
 def test_bench_engine_without_a_published_tau_prints_no_projection(capsys):
-    module = bench_engine()
+    module = load_script("bench_engine")
     row = module.projection(runs_of(module, [20.0], [3.0], [24.0]), "this", None)
     assert row["projected_speedup"] is None
     module.print_projection({"model": "synthetic:smollm2-135m", "projection": {
