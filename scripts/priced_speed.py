@@ -1,9 +1,9 @@
 """Each method's speed per question as the cost model prices its cycles, beside the speed measured: how a decoding
 policy compares on a machine too busy to time it.
 
-A cycle is priced as the auto budget prices it (eagle_infer.trees.cost.CostModel): its head forwards at the draft
-level's ms, plus one target forward of its batch x (1 + tree size) tokens; a vanilla cycle is one forward of its
-batch. Prices depend only on the trees each method verified, not on the clock, so two runs of the same policy price
+A cycle is priced as the auto budget prices it (eagle_infer.trees.cost.CostModel.cycle_ms): its head forwards at
+the draft level's ms, plus one target forward of its batch x (1 + tree size) tokens; a vanilla cycle is one forward
+of its batch. Prices depend only on the trees each method verified, not on the clock, so two runs of the same policy price
 alike however busy the machine was; the measured column shows how far the clock agreed. Every method is priced with
 the one cost model given (a method drafting with another head is priced at this head's level cost).
 
@@ -44,8 +44,7 @@ def read_cost(path: Path) -> CostModel:
 
 def priced_ms(cycles: list[dict], cost: CostModel) -> float:
     """The ms the cost model prices these cycles at (a record's "cycles")."""
-    return sum(c["head_forwards"] * cost.level_ms + cost.forward(c.get("batch", 1) * (1 + c["tree_size"]))
-               for c in cycles)
+    return sum(cost.cycle_ms(c["head_forwards"], c.get("batch", 1) * (1 + c["tree_size"])) for c in cycles)
 
 
 SIZES = ((0, 0), (1, 3), (4, 7), (8, 15), (16, 31), (32, 10**9))  # tree sizes grouped for measured / priced

@@ -262,8 +262,7 @@ def record(rows: list[Request], proposal: Proposal, verdict: Verdict, verify_s: 
         if request.rates is not None:
             request.rates.update(acc.tested, on_path, row.copied, row.depths, row.parents)
         if request.choice is not None and budget is not None:
-            ms = head_forwards * budget.cost.level_ms + budget.cost.forward(1 + row.size)
-            request.choice.update(with_copies, len(acc.path) + 1, ms)
+            request.choice.update(with_copies, len(acc.path) + 1, budget.cost.cycle_ms(head_forwards, 1 + row.size))
         request.root = acc.bonus
         emitted.append([row.tokens[i] for i in acc.path] + [acc.bonus])
     return emitted

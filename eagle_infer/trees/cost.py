@@ -61,6 +61,11 @@ class CostModel:
                 return f[i - 1] + (f[i] - f[i - 1]) * (tokens - s[i - 1]) / (s[i] - s[i - 1])
         return f[-1]
 
+    def cycle_ms(self, head_forwards: int, verified: int) -> float:
+        """ms of a decoding cycle: `head_forwards` draft-head forwards (levels drafted, accepted tokens fed) and one
+        target forward of `verified` tokens (the batch's roots and tree nodes)."""
+        return head_forwards * self.level_ms + self.forward(verified)
+
     def save(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{os.getpid()}.partial")  # processes measuring at once each write whole
