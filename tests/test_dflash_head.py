@@ -3,12 +3,16 @@ same weights and inputs, its context cache extended in steps and trimmed equals 
 checkpoint, and one-line refusals."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 
 from eagle_infer.errors import EagleError
+from eagle_infer.head.block_runner import BlockRunner
 from eagle_infer.head.dflash_head import ContextKV, block_mask, extend, random_dflash_head, trim
 from eagle_infer.head.head_checkpoint import load_head
+from eagle_infer.models.packed import pack_available
 from scripts import check_export
 from tests.tiny import tiny_target
 
@@ -63,6 +67,26 @@ def test_context_built_in_steps_and_trimmed_drafts_as_built_at_once():
         assert torch.allclose(mixed[0], cut[0], atol=1e-5) and torch.allclose(mixed[1], head.draft_block(
             whole, bonus, ten)[1], atol=1e-5)
     assert isinstance(steps, ContextKV) and steps.keys.shape == (2, 2, 2, 10, 16)
+
+
+@pytest.mark.parametrize("packed", [False, pytest.param(True, marks=pytest.mark.skipif(
+    not pack_available(), reason="oneDNN not available"))])
+def test_a_block_runner_drafts_the_drafters_own_logits(packed):
+    """BlockRunner.draft (its copy of the LM-head rows of the draft vocabulary, packed for a packed target) equals
+    the drafter's draft_block, which gathers the rows from the target at each call."""
+    head = drafter(draft_vocab=torch.randperm(96, generator=torch.Generator().manual_seed(3))[:40])
+    target = replace(head.target, packed=packed)
+    runner = BlockRunner(head, target)
+    assert (runner.step.vocab_packed is not None) is packed and runner.step.vocab_weight.shape == (40, 64)
+    fused = torch.randn(1, 9, 3 * 64, generator=torch.Generator().manual_seed(2))
+    cache = runner.new_cache(1, 20)
+    runner(fused, None, torch.arange(9)[None], cache, None)
+    cache.advance(9)
+    drafted = runner.draft(cache, torch.tensor([[3]]), cache.length_column())
+    with torch.no_grad():
+        own = head.draft_block(head.context_kv(fused, torch.arange(9)[None]), torch.tensor([[3]]), torch.tensor([[9]]))
+    assert drafted.shape == (1, 3, 40) and drafted.dtype == torch.float32
+    torch.testing.assert_close(drafted, own, rtol=1e-5, atol=1e-5)
 
 
 def test_block_mask_sees_the_context_before_its_block_and_its_own_block():

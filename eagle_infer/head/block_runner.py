@@ -8,26 +8,42 @@ states after each verification (the target's states at the kept positions, the c
 it never holds a drafted token, so nothing is ever trimmed from it. A cycle's one draft forward (`draft`) reads the
 rows' committed contexts and their bonus tokens and returns the block's logits.
 
-Built once per (drafter, target) and read-only afterwards; on a target compiled on a GPU the block forward is
-compiled too (over a static cache: one graph per batch size), as a HeadRunner compiles an EAGLE head's step there.
+Built once per (drafter, target) and read-only afterwards: the target's LM-head rows of the draft vocabulary are
+copied once (packed for oneDNN on a packed target), not gathered every cycle (a 49,152 x 576 gather was half of
+SmolLM2's block forward). On a target compiled on a GPU the block forward is compiled too (over a static cache: one
+graph per batch size), as a HeadRunner compiles an EAGLE head's step there.
 """
 from __future__ import annotations
 
 import torch
 
+from torch import nn
+
 from ..models.compiled import CompiledForward, static_length
 from ..models.kv_cache import KVCache, write
+from ..models.packed import PackedLinear, vocab_logits
 from .dflash_head import ContextKV, DFlashHead
 from .draft_head import vocab_order
 
 BLOCK_DRAFTERS = ("dflash",)  # the head blocks that draft a whole block a forward (head_runner.runner_for)
 
 
-def block_logits(module: DFlashHead, keys: torch.Tensor, values: torch.Tensor, bonus: torch.Tensor,
+class BlockStep(nn.Module):
+    """What a cycle's block forward runs: the drafter and the target's LM-head rows of its draft vocabulary,
+    vocab_weight [Vd, H] (a buffer: a compiled forward reads it in place), packed as vocab_packed or None."""
+
+    def __init__(self, module: DFlashHead, vocab_weight: torch.Tensor, vocab_packed: PackedLinear | None):
+        super().__init__()
+        self.module, self.vocab_packed = module, vocab_packed
+        self.register_buffer("vocab_weight", vocab_weight, persistent=False)
+
+
+def block_logits(step: BlockStep, keys: torch.Tensor, values: torch.Tensor, bonus: torch.Tensor,
                  lengths: torch.Tensor) -> torch.Tensor:
     """The block forward, eager and compiled alike: context keys, values [N, B, kvh, L, D], bonus, lengths [B, 1]
-    -> float32 logits [B, T - 1, Vd] (DFlashHead.draft_block)."""
-    return module.draft_block(ContextKV(keys, values), bonus, lengths)
+    -> float32 logits [B, T - 1, Vd] (DFlashHead.draft_block's, over the step's copy of the vocabulary rows)."""
+    hidden = step.module.block_hidden(ContextKV(keys, values), bonus, lengths)
+    return vocab_logits(hidden, step.vocab_weight, step.vocab_packed)
 
 
 class BlockRunner:
@@ -39,7 +55,10 @@ class BlockRunner:
         if compile_step is None:
             compile_step = target.compiled_forward is not None and target.device.type == "cuda"
         self.vocab_order = vocab_order(module.draft_vocab, self.config.vocab_size)
-        self.compiled = (CompiledForward(module, block_logits, target.device, "the block drafter's forward")
+        rows = target.lm_head.weight.detach()
+        rows = rows if module.draft_vocab is None else rows[module.draft_vocab]  # [Vd, H], gathered once
+        self.step = BlockStep(module, rows, PackedLinear(rows) if target.packed else None)
+        self.compiled = (CompiledForward(self.step, block_logits, target.device, "the block drafter's forward")
                          if compile_step else None)
 
     @property
@@ -82,4 +101,4 @@ class BlockRunner:
         keys, values = cache.store[0, :, :, :, :span], cache.store[1, :, :, :, :span]
         if self.compiled is not None and cache.static:
             return self.compiled(keys, values, bonus, lengths)
-        return block_logits(self.module, keys, values, bonus, lengths)
+        return block_logits(self.step, keys, values, bonus, lengths)

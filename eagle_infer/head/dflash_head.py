@@ -216,10 +216,15 @@ class DFlashHead(SavedHead):
         bonus [B, 1] (each row's last committed token, at position lengths[b]), lengths [B, 1] long -> float32 draft
         logits [B, T - 1, Vd] of the tokens at positions lengths + 1 .. lengths + T - 1 (draft_vocab maps a column
         to its target id; logits() of forward's output gives all V)."""
+        return self.draft_logits(self.block_hidden(context, bonus, lengths))
+
+    def block_hidden(self, context: ContextKV, bonus: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        """draft_block's forward before the LM head: the final norm's output [B, T - 1, H] at the drafted positions
+        lengths + 1 .. lengths + T - 1 (a BlockRunner scores it over its own copy of the draft vocabulary's rows)."""
         tokens, positions = self.block_inputs(bonus, lengths)
         c = self.config
         mask = block_mask(lengths, context.length, c.block_size, c.block_attention == "causal", c.sliding_window)
-        return self.draft_logits(self(tokens, positions, context, mask)[:, 1:])
+        return self(tokens, positions, context, mask)[:, 1:]
 
 
 def random_dflash_head(target, mask_token_id: int, seed: int = 0, layers: int = 1, block_size: int = 8,

@@ -21,9 +21,9 @@ from ..models.compiled import CompiledForward, mark_dynamic_step, static_length
 from .block_runner import BLOCK_DRAFTERS, BlockRunner
 from .draft_head import INPUT_HALVES, DraftHead, SavedHead, full_vocabulary, head_inputs, vocab_order
 from ..models.kv_cache import KVCache
-from ..models.lean_layer import RopeTable, cast, lean_layer
+from ..models.lean_layer import RopeTable, lean_layer
 from ..models.lean_layer import run as lean_run
-from ..models.packed import PackedLinear
+from ..models.packed import PackedLinear, vocab_logits
 
 
 class HeadStep(nn.Module):
@@ -70,11 +70,7 @@ def step_logits(step: HeadStep, predicted: torch.Tensor) -> torch.Tensor:
     """Predicted features [..., H] -> float32 logits [..., Vd] over the draft vocabulary."""
     if step.norm is not None:
         predicted = step.norm(predicted)
-    if step.vocab_packed is not None and predicted.dtype == step.vocab_weight.dtype:
-        logits = step.vocab_packed(predicted)
-    else:
-        logits = torch.nn.functional.linear(predicted, cast(step.vocab_weight, predicted.dtype))
-    return cast(logits, torch.float32)
+    return vocab_logits(predicted, step.vocab_weight, step.vocab_packed)
 
 
 class HeadRunner:

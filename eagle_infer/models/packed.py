@@ -69,6 +69,16 @@ class PackedLinear(torch.nn.Module):
         return y.view(*x.shape[:-1], self.out_features)
 
 
+def vocab_logits(x: torch.Tensor, weight: torch.Tensor, packed: PackedLinear | None) -> torch.Tensor:
+    """x [..., H] -> float32 logits [..., V] over the rows of weight [V, H]: through `packed` (its packed copy) where
+    x has weight's dtype, else a plain product with weight cast to x's dtype."""
+    if packed is not None and x.dtype == weight.dtype:
+        y = packed(x)
+    else:
+        y = F.linear(x, weight if weight.dtype == x.dtype else weight.to(x.dtype))
+    return y if y.dtype == torch.float32 else y.float()  # (Tensor.float() would dispatch an operator even then)
+
+
 def linear_bytes(module: torch.nn.Module) -> int:
     """Bytes of the weights pack_linears(module) would copy."""
     return sum(m.weight.numel() * m.weight.element_size() for m in module.modules() if isinstance(m, torch.nn.Linear))
