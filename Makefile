@@ -96,13 +96,14 @@ headline: $(STAMP)
 # Block drafters beside EAGLE heads (docs/results/<platform>-blocks.md): one eval run, 10 first turns of MT-bench,
 # GSM8K and HumanEval, 128 new tokens, float32 (BLOCKS_DTYPE=bfloat16: a page of its own), every method side by side:
 # vanilla, the default and its parts (shipped head), EAGLE-2 with the EAGLE-3 head and the DFlash drafter's methods,
-# both trained by recipes/smollm2-135m-blocks.yaml (make train MODEL=smollm2-135m-blocks BLOCK=eagle3|dflash), and the
+# both trained by recipes/smollm2-135m-blocks.yaml (the DFlash drafter with D-PACE's slot weights: the recipe's
+# commands), and the
 # default once more, last (eagle2+lookup:again, the shipped head under another label): the spread of its two timings
 # is the noise the per-question table judges the default by. Its figures become
 # docs/results/data/<platform>/blocks[-<dtype>].json (lab/blocks_result.py), then the docs are regenerated.
 .PHONY: compare-blocks
 BLOCKS_EAGLE3 ?= runs/smollm2-135m-blocks/eagle3/head
-BLOCKS_DFLASH ?= runs/smollm2-135m-blocks/dflash/head
+BLOCKS_DFLASH ?= runs/smollm2-135m-blocks/dflash-dpace/head
 BLOCKS_METHODS = vanilla,eagle2,lookup,eagle2+lookup,eagle2:eagle3,dflash:dflash,dflash-tree:dflash,dflash+lookup:dflash,eagle2+lookup:again
 BLOCKS_DTYPE ?= float32
 BLOCKS_EVAL = run=blocks model.name=smollm2-135m model.dtype=$(BLOCKS_DTYPE) bench.names=[mt_bench,gsm8k,humaneval] \
