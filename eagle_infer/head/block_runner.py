@@ -16,7 +16,6 @@ graph per batch size), as a HeadRunner compiles an EAGLE head's step there.
 from __future__ import annotations
 
 import torch
-
 from torch import nn
 
 from ..models.compiled import CompiledForward, static_length
