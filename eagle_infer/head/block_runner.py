@@ -9,9 +9,9 @@ it never holds a drafted token, so nothing is ever trimmed from it. A cycle's on
 rows' committed contexts and their bonus tokens and returns the block's logits.
 
 Built once per (drafter, target) and read-only afterwards: the target's LM-head rows of the draft vocabulary are
-copied once (packed for oneDNN on a packed target), not gathered every cycle (a 49,152 x 576 gather was half of
-SmolLM2's block forward). On a target compiled on a GPU the block forward is compiled too (over a static cache: one
-graph per batch size), as a HeadRunner compiles an EAGLE head's step there.
+copied once (packed for oneDNN on a packed target), not gathered every cycle. On a target compiled on a GPU the
+block forward is compiled too (over a static cache: one graph per batch size), as a HeadRunner compiles an EAGLE
+head's step there.
 """
 from __future__ import annotations
 
