@@ -80,8 +80,9 @@ class LookupConf:
     to min_ngram) found earlier in the prompt and the text generated so far proposes the num_tokens tokens that
     followed it; match: which occurrence of the longest n, "leftmost" (transformers' rule) or "recent" (the latest,
     what a model repeating itself repeats). branches: most distinct continuations proposed per cycle (further
-    matches, merged as a trie). choose: a head + lookup hybrid under an auto budget drafts a request's cycles
-    without its copies where they have emitted less per predicted ms (trees.copy_choice); false: always merged."""
+    matches, merged as a trie). choose: a head + lookup hybrid under an auto budget drafts each of a request's
+    cycles the way that has emitted the most per predicted ms: its head's tree alone, the copies merged in, or the
+    copies alone, the head not run (trees.copy_choice); false: always merged."""
 
     max_ngram: int = 2  # transformers' max_matching_ngram_size default
     min_ngram: int = 1

@@ -179,27 +179,41 @@ def test_auto_budget_with_lookup_is_lossless_and_follows_the_cost(name, per_toke
 
 
 def test_a_hybrid_drafts_the_way_that_emits_more_per_predicted_ms():
-    """CopyChoice: WARM cycles with copies, WARM without, then the way that emitted more tokens per predicted ms,
-    the other tried once every EXPLORE cycles; a request whose text turns is followed within a few cycles."""
-    from eagle_infer.trees.copy_choice import EXPLORE, WARM, CopyChoice
+    """CopyChoice: WARM cycles merged, WARM with the head alone, then the way that emitted more tokens per predicted
+    ms, another tried once every EXPLORE cycles; the copies alone are scored by the merged cycles (no exploring),
+    and a request whose text turns to a loop, and back, is followed within a few cycles."""
+    from eagle_infer.trees.copy_choice import COPIES, EXPLORE, HEAD, MERGED, WARM, CopyChoice
 
     def ways(choice, emitted, cycles):
+        """`cycles` cycles as the choice says; emitted(way) -> (tokens, ms), and for a merged cycle what its copies
+        alone would have emitted and cost."""
         taken = []
         for _ in range(cycles):
-            way = choice.with_copies()
+            way = choice.way()
             taken.append(way)
             choice.update(way, *emitted(way))
         return taken
 
+    def text(head, merged, alone):
+        return lambda way: {HEAD: (*head, None), MERGED: (*merged, alone), COPIES: (*alone, None)}[way]
+
+    period = EXPLORE + 1
     choice = CopyChoice()
-    head_pays = ways(choice, lambda way: (1, 40.0) if way else (2, 38.0), 4 * WARM + 3 * (EXPLORE + 1))
-    assert head_pays[: 2 * WARM] == [True] * WARM + [False] * WARM
-    after = head_pays[2 * WARM :]
-    assert after == ([False] * EXPLORE + [True]) * (len(after) // (EXPLORE + 1)) + [False] * (len(after) % (EXPLORE + 1))
-    # The text turns: copies now emit 5 tokens a cycle; the next exploration finds it and they stay.
-    turned = ways(choice, lambda way: (5, 60.0) if way else (2, 38.0), 3 * (EXPLORE + 1))
-    first = turned.index(True)
-    assert first <= EXPLORE and all(turned[first:first + EXPLORE])
+    head_pays = ways(choice, text((2, 38.0), (1, 40.0), (1, 36.0)), 2 * WARM + 3 * period)
+    assert head_pays[: 2 * WARM] == [MERGED] * WARM + [HEAD] * WARM
+    assert head_pays[2 * WARM :] == ([HEAD] * EXPLORE + [MERGED]) * 3
+    # The text turns to a loop: merged trees emit 5 tokens a cycle, the copies alone as many without the head's
+    # forwards. The next merged cycle (an exploration) scores both; the copies alone take over, merged explored.
+    loop = ways(choice, text((2, 38.0), (5, 60.0), (5, 45.0)), 4 * period)
+    first = loop.index(COPIES)
+    assert first <= EXPLORE + 1 and HEAD not in loop[first:]
+    assert loop[first : first + period] == [COPIES] * EXPLORE + [MERGED]
+    # The loop ends: the next merged exploration sees the copies emit one token; the head's ways take over again.
+    back = ways(choice, text((2, 38.0), (2, 42.0), (1, 36.0)), 4 * period)
+    assert back.index(MERGED) <= EXPLORE and COPIES not in back[back.index(MERGED) + 3 :]
+    # a way never scored is never best; ties keep the merged tree
+    assert CopyChoice().best() == MERGED and CopyChoice(tokens=[1.0, 1.0, 1.0], ms=[2.0, 2.0, 2.0],
+                                                        cycles=[1, 1, 1]).best() == MERGED
 
 
 def test_strong_copies_stop_the_head_sooner():

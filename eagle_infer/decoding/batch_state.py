@@ -13,6 +13,7 @@ from typing import Callable
 
 import torch
 
+from .. import constants
 from ..head.block_runner import BlockRunner
 from ..head.head_runner import HeadRunner
 from ..models.kv_cache import KVCache
@@ -98,6 +99,21 @@ class Pending:
         return Pending(self.features.index_select(0, rows), self.tokens.index_select(0, rows),
                        [self.counts[r] for r in kept], self.on_device.index_select(0, rows),
                        self.newest.index_select(0, rows))
+
+    def then(self, new: "Pending") -> "Pending":
+        """These inputs followed by `new`'s, row by row (a cycle between the two commits fed the head nothing: its
+        copies alone were drafted): row b's counts[b] pairs, then new's new.counts[b], packed from column 0."""
+        counts = [a + b for a, b in zip(self.counts, new.counts)]
+        width, old = max(counts), self.features.shape[1]
+        columns = constants.arange(0, width, self.tokens.device)[None]  # [1, width]
+        # column j of row b: its own j-th pair while j < counts[b], else new's (j - counts[b])-th (clamped: padding)
+        index = torch.where(columns < self.on_device, columns, old + columns - self.on_device)
+        index = index.clamp(max=old + new.features.shape[1] - 1)  # [B, width]
+        features = torch.cat((self.features, new.features), 1)
+        features = features.gather(1, index[..., None].expand(-1, -1, features.shape[-1]))
+        tokens = torch.cat((self.tokens, new.tokens), 1).gather(1, index)
+        on_device = self.on_device + new.on_device
+        return Pending(features, tokens, counts, on_device, (on_device[:, 0] - 1).clamp(min=0))
 
     def clear(self, b: int) -> None:
         """Row b has nothing to feed (a request admitted in it). (on_device and newest are the commit's counts and

@@ -38,6 +38,7 @@ from ..config import InferConf, SamplingParams
 from ..errors import EagleError
 from ..models.masks import additive_mask, causal_mask
 from ..platform import sync
+from ..trees.copy_choice import COPIES, HEAD, MERGED
 from ..trees.cost import Budget, Evidence, Plan
 from ..trees.drafters import DraftInput, Drafter, as_batch, plan_evidence, sampled_proposal
 from ..trees.drafting import DraftRoot, TreeFeeder
@@ -104,8 +105,8 @@ def vanilla_cycle(state: BatchState, models: Models, rows: list[Request],
 @dataclass
 class Proposal:
     """A cycle's trees and what drafted them: the feeder (its levels were head forwards) and the config at this batch
-    size; lengths: each row's committed cache length before the cycle; draft_s: seconds spent; with_copies: per row,
-    whether its copies were searched (a hybrid's CopyChoice; True for every other drafter); plan: the auto
+    size; lengths: each row's committed cache length before the cycle; draft_s: seconds spent; ways: per row, how
+    it drafted (a hybrid's copy_choice way: HEAD, MERGED or COPIES; MERGED for every other drafter); plan: the auto
     budget's plan the drafter followed, and evidence: what the budget decides the next cycle's plan by, on the
     device (None: fixed trees); sampled_from: the distributions a sampled chain's tokens were drawn from [B, N, V]
     (Drafted.proposal; None: fixed candidates)."""
@@ -115,7 +116,7 @@ class Proposal:
     lengths: list[int]
     config: InferConf
     draft_s: float
-    with_copies: list[bool]
+    ways: list[int]
     plan: Plan | None = None
     evidence: Evidence | None = None
     sampled_from: torch.Tensor | None = None
@@ -154,11 +155,27 @@ def draft_cycle(state: BatchState, models: Models, rows: list[Request], policy: 
     verdict = verify(state, models, rows, proposal, policy, sampling)
     committed = commit(state, models, verdict)
     emitted = record(rows, proposal, verdict, committed.verify_s, state.carry_s, state.carry_forwards, policy.budget)
-    state.roots, state.pending = committed.roots, committed.pending
+    state.roots = committed.roots
+    # after copies alone the head's inputs wait, joined, for the next cycle that drafts with the head
+    waiting = state.pending is not None and committed.pending is not None
+    state.pending = state.pending.then(committed.pending) if waiting else committed.pending
     state.carry_s, state.carry_forwards = 0.0, 0
     if verdict.plan is not None and proposal.plan is not None:
         state.plan = proposal.plan.then(*verdict.plan)
     return emitted
+
+
+def way_of(request: Request, budget: Budget | None) -> int:
+    """The way a row drafts next (copy_choice): its CopyChoice's under an auto budget, else MERGED (every
+    drafter but a choosing hybrid drafts as it always does)."""
+    return MERGED if request.choice is None or budget is None else request.choice.way()
+
+
+def copies_alone(rows: list[Request], policy: CyclePolicy) -> bool:
+    """Whether the next cycle drafts every row's copies alone: each row's CopyChoice says so. Then the head is
+    neither fed nor run (the scheduler leaves the pending inputs waiting); a batch whose rows disagree drafts those
+    rows merged instead."""
+    return bool(rows) and all(way_of(r, policy.budget) == COPIES for r in rows)
 
 
 def propose(state: BatchState, models: Models, rows: list[Request], policy: CyclePolicy,
@@ -176,11 +193,14 @@ def propose(state: BatchState, models: Models, rows: list[Request], policy: Cycl
     if budget is not None and policy.plan_ahead:
         caps = (config.depth if head else 0, budget.max_nodes)
         plan = Plan(*caps) if state.plan is None else state.plan.bounded(*caps)  # the first cycle: the caps
-    # a hybrid's rows whose copies do not pay (CopyChoice, under an auto budget) draft their head's tree alone
-    with_copies = [r.choice is None or budget is None or r.choice.with_copies() for r in rows]
-    contexts = [r.context() if c else [] for r, c in zip(rows, with_copies)] if method_of(config).lookup else []
+    # a hybrid's rows draft the way their CopyChoice says (under an auto budget): the head's tree alone, the
+    # copies merged in, or (every row agreeing: the head was not fed, see copies_alone) the copies alone
+    alone = copies_alone(rows, policy)
+    ways = [COPIES if alone else way_of(r, budget) for r in rows]
+    contexts = [r.context() if w != HEAD else [] for r, w in zip(rows, ways)] if method_of(config).lookup else []
     inp = DraftInput(feeder, contexts, [r.rates for r in rows], config, policy.tree_size, budget, plan,
-                     sampling=None if sampling.greedy else sampling, generators=[r.generator for r in rows])
+                     sampling=None if sampling.greedy else sampling, generators=[r.generator for r in rows],
+                     copies_alone=alone)
     drafted = policy.drafter.propose(inp)
     trees = as_batch(drafted, device)
     feeder.reset()
@@ -189,7 +209,7 @@ def propose(state: BatchState, models: Models, rows: list[Request], policy: Cycl
         raise EagleError(f"drafter returned {trees.batch} trees of up to {trees.width} nodes: expected one per batch "
                          f"row ({batch}) of at most the tree budget {limit}")
     sync(device)
-    return Proposal(trees, feeder, lengths, config, time.perf_counter() - t0, with_copies, plan,
+    return Proposal(trees, feeder, lengths, config, time.perf_counter() - t0, ways, plan,
                     plan_evidence(drafted), sampled_proposal(drafted))
 
 
@@ -252,7 +272,7 @@ def record(rows: list[Request], proposal: Proposal, verdict: Verdict, verify_s: 
     tree alone) -> each row's accepted tokens and its bonus token."""
     draft_s, head_forwards = carry_s + proposal.draft_s, carry_forwards + proposal.feeder.levels
     emitted = []
-    for request, row, with_copies in zip(rows, verdict.rows, proposal.with_copies):
+    for request, row, way in zip(rows, verdict.rows, proposal.ways):
         acc, on_path = row.acceptance, set(row.acceptance.path)
         request.cycles.append(CycleStats(
             tree_size=row.size, tree_depth=max(row.depths, default=0), accepted=len(acc.path), draft_s=draft_s,
@@ -262,7 +282,11 @@ def record(rows: list[Request], proposal: Proposal, verdict: Verdict, verify_s: 
         if request.rates is not None:
             request.rates.update(acc.tested, on_path, row.copied, row.depths, row.parents)
         if request.choice is not None and budget is not None:
-            request.choice.update(with_copies, len(acc.path) + 1, budget.cost.cycle_ms(head_forwards, 1 + row.size))
+            alone = None
+            if way == MERGED:  # what its copies alone would have emitted: the path's leading copied nodes, bonus
+                lead = next((i for i, node in enumerate(acc.path) if not row.copied[node]), len(acc.path))
+                alone = lead + 1, budget.cost.cycle_ms(0, 1 + sum(row.copied))
+            request.choice.update(way, len(acc.path) + 1, budget.cost.cycle_ms(head_forwards, 1 + row.size), alone)
         request.root = acc.bonus
         emitted.append([row.tokens[i] for i in acc.path] + [acc.bonus])
     return emitted

@@ -67,9 +67,13 @@ class BatchRun:
             for b, (request, tokens) in enumerate(zip(rows, emitted)):
                 self.emit(b, request, tokens)
             self.refill()
-            if self.models.head is not None:
+            if self.models.head is not None and not self.copies_alone():
                 cycle.feed_pending(self.state, self.models)
         return self.results
+
+    def copies_alone(self) -> bool:
+        """Whether the next cycle drafts every row's copies alone (cycle.copies_alone): its head inputs then wait."""
+        return self.policies is not None and bool(self.rows) and cycle.copies_alone(self.rows, self.policies[len(self.rows)])
 
     def refill(self) -> None:
         """Admit waiting requests into free rows; then drop the rows left free."""

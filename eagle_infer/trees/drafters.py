@@ -39,7 +39,8 @@ class DraftInput:
     extra: [B, E] path log-values of candidates another drafter proposes for the same verification (a hybrid's
     copies, -inf padding), which the budget counts beside the head's when it plans the next cycle; sampling and
     generators: the request's sampling and each row's generator, for a drafter that samples its chain (None: pick
-    candidates deterministically)."""
+    candidates deterministically); copies_alone: a hybrid drafts every row's copies alone this cycle, as lookup
+    does (trees.copy_choice: its head was not fed and drafts nothing)."""
 
     feeder: TreeFeeder
     contexts: list[list[int]]
@@ -51,6 +52,7 @@ class DraftInput:
     extra: torch.Tensor | None = None
     sampling: SamplingParams | None = None
     generators: list[torch.Generator] | None = None
+    copies_alone: bool = False
 
 
 @dataclass
@@ -174,12 +176,14 @@ class HybridDrafter:
     """A head drafter's tree with the row's lookup copies merged in (one node per path of tokens), cut to the
     method's budget by path value (`merge`); under an auto budget the head's drafter counts the copies' values
     beside its own candidates, and the merged tree is cut to the plan's nodes (planning ahead) or to the number that
-    pays (deciding now)."""
+    pays (deciding now); where DraftInput.copies_alone says so, the copies alone (LookupDrafter)."""
 
     def __init__(self, head: Drafter):
         self.head = head
 
     def propose(self, inp: DraftInput) -> TreeBatch | Drafted:
+        if inp.copies_alone:
+            return LookupDrafter().propose(inp)
         copied = copies(inp)
         found = copied.depth > 0  # nothing found: the head's trees as its drafter alone makes them
         device = inp.feeder.root.feature.device
