@@ -5,7 +5,8 @@
 - verify: one target forward of [B, 1 + N] tokens under the trees' masks, then acceptance of every row at once on
   the device, greedy or by the exact batched tree sampler (eagle_infer.decoding.verify);
 - commit: the accepted paths gathered into the target's cache, the head's inputs for them gathered, all rows at
-  once by index ops (fed in one batched forward by `feed_pending` after the scheduler refills rows);
+  once by index ops (fed in one batched forward by `feed_pending` after the scheduler refills rows; where the next
+  cycle drafts every row's copies alone, `copies_alone`, they wait, joined with that cycle's, for a later feed);
 - record: from the cycle's one device-to-host copy (accepted lengths, bonus tokens, the trees), a CycleStats per
   row, copy rates updated, the accepted tokens and the bonus token emitted.
 
