@@ -10,21 +10,23 @@ first), and prints the compile seconds, each side's ms a step and new tokens/s, 
 the same tokens (greedy: in float32 they must; in bfloat16 fused kernels may round a near tie the other way).
 Its last line, "compiled / eager: R x", is what scripts/gpu_self_data.sh reads to choose featurize.compile.
 
---cycles counts instead what one EAGLE decoding cycle dispatches on the eager path: for eagle2 and eagle2+lookup
-(shipped head, float32; the auto budget over a fixed cost model, deciding as it drafts ("auto", the CPU's
-default) and planning ahead ("ahead", infer.plan_ahead=on, the GPU's), and the fixed budget) at batch 1 and 8, the aten
-operators a cycle dispatches inside the target's forward, inside the head's layer steps (HeadRunner calls) and
-elsewhere (drafting, acceptance, bookkeeping), and its host syncs (item, bool, tolist, equal, nonzero, ... of
-tensors: each one waits for the device on a GPU), prefills excluded; with --baseline DIR the same for another
-checkout (its own eagle_infer, run in a subprocess), side by side; with --by-function, for this checkout, the
---rows eagle_infer functions whose own lines dispatch the most operators elsewhere, per cycle (--by-line: the lines
-themselves, as 'module.py:line function'). Operator counts, not timings: they do not depend on what else runs on
-the machine.
+--cycles counts instead what one decoding cycle dispatches on the eager path, in float32: for --methods among
+eagle2 and eagle2+lookup (the shipped head) and dflash and dflash+lookup (--dflash-head: a DFlash drafter's
+directory, or random, an untrained one); under the auto budget over a fixed cost model, deciding as it drafts
+("auto", the CPU's default) and planning ahead ("ahead", infer.plan_ahead=on, the GPU's), and the fixed budget; at
+batch 1 and 8: the aten operators a cycle dispatches inside the target's forward, inside the head's layer steps
+(HeadRunner calls; a block drafter's context writes and block forwards, BlockRunner calls) and elsewhere (drafting,
+acceptance, bookkeeping), and its host syncs (item, bool, tolist, equal, nonzero, ... of tensors: each one waits for
+the device on a GPU), prefills excluded; with --baseline DIR the same for another checkout (its own eagle_infer, run
+in a subprocess), side by side; with --by-function, for this checkout, the --rows eagle_infer functions whose own
+lines dispatch the most operators elsewhere, per cycle (--by-line: the lines themselves, as 'module.py:line
+function'). Operator counts, not timings: they do not depend on what else runs on the machine.
 
 usage: python scripts/profile_decode.py [--model smollm2-135m] [--batch 256] [--new-tokens 32] [--rows 15]
        [--threads N] [--compiled] [--rounds 2]
        python scripts/profile_decode.py --cycles [--baseline DIR] [--by-function | --by-line] [--rows 15]
-       [--methods eagle2,eagle2+lookup] [--budgets auto,ahead,fixed] [--batches 1,8] [--new-tokens 32]
+       [--methods eagle2,eagle2+lookup,dflash,dflash+lookup] [--dflash-head random|DIR]
+       [--budgets auto,ahead,fixed] [--batches 1,8] [--new-tokens 32]
 """
 from __future__ import annotations
 
@@ -77,8 +79,10 @@ def main() -> None:
     ap.add_argument("--by-function", action="store_true",
                     help="with --cycles: also list the functions dispatching the most operators elsewhere")
     ap.add_argument("--by-line", action="store_true", help="with --cycles: the same by line (module.py:line function)")
-    ap.add_argument("--methods", type=choices("eagle2", "eagle2+lookup"), default="eagle2,eagle2+lookup",
-                    help="with --cycles: comma-separated, of eagle2 and eagle2+lookup")
+    ap.add_argument("--methods", type=choices(*CYCLE_METHODS), default="eagle2,eagle2+lookup",
+                    help=f"with --cycles: comma-separated, of {', '.join(CYCLE_METHODS)}")
+    ap.add_argument("--dflash-head", default="random",
+                    help="with --cycles: the dflash methods' drafter, a head directory or random (untrained)")
     ap.add_argument("--budgets", type=choices("auto", "ahead", "fixed"), default="auto,ahead,fixed",
                     help="with --cycles: comma-separated, of auto, ahead and fixed")
     ap.add_argument("--batches", type=choices("1", "8"), default="1,8", help="with --cycles: comma-separated, of 1 and 8")
@@ -166,6 +170,9 @@ CYCLE_PROMPTS = [  # user turns; some repeat text, so prompt lookup finds copies
 ]
 
 
+CYCLE_METHODS = ("eagle2", "eagle2+lookup", "dflash", "dflash+lookup")
+
+
 def count_case(case: dict) -> dict:
     """One --cycles case in this process (its eagle_infer is PROFILE_REPO's): {cycles, ops per region, syncs}. The
     operators counted as host syncs come with the case, from the checkout that runs the comparison."""
@@ -175,6 +182,10 @@ def count_case(case: dict) -> dict:
     cycle_mod = checkout_module("cycle")
     build_head, CostModel = checkout_module("build").build_head, checkout_module("cost").CostModel
     HeadRunner, BatchRun = checkout_module("head_runner").HeadRunner, checkout_module("scheduler").BatchRun
+    method = case.get("method", "eagle2+lookup" if case.get("lookup") else "eagle2")
+    blocks = method.startswith("dflash")
+    if blocks and not (REPO / "eagle_infer" / "head" / "block_runner.py").exists():
+        return None  # a checkout from before the block drafters
     Target = checkout_module("target").Target
 
     package = str(REPO / "eagle_infer") + os.sep
@@ -211,6 +222,10 @@ def count_case(case: dict) -> dict:
 
     within(Target, "forward", "target")
     within(HeadRunner, "__call__", "head")
+    if blocks:
+        BlockRunner = checkout_module("block_runner").BlockRunner
+        within(BlockRunner, "__call__", "head")
+        within(BlockRunner, "draft", "head")
     head_call = HeadRunner.__call__
 
     def head_layers_only(self, *args, **kwargs):
@@ -247,8 +262,9 @@ def count_case(case: dict) -> dict:
     ahead = {"plan_ahead": "on"} if case["budget"] == "ahead" else {}
     if ahead and "plan_ahead" not in InferConf.__dataclass_fields__:
         return None  # a checkout from before the schedule existed
-    conf = InferConf(method="eagle2", lookup=case["lookup"], budget="fixed" if case["budget"] == "fixed" else "auto",
-                     max_batch_size=case["batch"], **ahead)
+    conf = InferConf(method=method.removesuffix("+lookup"), lookup=method.endswith("+lookup"),
+                     budget="fixed" if case["budget"] == "fixed" else "auto", max_batch_size=case["batch"],
+                     head=case.get("head", "shipped"), **ahead)
     # A fixed cost model (no timing): a forward of t tokens costs 25 + 0.4 t ms, a draft level 3 ms.
     sizes = [1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128]
     cost = CostModel({"fixed": True}, sizes, [25 + 0.4 * t for t in sizes], 3.0)
@@ -304,15 +320,17 @@ def compare_cycles(args) -> None:
             raise SystemExit(f"error: --baseline {args.baseline!r} has no eagle_infer/decoding/cycle.py: expected a checkout "
                              "of this repository")
         sides["baseline"] = Path(args.baseline).resolve()
-    print(f"machine: {cpu().label}, {args.threads} threads; {args.model} float32, eager, shipped head, "
+    print(f"machine: {cpu().label}, {args.threads} threads; {args.model} float32, eager, shipped head (dflash: "
+          f"{args.dflash_head}), "
           f"{args.new_tokens} new tokens per prompt, prefills excluded; per cycle (one target verification):")
     print(f"{'checkout':9} {'method':14} {'budget':6} {'batch':>5} {'cycles':>6} {'tau':>5} {'target':>7} "
           f"{'head':>6} {'elsewhere':>9} {'syncs':>6}")
-    for lookup in [method == "eagle2+lookup" for method in args.methods]:
+    for method in args.methods:
         for budget in args.budgets:
             for batch in map(int, args.batches):
                 for side, repo in sides.items():
-                    case = {"model": args.model, "lookup": lookup, "budget": budget, "batch": batch,
+                    head = args.dflash_head if method.startswith("dflash") else "shipped"
+                    case = {"model": args.model, "method": method, "head": head, "budget": budget, "batch": batch,
                             "host_reads": list(HOST_READ_OPS), "new_tokens": args.new_tokens,
                             "by_function": args.by_function and side == "this",
                             "by_line": args.by_line and side == "this", "rows": args.rows}
@@ -323,11 +341,11 @@ def compare_cycles(args) -> None:
                         raise SystemExit(f"error: the {side} case {case} failed: {out.stderr.strip()[-2000:]}")
                     r = json.loads(out.stdout.strip().splitlines()[-1])
                     if r is None:
-                        print(f"{side:9} {'eagle2+lookup' if lookup else 'eagle2':14} {budget:6} {batch:5d}   (none)")
+                        print(f"{side:9} {method:14} {budget:6} {batch:5d}   (none)")
                         continue
                     n = max(r["cycles"], 1)
                     per = {k: r["ops"].get(k, 0) / n for k in ("target", "head", "elsewhere")}
-                    print(f"{side:9} {'eagle2+lookup' if lookup else 'eagle2':14} {budget:6} {batch:5d} "
+                    print(f"{side:9} {method:14} {budget:6} {batch:5d} "
                           f"{r['cycles']:6d} {r['tau']:5.2f} {per['target']:7.0f} {per['head']:6.0f} "
                           f"{per['elsewhere']:9.0f} {r['syncs'] / n:6.1f}", flush=True)
                     if r.get("functions"):

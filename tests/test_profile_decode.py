@@ -40,3 +40,19 @@ def test_a_cycle_reads_the_host_once_and_names_where_its_operators_go(budget):
     assert "decoding/verify.py:follow" in functions and "trees/drafting.py:grow_dynamic" in functions
     assert all(re.fullmatch(r"[\w/]+\.py:\S+", name) for name in functions)
     assert sum(functions.values()) <= r["ops"]["elsewhere"]
+
+
+def test_a_block_drafters_cycle_counts_its_forwards_as_the_heads():
+    """dflash+lookup with an untrained drafter, a fixed budget: the block forward and the context writes
+    (BlockRunner calls) count as the head's, the block's candidates as drafting, one host read a cycle."""
+    case = {"model": "smollm2-135m", "method": "dflash+lookup", "head": "random", "budget": "fixed", "batch": 1,
+            "new_tokens": 8, "host_reads": list(HOST_READ_OPS), "by_function": True, "rows": 40}
+    out = subprocess.run([sys.executable, str(REPO / "scripts" / "profile_decode.py"), "--threads", "2", "--worker",
+                          json.dumps(case)], cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    assert r["cycles"] >= 1 and r["syncs"] == r["cycles"]
+    assert r["ops"]["target"] > r["ops"]["head"] > 0 and r["ops"]["elsewhere"] > 0
+    assert "trees/block_drafter.py:grow_block" in r["functions"] and "trees/merge.py:merge" in r["functions"]
+    # the drafter's own modules dispatch nothing elsewhere: their calls are the head's
+    assert not any(name.startswith(("head/block_runner.py", "head/dflash_head.py")) for name in r["functions"])
