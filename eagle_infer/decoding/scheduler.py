@@ -73,7 +73,9 @@ class BatchRun:
 
     def copies_alone(self) -> bool:
         """Whether the next cycle drafts every row's copies alone (cycle.copies_alone): its head inputs then wait."""
-        return self.policies is not None and bool(self.rows) and cycle.copies_alone(self.rows, self.policies[len(self.rows)])
+        if self.policies is None or not self.rows:
+            return False
+        return cycle.copies_alone(self.rows, self.policies[len(self.rows)])
 
     def refill(self) -> None:
         """Admit waiting requests into free rows; then drop the rows left free."""

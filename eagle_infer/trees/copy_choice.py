@@ -24,7 +24,6 @@ EXPLORE = 4  # cycles of the chosen way before another is tried once more
 DECAY = 0.6  # per cycle scored, what an older cycle's score still weighs
 
 HEAD, MERGED, COPIES = 0, 1, 2  # the ways: the head's tree alone, the copies merged into it, the copies alone
-WAYS = ("head", "merged", "copies")
 
 
 @dataclass
@@ -38,6 +37,7 @@ class CopyChoice:
     since: int = 0
 
     def warm(self) -> bool:
+        """Whether the warm-up (WARM cycles merged, then WARM with the head alone) is over."""
         return self.cycles[MERGED] >= WARM and self.cycles[HEAD] >= WARM
 
     def best(self) -> int:
