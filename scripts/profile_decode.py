@@ -313,6 +313,10 @@ def compare_cycles(args) -> None:
     """--cycles: every case in a subprocess per checkout (this one, and --baseline), one table."""
     from eagle_infer.platform import HOST_READ_OPS  # this checkout's (a baseline's may predate it)
 
+    if any(m.startswith("dflash") for m in args.methods) and args.dflash_head != "random" \
+            and not (Path(args.dflash_head) / "config.json").exists():
+        raise SystemExit(f"error: --dflash-head {args.dflash_head!r} holds no config.json: expected a DFlash drafter's "
+                         "directory (a training run's head/) or random")
     sides = {"this": Path(__file__).resolve().parent.parent}
     if args.baseline:
         root = Path(args.baseline) / "eagle_infer"

@@ -56,3 +56,11 @@ def test_a_block_drafters_cycle_counts_its_forwards_as_the_heads():
     assert "trees/block_drafter.py:grow_block" in r["functions"] and "trees/merge.py:merge" in r["functions"]
     # the drafter's own modules dispatch nothing elsewhere: their calls are the head's
     assert not any(name.startswith(("head/block_runner.py", "head/dflash_head.py")) for name in r["functions"])
+
+
+def test_a_missing_dflash_head_is_a_one_line_error(tmp_path):
+    out = subprocess.run([sys.executable, str(REPO / "scripts" / "profile_decode.py"), "--cycles", "--methods",
+                          "dflash", "--dflash-head", str(tmp_path / "nothing")], cwd=REPO, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode != 0 and out.stderr.strip().count("\n") == 0
+    assert out.stderr.startswith("error: --dflash-head") and "nothing" in out.stderr
