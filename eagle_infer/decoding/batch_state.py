@@ -61,7 +61,7 @@ class Request:
     cycles: list = field(default_factory=list)
     root: int = 0
     rates: CopyRates | None = None  # acceptance of copied tokens per depth, when drafting with lookup
-    choice: CopyChoice | None = None  # whether its copies pay, when a head drafts beside lookup
+    choice: CopyChoice | None = None  # which way its cycles draft, when a head drafts beside lookup
 
     def context(self) -> list[int]:
         """The prompt and every token emitted so far (the last one is the next cycle's root)."""

@@ -270,7 +270,8 @@ def record(rows: list[Request], proposal: Proposal, verdict: Verdict, verify_s: 
     """A CycleStats per row (the head's time fed after the last verification, carry_s over carry_forwards
     forwards, counts in this cycle's draft time), copy rates updated and a hybrid's choice scored (tokens emitted,
     and the cycle's price under the auto budget's cost model: its head forwards and a forward verifying the row's
-    tree alone) -> each row's accepted tokens and its bonus token."""
+    tree alone; a merged cycle also scores its copies alone: the path's leading copied nodes and the bonus, priced
+    as a forward verifying the copied nodes) -> each row's accepted tokens and its bonus token."""
     draft_s, head_forwards = carry_s + proposal.draft_s, carry_forwards + proposal.feeder.levels
     emitted = []
     for request, row, way in zip(rows, verdict.rows, proposal.ways):
