@@ -145,3 +145,24 @@ def test_another_dtype_gets_a_file_and_page_of_its_own(tmp_path):
     names = sorted(page.name for page in rendered_pages(tmp_path, Path("docs/results")))
     slug = platform_slug(data["machine"])
     assert names == [f"{slug}-blocks-bfloat16.md", f"{slug}-blocks.md"] and page_name(data) == f"{slug}-blocks.md"
+
+
+def test_compare_blocks_loads_only_the_heads_its_methods_name():
+    """make compare-blocks BLOCKS_METHODS=... (a subset) passes only the named heads to the eval and records the
+    subset in the page's command; the default run names all three."""
+    import shutil
+    import subprocess
+
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+
+    def planned(*args: str) -> str:
+        return subprocess.run(["make", "-n", "compare-blocks", "STAMP=", *args], cwd=ROOT, check=True,
+                              capture_output=True, text=True).stdout
+
+    subset = planned("BLOCKS_METHODS=vanilla,dflash:dflash,eagle2+lookup:again")
+    assert "+heads.dflash=" in subset and "+heads.again=" in subset and "+heads.eagle3" not in subset
+    assert "'command=make compare-blocks BLOCKS_METHODS=vanilla,dflash:dflash,eagle2+lookup:again'" in subset
+    whole = planned()
+    assert all(f"+heads.{label}=" in whole for label in ("eagle3", "dflash", "again"))
+    assert "'command=make compare-blocks'" in whole
