@@ -119,7 +119,7 @@ compare-blocks: $(STAMP)
 	rm -rf results/blocks
 	$(PY) -m lab.blocks_result step=begin run_dir=results/blocks
 	$(PY) -m eval.cli $(BLOCKS_EVAL) $(ARGS)
-	$(PY) -m lab.blocks_result step=end run_dir=results/blocks 'command=$(BLOCKS_COMMAND)'
+	$(PY) -m lab.blocks_result step=end run_dir=results/blocks 'command="$(BLOCKS_COMMAND)"'
 	$(PY) -m lab.results_docs
 
 # docs/results/<platform>.md, the README's results block and the generated blocks of docs/ from the committed result

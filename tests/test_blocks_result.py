@@ -12,7 +12,7 @@ from eagle_infer.errors import EagleError
 from eval.cli import EvalRunConf
 from eval.metrics import ALL
 from lab.blocks_result import FILE_NAME, blocks_page, blocks_result, read_blocks, rendered_pages
-from lab.headline import begin
+from lab.headline import HeadlineSettings, begin
 from lab.result_file import platform_slug
 from lab.result_store import DATA_DIR
 
@@ -149,20 +149,27 @@ def test_another_dtype_gets_a_file_and_page_of_its_own(tmp_path):
 
 def test_compare_blocks_loads_only_the_heads_its_methods_name():
     """make compare-blocks BLOCKS_METHODS=... (a subset) passes only the named heads to the eval and records the
-    subset in the page's command; the default run names all three."""
+    subset in the page's command, as a setting its last step parses; the default run names all three heads."""
+    import shlex
     import shutil
     import subprocess
+
+    from eagle_train.plumbing.command_line import command_settings
 
     if shutil.which("make") is None:
         pytest.skip("make is not installed")
 
-    def planned(*args: str) -> str:
-        return subprocess.run(["make", "-n", "compare-blocks", "STAMP=", *args], cwd=ROOT, check=True,
-                              capture_output=True, text=True).stdout
+    def planned(*args: str) -> tuple[str, str]:
+        """The eval's command line and the command the last step records."""
+        lines = subprocess.run(["make", "-n", "compare-blocks", "STAMP=", *args], cwd=ROOT, check=True,
+                               capture_output=True, text=True).stdout.splitlines()
+        end = shlex.split(next(line for line in lines if "step=end" in line))
+        settings = command_settings("blocks_result", HeadlineSettings, end[end.index("lab.blocks_result") + 1:])
+        return next(line for line in lines if "eval.cli" in line), settings.command
 
-    subset = planned("BLOCKS_METHODS=vanilla,dflash:dflash,eagle2+lookup:again")
+    subset, command = planned("BLOCKS_METHODS=vanilla,dflash:dflash,eagle2+lookup:again")
     assert "+heads.dflash=" in subset and "+heads.again=" in subset and "+heads.eagle3" not in subset
-    assert "'command=make compare-blocks BLOCKS_METHODS=vanilla,dflash:dflash,eagle2+lookup:again'" in subset
-    whole = planned()
+    assert command == "make compare-blocks BLOCKS_METHODS=vanilla,dflash:dflash,eagle2+lookup:again"
+    whole, command = planned()
     assert all(f"+heads.{label}=" in whole for label in ("eagle3", "dflash", "again"))
-    assert "'command=make compare-blocks'" in whole
+    assert command == "make compare-blocks"
