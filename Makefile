@@ -12,7 +12,7 @@ DATA_DIR ?= $(abspath ../shared/data/benchmarks)
 CPU_ENV = $(shell $(PY) -m eagle_train.launch 2>/dev/null)
 STAMP := .venv/.installed
 
-.PHONY: setup demo test train eval sweep sweep-batch throughput bench-engine check-lossless gpu-check chat clean ablate-head export check-export check-serve
+.PHONY: setup demo test test-slow train eval sweep sweep-batch throughput bench-engine check-lossless gpu-check chat clean ablate-head export check-export check-serve
 
 setup: $(STAMP)
 
@@ -34,10 +34,16 @@ SPECULATORS = speculators==0.9.0 hs-connectors==0.9.0 loguru==0.7.3 pydantic-set
   openai==2.54.0 jiter==0.19.0
 
 # The suite on TEST_WORKERS processes (pytest-xdist; a test module stays on one worker, so its fixtures are built
-# once); TEST_WORKERS=0 runs it in this process. Tests marked serve (vLLM itself, minutes) are left out.
+# once); TEST_WORKERS=0 runs it in this process. make test runs the fast tier; make test-slow the tests marked slow
+# (inductor compiles, launched ranks, the gpu-check smoke: tests/conftest.py); CI runs both. Tests marked serve
+# (vLLM itself, minutes) are left out of both.
 TEST_WORKERS ?= 2
+PYTEST = $(PY) -m pytest -q -x --durations=15 $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 test: $(STAMP)
-	$(PY) -m pytest -q -x --durations=15 -m "not serve" $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile) tests
+	$(PYTEST) -m "not serve and not slow" tests
+
+test-slow: $(STAMP)
+	$(PYTEST) -m "slow and not serve" tests
 
 # make chat CHAT="any text, as typed" (CHAT=- reads standard input); without CHAT an interactive chat. CHAT reaches
 # the command through the environment, verbatim (no make or shell expansion); settings go in ARGS.

@@ -32,6 +32,16 @@ def pytest_configure(config):
         remove_stale_build_locks()
 
 
+def pytest_collection_modifyitems(config, items):
+    """A test's compiled path (its `path` parameter "compiled") is in the slow tier beside the tests marked slow:
+    inductor compiles its graphs, tens of seconds on 2 cores, while its eager path checks the same logic in the fast
+    tier (make test). make test-slow runs the slow tier; CI runs both."""
+    for item in items:
+        spec = getattr(item, "callspec", None)
+        if spec is not None and spec.params.get("path") == "compiled":
+            item.add_marker(pytest.mark.slow)
+
+
 def remove_stale_build_locks(now: float | None = None) -> list[Path]:
     from torch.utils.cpp_extension import get_default_build_root
 

@@ -57,6 +57,7 @@ HAS_COMPILER = any(shutil.which(c) for c in ("g++", "c++", "clang++"))
 
 
 @pytest.mark.skipif(not HAS_COMPILER, reason="no C++ compiler: inductor falls back to eager (the next test covers that)")
+@pytest.mark.slow
 def test_no_graph_is_compiled_after_warm_up(pair):
     """Two requests of different lengths per method compile what decoding needs; more requests compile nothing."""
     eager, fast = pair
@@ -142,6 +143,7 @@ class Recorded:
 
 
 @pytest.mark.skipif(not HAS_COMPILER, reason="no C++ compiler: inductor falls back to eager")
+@pytest.mark.slow
 def test_compiled_head_step_drafts_losslessly_with_no_graph_after_warm_up(pair):
     """The head's step compiled (what a HeadRunner does for a target compiled on a GPU, forced here on the CPU): it
     predicts what the eager head does over a static cache, every drafter's greedy output is vanilla's, EAGLE-2's
@@ -182,6 +184,7 @@ def test_compiled_head_step_drafts_losslessly_with_no_graph_after_warm_up(pair):
 
 
 @pytest.mark.skipif(not HAS_COMPILER, reason="no C++ compiler: inductor falls back to eager")
+@pytest.mark.slow
 def test_compiled_block_forward_drafts_losslessly_with_no_graph_after_warm_up(pair):
     """A DFlash drafter's block forward compiled (what a BlockRunner does beside a target compiled on a GPU, forced
     here on the CPU): over its static context cache it drafts the eager forward's logits, dflash's greedy output is

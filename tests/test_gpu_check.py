@@ -50,6 +50,7 @@ def test_a_step_past_the_budget_is_stopped_later_ones_skipped_and_a_failure_show
 
 
 @pytest.mark.integration
+@pytest.mark.slow
 def test_cpu_smoke_runs_every_step_and_writes_the_report(tmp_path):
     conversations = tmp_path / "conversations.jsonl"
     topics = ["the sky", "rivers", "bread", "chess", "trains", "volcanoes", "bees", "tea"]

@@ -266,6 +266,7 @@ def test_losses_run_packed_on_a_cpu_and_padded_when_asked(tiny_smol6, monkeypatc
         torch.testing.assert_close(wide[key], by_device[key], atol=1e-5, rtol=1e-4)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("block", ["eagle", "eagle3"])
 def test_compiled_training_gives_the_eager_losses_without_new_graphs(tiny_smol6, block):
     """train.compile: the head's layers and each step's loss through torch.compile give the eager losses and

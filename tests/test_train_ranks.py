@@ -26,6 +26,8 @@ from eagle_train.training.train import TrainConfig, micro_batches, train
 from tests.test_train import FEAT, assert_same_weights
 from tests.test_train_states import LOSS_TOLERANCE, config, curve
 
+pytestmark = pytest.mark.slow  # two launched ranks a test, and a killed one restarted
+
 REPO = Path(__file__).resolve().parent.parent
 COLOURS = ["red", "green", "blue", "yellow", "black", "white", "gray", "brown", "orange", "gold", "purple"]
 N = 16  # training conversations: 4 global batches of 4 an epoch
