@@ -10,7 +10,7 @@ import torch
 
 from eagle_infer.errors import EagleError
 from eagle_infer.head.block_runner import BlockRunner
-from eagle_infer.head.dflash_head import ContextKV, block_mask, extend, random_dflash_head, trim
+from eagle_infer.head.dflash_head import ContextKV, block_mask, cached_block_mask, extend, random_dflash_head, trim
 from eagle_infer.head.head_checkpoint import load_head
 from eagle_infer.models.packed import pack_available
 from scripts import check_export
@@ -71,22 +71,41 @@ def test_context_built_in_steps_and_trimmed_drafts_as_built_at_once():
 
 @pytest.mark.parametrize("packed", [False, pytest.param(True, marks=pytest.mark.skipif(
     not pack_available(), reason="oneDNN not available"))])
-def test_a_block_runner_drafts_the_drafters_own_logits(packed):
-    """BlockRunner.draft (its copy of the LM-head rows of the draft vocabulary, packed for a packed target) equals
-    the drafter's draft_block, which gathers the rows from the target at each call."""
-    head = drafter(draft_vocab=torch.randperm(96, generator=torch.Generator().manual_seed(3))[:40])
+@pytest.mark.parametrize("arch,settings", [
+    ("llama", {}),
+    ("qwen3", {}),
+    ("llama", {"sliding_window": 3, "block_attention": "causal"}),
+])
+def test_a_block_runner_drafts_the_drafters_own_logits(packed, arch, settings):
+    """BlockRunner.draft (lean steps over its context cache, packed for a packed target, its own copy of the LM-head
+    rows of the draft vocabulary) equals the drafter's draft_block (its modules over a concatenated context) for
+    every row of a batch whose rows hold 9 and 6 committed positions, and again after the block's uncommitted
+    keys and values were left in the cache and a context write followed."""
+    head = drafter(arch, draft_vocab=torch.randperm(96, generator=torch.Generator().manual_seed(3))[:40], **settings)
     target = replace(head.target, packed=packed)
     runner = BlockRunner(head, target)
     assert (runner.step.vocab_packed is not None) is packed and runner.step.vocab_weight.shape == (40, 64)
-    fused = torch.randn(1, 9, 3 * 64, generator=torch.Generator().manual_seed(2))
-    cache = runner.new_cache(1, 20)
-    runner(fused, None, torch.arange(9)[None], cache, None)
+    fused = torch.randn(2, 10, 3 * 64, generator=torch.Generator().manual_seed(2))
+    cache = runner.new_cache(2, 10)
+    runner(fused[:, :9], None, torch.arange(9).expand(2, -1), cache, None)
     cache.advance(9)
-    drafted = runner.draft(cache, torch.tensor([[3]]), cache.length_column())
-    with torch.no_grad():
-        own = head.draft_block(head.context_kv(fused, torch.arange(9)[None]), torch.tensor([[3]]), torch.tensor([[9]]))
-    assert drafted.shape == (1, 3, 40) and drafted.dtype == torch.float32
-    torch.testing.assert_close(drafted, own, rtol=1e-5, atol=1e-5)
+    cache.truncate([9, 6])
+
+    def own(row: int, length: int, bonus: int) -> torch.Tensor:
+        with torch.no_grad():
+            context = head.context_kv(fused[row : row + 1, :length], torch.arange(length)[None])
+            return head.draft_block(context, torch.tensor([[bonus]]), torch.tensor([[length]]))[0]
+
+    for bonus in ([3, 4], [5, 6]):  # the second block drafts over the first one's scratch slots
+        drafted = runner.draft(cache, torch.tensor(bonus)[:, None], cache.length_column())
+        assert drafted.shape == (2, 3, 40) and drafted.dtype == torch.float32
+        torch.testing.assert_close(drafted, torch.stack([own(0, 9, bonus[0]), own(1, 6, bonus[1])]),
+                                   rtol=1e-5, atol=1e-5)
+    row = cache.row(1)  # row 1 commits position 6 (its state overwrites the block's scratch slot there)
+    runner(fused[1:2, 6:7], None, torch.tensor([[6]]), row, None)
+    cache.lengths[1] = 7
+    drafted = runner.draft(cache, torch.tensor([[2], [8]]), cache.length_column())
+    torch.testing.assert_close(drafted, torch.stack([own(0, 9, 2), own(1, 7, 8)]), rtol=1e-5, atol=1e-5)
 
 
 def test_block_mask_sees_the_context_before_its_block_and_its_own_block():
@@ -95,6 +114,16 @@ def test_block_mask_sees_the_context_before_its_block_and_its_own_block():
                              [1, 1, 1, 0, 0, 0, 1, 1], [1, 1, 1, 0, 0, 0, 1, 1]]
     causal = block_mask(torch.tensor([[3]]), 4, 2, causal=True, window=1)[0, 0].int()
     assert causal.tolist() == [[0, 0, 1, 0, 1, 0], [0, 0, 1, 0, 1, 1]]
+
+
+def test_a_cached_block_mask_sees_its_rows_context_and_the_block_after_it():
+    """Decoding's mask: the block's keys sit in the cache right after each row's context, the slots past them
+    (scratch, another row's longer context) unseen."""
+    mask = cached_block_mask(torch.tensor([[1], [3]]), 6, 2).int()
+    assert mask.shape == (2, 1, 2, 6)
+    assert mask[0, 0].tolist() == [[1, 1, 1, 0, 0, 0]] * 2 and mask[1, 0].tolist() == [[1, 1, 1, 1, 1, 0]] * 2
+    causal = cached_block_mask(torch.tensor([[3]]), 6, 2, causal=True, window=1)[0, 0].int()
+    assert causal.tolist() == [[0, 0, 1, 1, 0, 0], [0, 0, 1, 1, 1, 0]]
 
 
 def test_a_saved_drafter_loads_back_the_same(tmp_path):

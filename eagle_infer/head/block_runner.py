@@ -5,11 +5,15 @@ keys and values of the target's fused states of the committed tokens (dflash_hea
 committed token), held in a KVCache of its N layers, one row per batch row, with the row's committed length. The
 cycle writes it where it feeds an EAGLE head (the same call): the prompt's states at prefill, the accepted tokens'
 states after each verification (the target's states at the kept positions, the cycle's pending head inputs), and
-it never holds a drafted token, so nothing is ever trimmed from it. A cycle's one draft forward (`draft`) reads the
-rows' committed contexts and their bonus tokens and returns the block's logits.
+it never commits a drafted token, so nothing is ever trimmed from it. A cycle's one draft forward (`draft`) runs
+the rows' bonus and mask tokens through the drafter's layers as lean steps (models/lean_layer.py: q/k/v and gate/up
+fused, packed for oneDNN on a packed target), their keys and values written into the cache's slots right after each
+row's committed context, uncommitted (the next context write overwrites them), so the block attends its context and
+itself in place (dflash_head.cached_block_mask) and nothing is concatenated; it returns the block's logits, the
+function DFlashHead.draft_block defines.
 
-Built once per (drafter, target) and read-only afterwards: the target's LM-head rows of the draft vocabulary are
-copied once (packed for oneDNN on a packed target), not gathered every cycle. On a target compiled on a GPU the
+Built once per (drafter, target) and read-only afterwards: the lean steps and the target's LM-head rows of the draft
+vocabulary are made once (packed on a packed target), not gathered every cycle. On a target compiled on a GPU the
 block forward is compiled too (over a static cache: one graph per batch size), as a HeadRunner compiles an EAGLE
 head's step there.
 """
@@ -19,44 +23,56 @@ import torch
 from torch import nn
 
 from ..models.compiled import CompiledForward, static_length
-from ..models.kv_cache import KVCache, write
+from ..models.kv_cache import KVCache, Slots, write
+from ..models.lean_layer import RopeTable, cast, lean_layer
+from ..models.lean_layer import run as lean_run
+from ..models.masks import additive
 from ..models.packed import PackedLinear, vocab_logits
-from .dflash_head import ContextKV, DFlashHead
+from .dflash_head import DFlashHead, cached_block_mask
 from .draft_head import vocab_order
 
 BLOCK_DRAFTERS = ("dflash",)  # the head blocks that draft a whole block a forward (head_runner.runner_for)
 
 
 class BlockStep(nn.Module):
-    """What a cycle's block forward runs: the drafter and the target's LM-head rows of its draft vocabulary,
-    vocab_weight [Vd, H] (a buffer: a compiled forward reads it in place), packed as vocab_packed or None."""
+    """What a cycle's block forward runs: the target's embedding, the drafter's layers as lean steps, its final norm,
+    and the target's LM-head rows of its draft vocabulary, vocab_weight [Vd, H] (a buffer: a compiled forward reads
+    it in place), packed as vocab_packed or None."""
 
-    def __init__(self, module: DFlashHead, vocab_weight: torch.Tensor, vocab_packed: PackedLinear | None):
+    def __init__(self, embed: nn.Module, layers: list, norm: nn.Module, vocab_weight: torch.Tensor,
+                 vocab_packed: PackedLinear | None):
         super().__init__()
-        self.module, self.vocab_packed = module, vocab_packed
+        self.embed, self.layers, self.norm, self.vocab_packed = embed, nn.ModuleList(layers), norm, vocab_packed
         self.register_buffer("vocab_weight", vocab_weight, persistent=False)
 
 
-def block_logits(step: BlockStep, keys: torch.Tensor, values: torch.Tensor, bonus: torch.Tensor,
-                 lengths: torch.Tensor) -> torch.Tensor:
-    """The block forward, eager and compiled alike: context keys, values [N, B, kvh, L, D], bonus, lengths [B, 1]
-    -> float32 logits [B, T - 1, Vd] (DFlashHead.draft_block's, over the step's copy of the vocabulary rows)."""
-    hidden = step.module.block_hidden(ContextKV(keys, values), bonus, lengths)
-    return vocab_logits(hidden, step.vocab_weight, step.vocab_packed)
+def block_logits(step: BlockStep, tokens: torch.Tensor, rope: torch.Tensor, mask: torch.Tensor, k: list, v: list,
+                 slots: Slots) -> torch.Tensor:
+    """The block forward, eager and compiled alike: tokens [B, T] (each row's bonus token, then T - 1 mask tokens),
+    rope [2, B, T, D] at their positions (RopeTable.take), mask additive [B, 1, T, S] (cached_block_mask's), k, v the
+    context cache's per-layer views, the block's keys and values written at `slots` -> float32 logits [B, T - 1, Vd]
+    of the slots after the bonus token."""
+    x = cast(step.embed(tokens), step.norm.weight.dtype)
+    hidden = lean_run(step.layers, x, rope, k, v, slots, mask)[0]
+    return vocab_logits(step.norm(hidden[:, 1:]), step.vocab_weight, step.vocab_packed)
 
 
 class BlockRunner:
     """`module` (a DFlashHead) drafting for `target`: its context cache written (`__call__`), the block forward
-    (`draft`), new caches. compile_step: the block forward compiled (default: a target compiled on a GPU)."""
+    (`draft`), new caches. packed: the lean steps' products and the vocabulary rows packed for oneDNN (default: as
+    the target is); compile_step: the block forward compiled (default: a target compiled on a GPU)."""
 
-    def __init__(self, module: DFlashHead, target, compile_step: bool | None = None):
+    def __init__(self, module: DFlashHead, target, packed: bool | None = None, compile_step: bool | None = None):
         self.module, self.target, self.config = module.eval(), target, module.config
+        packed = target.packed if packed is None else packed
         if compile_step is None:
             compile_step = target.compiled_forward is not None and target.device.type == "cuda"
         self.vocab_order = vocab_order(module.draft_vocab, self.config.vocab_size)
         rows = target.lm_head.weight.detach()
         rows = rows if module.draft_vocab is None else rows[module.draft_vocab]  # [Vd, H], gathered once
-        self.step = BlockStep(module, rows, PackedLinear(rows) if target.packed else None)
+        layers = [lean_layer(layer, target.config, packed) for layer in module.layers]
+        self.step = BlockStep(target.embed_tokens, layers, module.norm, rows, PackedLinear(rows) if packed else None)
+        self.rope = RopeTable(module.rotary)
         self.compiled = (CompiledForward(self.step, block_logits, target.device, "the block drafter's forward")
                          if compile_step else None)
 
@@ -71,11 +87,13 @@ class BlockRunner:
         return self.config.block_size
 
     def new_cache(self, batch: int, max_len: int) -> KVCache:
-        """A context cache of at least max_len positions: static and rounded up (compiled.static_length) when the
-        block forward is compiled (it then attends every slot, the rows' lengths masking the rest)."""
+        """A context cache of at least max_len committed positions and a block's scratch slots after them: static
+        and rounded up (compiled.static_length) when the block forward is compiled (it then attends every slot, the
+        rows' lengths masking the rest)."""
         weight, static = self.module.weight, self.compiled is not None  # (its layers are of the target's form)
+        length = max_len + self.block_size
         return KVCache(self.config.layers, *self.target.kv_shape(batch)[1:],
-                       static_length(max_len) if static else max_len, weight.dtype, weight.device, static)
+                       static_length(length) if static else length, weight.dtype, weight.device, static)
 
     @torch.inference_mode()
     def __call__(self, features: torch.Tensor, tokens: torch.Tensor, positions: torch.Tensor, cache: KVCache,
@@ -94,10 +112,15 @@ class BlockRunner:
     @torch.inference_mode()
     def draft(self, cache: KVCache, bonus: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         """The cycle's one draft forward: each row's committed context in `cache`, its bonus token [B, 1] at
-        position lengths [B, 1] (the row's committed length) -> float32 logits [B, T - 1, Vd] of the tokens at
-        lengths + 1 .. lengths + T - 1 over the draft vocabulary."""
-        span = cache.max_len if cache.static else max(cache.lengths)
-        keys, values = cache.store[0, :, :, :, :span], cache.store[1, :, :, :, :span]
+        position lengths [B, 1] (the row's committed length: cache.lengths on the device) -> float32 logits
+        [B, T - 1, Vd] of the tokens at lengths + 1 .. lengths + T - 1 over the draft vocabulary. The block's keys
+        and values land in the slots after each row's context, left uncommitted."""
+        t, c, dtype = self.block_size, self.config, self.module.weight.dtype
+        tokens, positions = self.module.block_inputs(bonus, lengths)
+        slots = cache.slots(t)
+        seen = cached_block_mask(lengths, cache.max_len if cache.static else cache.span(t), t,
+                                 c.block_attention == "causal", c.sliding_window)
+        args = (tokens, self.rope.take(positions, dtype, cache.max_len), additive(seen, dtype), cache.k, cache.v, slots)
         if self.compiled is not None and cache.static:
-            return self.compiled(keys, values, bonus, lengths)
-        return block_logits(self.step, keys, values, bonus, lengths)
+            return self.compiled(*args)
+        return block_logits(self.step, *args)

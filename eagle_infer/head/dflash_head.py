@@ -19,7 +19,8 @@ State lives in plain tensors the caller passes (nothing is cached on the module)
   positions 0 .. L - 1 (a cache index is the token's position). `context_kv` makes them from fused states,
   `extend` appends new positions' and `trim` cuts them to a committed length.
 - `block_mask(anchors, L, T, ...)`: which keys each block query sees, bool [B, 1, A*T, L + A*T] for A blocks of T
-  tokens per row, block a of row b starting at position anchors[b, a] (it sees context positions < anchors[b, a]).
+  tokens per row, block a of row b starting at position anchors[b, a] (it sees context positions < anchors[b, a]);
+  `cached_block_mask` is the same for decoding's one block a row, whose keys sit in the context cache after it.
 Decoding drafts one block a row after a context of the committed tokens' states (`draft_block`); training runs A
 anchored blocks per row over the row's whole context in one forward (eagle_train.training.block_objective); both go
 through `DFlashHead.forward`.
@@ -77,6 +78,23 @@ def block_mask(anchors: torch.Tensor, context: int, block: int, causal: bool = F
     if causal:
         same = same & (index[None, :] <= index[:, None])
     return torch.cat((sees_context, same.expand(b, q, q)), dim=-1)[:, None]
+
+
+def cached_block_mask(lengths: torch.Tensor, span: int, block: int, causal: bool = False,
+                      window: int = 0) -> torch.Tensor:
+    """block_mask for decoding's one block a row, its keys written into the context cache right after the row's
+    committed context (lengths [B, 1] long: the block's first position) -> bool [B, 1, block, span] over the cache's
+    first `span` positions: block query i of row b sees the context positions < lengths[b] (within `window` of it
+    when > 0) and its block's, lengths[b] .. + block - 1 (those at or before its own when `causal`); nothing past
+    them (the cache's scratch slots, other rows' longer contexts)."""
+    position = torch.arange(span, device=lengths.device)
+    start = lengths[..., None]  # [B, 1, 1]
+    sees_context = position < start
+    if window:
+        sees_context = sees_context & (position >= start - window)
+    end = start + (torch.arange(1, block + 1, device=lengths.device)[:, None] if causal else block)  # [B, 1|T, 1]
+    sees_block = (position >= start) & (position < end)
+    return (sees_context | sees_block).expand(-1, block, -1)[:, None]
 
 
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -212,19 +230,15 @@ class DFlashHead(SavedHead):
         return tokens.flatten(1), (start[..., None] + offsets).flatten(1)
 
     def draft_block(self, context: ContextKV, bonus: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-        """Decoding's one forward a cycle: context [N, B, kvh, L, D] (row b's first lengths[b] positions committed),
-        bonus [B, 1] (each row's last committed token, at position lengths[b]), lengths [B, 1] long -> float32 draft
-        logits [B, T - 1, Vd] of the tokens at positions lengths + 1 .. lengths + T - 1 (draft_vocab maps a column
-        to its target id; logits() of forward's output gives all V)."""
-        return self.draft_logits(self.block_hidden(context, bonus, lengths))
-
-    def block_hidden(self, context: ContextKV, bonus: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-        """draft_block's forward before the LM head: the final norm's output [B, T - 1, H] at the drafted positions
-        lengths + 1 .. lengths + T - 1 (a BlockRunner scores it over its own copy of the draft vocabulary's rows)."""
+        """A decoding cycle's block forward, as this module defines it: context [N, B, kvh, L, D] (row b's first
+        lengths[b] positions committed), bonus [B, 1] (each row's last committed token, at position lengths[b]),
+        lengths [B, 1] long -> float32 draft logits [B, T - 1, Vd] of the tokens at positions lengths + 1 ..
+        lengths + T - 1 (draft_vocab maps a column to its target id). Decoding runs the same function in fewer ops
+        over its context cache (block_runner.BlockRunner.draft)."""
         tokens, positions = self.block_inputs(bonus, lengths)
         c = self.config
         mask = block_mask(lengths, context.length, c.block_size, c.block_attention == "causal", c.sliding_window)
-        return self(tokens, positions, context, mask)[:, 1:]
+        return self.draft_logits(self(tokens, positions, context, mask)[:, 1:])
 
 
 def random_dflash_head(target, mask_token_id: int, seed: int = 0, layers: int = 1, block_size: int = 8,

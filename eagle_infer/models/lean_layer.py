@@ -5,11 +5,11 @@ take ~0.4 ms and transformers' layer wraps them in ~70 small ops and as much Pyt
 per-projection views, the attention interface's dispatch). `LeanLayer` holds the same weights fused for inference
 (q/k/v in one product, gate/up in one; packed for oneDNN when the model is) and `step` runs the layer's math in
 ~20 ops: the same function as transformers' LlamaDecoderLayer (Mistral and Qwen2 alike; Qwen3's with its per-head
-RMSNorm of queries and keys before the rotary embedding) under the engine's explicit additive masks, with the
-same ops in the same order, so equal to it up to how a matmul kernel blocks a wider product
-(tests/test_lean_layer.py; bit for bit where measured). The target's forward and the draft head's drafting run it,
-eagerly and compiled alike (eagle_infer/models/compiled.py compiles these steps); training and featurize keep
-transformers' layers, which load the weights.
+RMSNorm of queries and keys before the rotary embedding, as a DFlash drafter's layers have too) under the engine's
+explicit additive masks, with the same ops in the same order, so equal to it up to how a matmul kernel blocks a
+wider product (tests/test_lean_layer.py; bit for bit where measured). The target's forward, the draft head's
+drafting and a block drafter's block forward run it, eagerly and compiled alike (eagle_infer/models/compiled.py
+compiles these steps); training and featurize keep transformers' layers, which load the weights.
 """
 from __future__ import annotations
 
@@ -126,7 +126,8 @@ def lean_layer(layer: nn.Module, config, packed: bool, share: bool = False) -> L
     if kind == "Eagle3Layer":  # draft_head.Eagle3Layer: the input norm is the hidden state's, beside the embedding's
         norm_in, norm_embed = layer.hidden_norm, layer.input_layernorm.weight.detach()
     pack = PackedLinear.of if packed else (lambda m: m)  # noqa: E731
-    q_norm, k_norm = (getattr(attn, "q_norm", None), getattr(attn, "k_norm", None)) if kind == "Qwen3DecoderLayer" else (None, None)
+    # per-head norms of queries and keys wherever the attention has them: Qwen3's, a DFlash drafter's (dflash_head)
+    q_norm, k_norm = getattr(attn, "q_norm", None), getattr(attn, "k_norm", None)
     q, k, v = attn.q_proj, attn.k_proj, attn.v_proj
     return LeanLayer(
         qkv=_fuse([q, k, v], packed, share),

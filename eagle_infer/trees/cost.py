@@ -36,9 +36,10 @@ SIZES = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128)  # verified tokens per forward
 # Part of every cache key: raise it when a change to the engine changes what a forward or a draft level costs (2: the
 # lean drafting step; 3: the head's step compiled beside a target compiled on a GPU; 4: trees drafted, merged and
 # verified as device batches, one KV tensor per cache; 5: sizes timed in interleaved rounds, the fastest kept, a
-# disturbed model never cached; 6: a block drafter's forward over LM-head rows copied once, not gathered each call),
-# so cost models measured before are measured again rather than reused.
-COST_REVISION = 6
+# disturbed model never cached; 6: a block drafter's forward over LM-head rows copied once, not gathered each call;
+# 7: a block drafter's forward as lean steps over its context cache), so cost models measured before are measured
+# again rather than reused.
+COST_REVISION = 7
 
 
 @dataclass
