@@ -5,7 +5,9 @@ keys and values of the target's fused states of the committed tokens (dflash_hea
 committed token), held in a KVCache of its N layers, one row per batch row, with the row's committed length. The
 cycle writes it where it feeds an EAGLE head (the same call): the prompt's states at prefill, the accepted tokens'
 states after each verification (the target's states at the kept positions, the cycle's pending head inputs), and
-it never commits a drafted token, so nothing is ever trimmed from it. A cycle's one draft forward (`draft`) runs
+it never commits a drafted token, so nothing is ever trimmed from it. The write (`__call__`, `context_write`) runs
+the drafter's fc and each layer's k and v as one product (packed on a packed target), its norms and rotary
+embedding as the lean steps do theirs. A cycle's one draft forward (`draft`) runs
 the rows' bonus and mask tokens through the drafter's layers as lean steps (models/lean_layer.py: q/k/v and gate/up
 fused, packed for oneDNN on a packed target), their keys and values written into the cache's slots right after each
 row's committed context, uncommitted (the next context write overwrites them), so the block attends its context and
@@ -24,7 +26,7 @@ from torch import nn
 
 from ..models.compiled import CompiledForward, static_length
 from ..models.kv_cache import KVCache, Slots, write
-from ..models.lean_layer import RopeTable, cast, lean_layer
+from ..models.lean_layer import RopeTable, cast, fuse, lean_layer, rms
 from ..models.lean_layer import run as lean_run
 from ..models.masks import additive
 from ..models.packed import PackedLinear, vocab_logits
@@ -35,15 +37,39 @@ BLOCK_DRAFTERS = ("dflash",)  # the head blocks that draft a whole block a forwa
 
 
 class BlockStep(nn.Module):
-    """What a cycle's block forward runs: the target's embedding, the drafter's layers as lean steps, its final norm,
-    and the target's LM-head rows of its draft vocabulary, vocab_weight [Vd, H] (a buffer: a compiled forward reads
-    it in place), packed as vocab_packed or None."""
+    """What a cycle's drafter forwards run. The context write: the drafter's fc (packed or not), hidden_norm's weight
+    [H] and eps, each layer's k and v in one product `kv` (packed or not). The block forward: the target's embedding,
+    the drafter's layers as lean steps (their k_norm too), its final norm, and the target's LM-head rows of its draft
+    vocabulary, vocab_weight [Vd, H] (a buffer: a compiled forward reads it in place), packed as vocab_packed or
+    None."""
 
-    def __init__(self, embed: nn.Module, layers: list, norm: nn.Module, vocab_weight: torch.Tensor,
-                 vocab_packed: PackedLinear | None):
+    def __init__(self, module: DFlashHead, embed: nn.Module, packed: bool, vocab_weight: torch.Tensor):
         super().__init__()
-        self.embed, self.layers, self.norm, self.vocab_packed = embed, nn.ModuleList(layers), norm, vocab_packed
+        self.fc = PackedLinear.of(module.fc) if packed else module.fc
+        self.register_buffer("hidden_norm", module.hidden_norm.weight.detach(), persistent=False)
+        self.eps = module.hidden_norm.variance_epsilon
+        self.kv = nn.ModuleList(fuse([x.self_attn.k_proj, x.self_attn.v_proj], packed, share=False) for x in module.layers)
+        self.embed, self.norm = embed, module.norm
+        self.layers = nn.ModuleList(lean_layer(x, module.target.config, packed) for x in module.layers)
+        self.vocab_packed = PackedLinear(vocab_weight) if packed else None
         self.register_buffer("vocab_weight", vocab_weight, persistent=False)
+
+
+def context_write(step: BlockStep, features: torch.Tensor, rope: torch.Tensor, k: list, v: list,
+                  slots: Slots) -> torch.Tensor:
+    """Newly committed tokens' fused target states [B, T, k*H], rope [2, B, T, D] at their positions: every layer's
+    context keys (k_norm, rotated) and values written into its cache views k[i], v[i] at `slots` -> their context
+    [B, T, H] (fc, hidden_norm): DFlashHead.context_kv's keys and values in fewer ops."""
+    hidden = rms(step.fc(features), step.hidden_norm, step.eps)
+    b, t, _ = hidden.shape
+    cos, sin = rope.unsqueeze(3).unbind(0)  # [B, T, 1, D]: broadcast over the heads
+    for layer, kv, keys, values in zip(step.layers, step.kv, k, v):
+        kvh, d = layer.kv_heads, layer.head_dim
+        both = kv(hidden).view(b, t, 2 * kvh, d)
+        new = rms(both[:, :, :kvh], layer.k_norm, layer.qk_eps)
+        new = new * cos + new.roll(d // 2, -1) * sin
+        write(keys, values, new.transpose(1, 2), both[:, :, kvh:].transpose(1, 2), slots)
+    return hidden
 
 
 def block_logits(step: BlockStep, tokens: torch.Tensor, rope: torch.Tensor, mask: torch.Tensor, k: list, v: list,
@@ -70,8 +96,7 @@ class BlockRunner:
         self.vocab_order = vocab_order(module.draft_vocab, self.config.vocab_size)
         rows = target.lm_head.weight.detach()
         rows = rows if module.draft_vocab is None else rows[module.draft_vocab]  # [Vd, H], gathered once
-        layers = [lean_layer(layer, target.config, packed) for layer in module.layers]
-        self.step = BlockStep(target.embed_tokens, layers, module.norm, rows, PackedLinear(rows) if packed else None)
+        self.step = BlockStep(module, target.embed_tokens, packed, rows)
         self.rope = RopeTable(module.rotary)
         self.compiled = (CompiledForward(self.step, block_logits, target.device, "the block drafter's forward")
                          if compile_step else None)
@@ -103,11 +128,8 @@ class BlockRunner:
         it); every layer's context keys and values written after what `cache` holds (not committed: the caller
         advances it). tokens and mask, what an EAGLE head is fed beside the states, go unread: a context position
         attends nothing."""
-        hidden = self.module.context(features)
-        context, slots = self.module.projected(hidden, positions), cache.slots(features.shape[1])
-        for i in range(self.config.layers):
-            write(cache.k[i], cache.v[i], context.keys[i], context.values[i], slots)
-        return hidden
+        rope = self.rope.take(positions, self.module.weight.dtype, cache.max_len)
+        return context_write(self.step, features, rope, cache.k, cache.v, cache.slots(features.shape[1]))
 
     @torch.inference_mode()
     def draft(self, cache: KVCache, bonus: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:

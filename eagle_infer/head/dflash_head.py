@@ -165,17 +165,11 @@ class DFlashHead(SavedHead):
         self.draft_vocab = None
         self.config.draft_vocab_size = 0
 
-    def context(self, fused: torch.Tensor) -> torch.Tensor:
-        """Fused target states [B, L, k*H] -> the context the layers project [B, L, H] (fc, hidden_norm)."""
-        return self.hidden_norm(self.fc(fused))
-
     def context_kv(self, fused: torch.Tensor, positions: torch.Tensor) -> ContextKV:
-        """Fused target states [B, L, k*H] of the tokens at positions [B, L] -> their ContextKV [N, B, kvh, L, D]."""
-        return self.projected(self.context(fused), positions)
-
-    def projected(self, hidden: torch.Tensor, positions: torch.Tensor) -> ContextKV:
-        """The context [B, L, H] (`context`'s output) of the tokens at positions [B, L] -> every layer's keys (k_norm,
-        rotated) and values of it, ContextKV [N, B, kvh, L, D] (decoding keeps `hidden` too: BlockRunner)."""
+        """Fused target states [B, L, k*H] of the tokens at positions [B, L] -> their ContextKV [N, B, kvh, L, D]:
+        the context fc, hidden_norm make of them [B, L, H], and every layer's keys (k_norm, rotated) and values of
+        it (decoding writes the same into its cache: block_runner.context_write)."""
+        hidden = self.hidden_norm(self.fc(fused))
         cos, sin = self.rotary(hidden, positions)
         keys, values = [], []
         for layer in self.layers:

@@ -68,7 +68,7 @@ class _Fused(nn.Module):
         return self.packed(x) if self.packed is not None else F.linear(x, self.weight, self.bias)
 
 
-def _fuse(modules: list[nn.Module], packed: bool, share: bool) -> nn.Module:
+def fuse(modules: list[nn.Module], packed: bool, share: bool) -> nn.Module:
     """One product for several linear layers of one input. share (unpacked only): the layers' own weights become
     row slices of the stacked tensor, so the fused product costs no memory and the layers compute what they did."""
     weight = torch.cat([m.weight.detach() for m in modules])
@@ -112,7 +112,7 @@ def _unlike_llama(layer: nn.Module, config) -> str | None:
 def lean_layer(layer: nn.Module, config, packed: bool, share: bool = False) -> LeanLayer:
     """The LeanLayer of a transformers Llama/Mistral/Qwen2/Qwen3 decoder layer or an EAGLE-3 layer (LAYER_CLASSES);
     a layer of another class or form is a one-line error. q/k/v and gate/up become one product each: copies (packed
-    for oneDNN when `packed`), or with `share` on unpacked weights the layer's own storage (see _fuse); o and down
+    for oneDNN when `packed`), or with `share` on unpacked weights the layer's own storage (see fuse); o and down
     are the layer's modules, packed when `packed` (a packed model's are already)."""
     kind = type(layer).__name__
     if kind not in LAYER_CLASSES:
@@ -130,9 +130,9 @@ def lean_layer(layer: nn.Module, config, packed: bool, share: bool = False) -> L
     q_norm, k_norm = getattr(attn, "q_norm", None), getattr(attn, "k_norm", None)
     q, k, v = attn.q_proj, attn.k_proj, attn.v_proj
     return LeanLayer(
-        qkv=_fuse([q, k, v], packed, share),
+        qkv=fuse([q, k, v], packed, share),
         o=pack(attn.o_proj),
-        gate_up=_fuse([mlp.gate_proj, mlp.up_proj], packed, share),
+        gate_up=fuse([mlp.gate_proj, mlp.up_proj], packed, share),
         down=pack(mlp.down_proj),
         norm_in=None if isinstance(norm_in, nn.Identity) else norm_in.weight.detach(),
         norm_post=norm_post.weight.detach(),
@@ -182,7 +182,7 @@ def cast(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return x if x.dtype == dtype else x.to(dtype)
 
 
-def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+def rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """transformers' LlamaRMSNorm: normalised in float32, scaled in x's dtype (the same bits)."""
     return weight * cast(F.rms_norm(cast(x, torch.float32), (x.shape[-1],), eps=eps), x.dtype)
 
@@ -196,13 +196,13 @@ def step(layer: LeanLayer, hidden: torch.Tensor, rope: tuple[torch.Tensor, torch
     (norm_embed) reads beside hidden -> hidden [B, T, H]."""
     b, t, _ = hidden.shape
     nh, kvh, d = layer.heads, layer.kv_heads, layer.head_dim
-    x = hidden if layer.norm_in is None else _rms(hidden, layer.norm_in, layer.eps)
+    x = hidden if layer.norm_in is None else rms(hidden, layer.norm_in, layer.eps)
     if layer.norm_embed is not None:
-        x = torch.cat((_rms(embeds, layer.norm_embed, layer.eps), x), dim=-1)
+        x = torch.cat((rms(embeds, layer.norm_embed, layer.eps), x), dim=-1)
     qkv = layer.qkv(x).view(b, t, nh + 2 * kvh, d)
     qk = qkv[:, :, : nh + kvh]
     if layer.q_norm is not None:  # Qwen3: queries and keys normalised per head before the rotary embedding
-        qk = torch.cat([_rms(qk[:, :, :nh], layer.q_norm, layer.qk_eps), _rms(qk[:, :, nh:], layer.k_norm, layer.qk_eps)], 2)
+        qk = torch.cat([rms(qk[:, :, :nh], layer.q_norm, layer.qk_eps), rms(qk[:, :, nh:], layer.k_norm, layer.qk_eps)], 2)
     cos, sin = rope
     qk = (qk * cos + qk.roll(d // 2, -1) * sin).transpose(1, 2)  # [B, nh+kvh, T, D]
     keys, values = write(k, v, qk[:, nh:], qkv[:, :, nh + kvh :].transpose(1, 2), slots)
@@ -221,7 +221,7 @@ def step(layer: LeanLayer, hidden: torch.Tensor, rope: tuple[torch.Tensor, torch
         repeat = lambda x: x[:, :, None].expand(b, kvh, g, *x.shape[2:]).reshape(b, nh, *x.shape[2:])  # noqa: E731
         att = F.scaled_dot_product_attention(qk[:, :nh], repeat(keys), repeat(values), attn_mask=mask)
     hidden = hidden + layer.o(att.transpose(1, 2).reshape(b, t, nh * d))
-    gate, up = layer.gate_up(_rms(hidden, layer.norm_post, layer.eps)).chunk(2, dim=-1)
+    gate, up = layer.gate_up(rms(hidden, layer.norm_post, layer.eps)).chunk(2, dim=-1)
     return hidden + layer.down(F.silu(gate) * up)
 
 
