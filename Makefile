@@ -112,15 +112,17 @@ BLOCKS_EAGLE3 ?= runs/smollm2-135m-blocks/eagle3/head
 BLOCKS_DFLASH ?= runs/smollm2-135m-blocks/dflash-dpace/head
 BLOCKS_METHODS = vanilla,eagle2,lookup,eagle2+lookup,eagle2:eagle3,dflash:dflash,dflash-tree:dflash,dflash+lookup:dflash,eagle2+lookup:again
 BLOCKS_DTYPE ?= float32
-# BLOCKS_METHODS=... on the command line measures a subset (a head is loaded only where a method names its label) and
-# is recorded in the page's command.
+# BLOCKS_METHODS=... on the command line measures a subset (a head is loaded only where a method names its label);
+# it, BLOCKS_DTYPE and another head's directory given on the command line are recorded in the page's command.
 BLOCKS_HEADS = $(if $(findstring :eagle3,$(BLOCKS_METHODS)),+heads.eagle3=$(BLOCKS_EAGLE3)) \
 	$(if $(findstring :dflash,$(BLOCKS_METHODS)),+heads.dflash=$(BLOCKS_DFLASH)) \
 	$(if $(findstring :again,$(BLOCKS_METHODS)),+heads.again=eagle_infer/shipped_heads/smollm2-135m)
 BLOCKS_EVAL = run=blocks model.name=smollm2-135m model.dtype=$(BLOCKS_DTYPE) bench.names=[mt_bench,gsm8k,humaneval] \
 	bench.limit=10 bench.max_turns=1 infer.max_new_tokens=128 wandb.mode=disabled $(strip $(BLOCKS_HEADS)) \
 	'methods=[$(BLOCKS_METHODS)]'
-BLOCKS_COMMAND = make compare-blocks$(if $(filter command line,$(origin BLOCKS_METHODS)), BLOCKS_METHODS=$(BLOCKS_METHODS))
+BLOCKS_GIVEN = $(strip $(foreach v,BLOCKS_DTYPE BLOCKS_DFLASH BLOCKS_EAGLE3 BLOCKS_METHODS,$(if \
+	$(filter command line,$(origin $(v))),$(v)=$($(v)))))
+BLOCKS_COMMAND = make compare-blocks$(if $(BLOCKS_GIVEN), $(BLOCKS_GIVEN))
 compare-blocks: $(STAMP)
 	rm -rf results/blocks
 	$(PY) -m lab.blocks_result step=begin run_dir=results/blocks

@@ -149,7 +149,8 @@ def test_another_dtype_gets_a_file_and_page_of_its_own(tmp_path):
 
 def test_compare_blocks_loads_only_the_heads_its_methods_name():
     """make compare-blocks BLOCKS_METHODS=... (a subset) passes only the named heads to the eval and records the
-    subset in the page's command, as a setting its last step parses; the default run names all three heads."""
+    subset in the page's command, as a setting its last step parses, with a dtype or a head's directory given on the
+    command line; the default run names all three heads."""
     import shlex
     import shutil
     import subprocess
@@ -173,3 +174,7 @@ def test_compare_blocks_loads_only_the_heads_its_methods_name():
     whole, command = planned()
     assert all(f"+heads.{label}=" in whole for label in ("eagle3", "dflash", "again"))
     assert command == "make compare-blocks"
+    other, command = planned("BLOCKS_DFLASH=runs/d/head", "BLOCKS_DTYPE=bfloat16", "BLOCKS_METHODS=vanilla,dflash:dflash")
+    assert "+heads.dflash=runs/d/head" in other and "model.dtype=bfloat16" in other
+    assert command == ("make compare-blocks BLOCKS_DTYPE=bfloat16 BLOCKS_DFLASH=runs/d/head "
+                       "BLOCKS_METHODS=vanilla,dflash:dflash")
