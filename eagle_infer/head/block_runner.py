@@ -7,12 +7,12 @@ cycle writes it where it feeds an EAGLE head (the same call): the prompt's state
 states after each verification (the target's states at the kept positions, the cycle's pending head inputs), and
 it never commits a drafted token, so nothing is ever trimmed from it. The write (`__call__`, `context_write`) runs
 the drafter's fc and each layer's k and v as one product (packed on a packed target), its norms and rotary
-embedding as the lean steps do theirs. A cycle's one draft forward (`draft`) runs
-the rows' bonus and mask tokens through the drafter's layers as lean steps (models/lean_layer.py: q/k/v and gate/up
-fused, packed for oneDNN on a packed target), their keys and values written into the cache's slots right after each
-row's committed context, uncommitted (the next context write overwrites them), so the block attends its context and
-itself in place (dflash_head.cached_block_mask) and nothing is concatenated; it returns the block's logits, the
-function DFlashHead.draft_block defines.
+embedding as the lean steps do theirs. A cycle's one draft forward (`draft`) runs the rows' bonus and mask tokens
+through the drafter's layers as lean steps (models/lean_layer.py: q/k/v and gate/up fused, packed for oneDNN on a
+packed target), their keys and values written into the cache's slots right after each row's committed context,
+uncommitted (the next context write overwrites them), so the block attends its context and itself in place
+(dflash_head.cached_block_mask) and nothing is concatenated; it returns the block's logits, the function
+DFlashHead.draft_block defines.
 
 Built once per (drafter, target) and read-only afterwards: the lean steps and the target's LM-head rows of the draft
 vocabulary are made once (packed on a packed target), not gathered every cycle. On a target compiled on a GPU the
@@ -26,7 +26,7 @@ from torch import nn
 
 from ..models.compiled import CompiledForward, static_length
 from ..models.kv_cache import KVCache, Slots, write
-from ..models.lean_layer import RopeTable, cast, fuse, lean_layer, rms
+from ..models.lean_layer import RopeTable, cast, fuse, lean_layer, rms, rotated
 from ..models.lean_layer import run as lean_run
 from ..models.masks import additive
 from ..models.packed import PackedLinear, vocab_logits
@@ -48,7 +48,8 @@ class BlockStep(nn.Module):
         self.fc = PackedLinear.of(module.fc) if packed else module.fc
         self.register_buffer("hidden_norm", module.hidden_norm.weight.detach(), persistent=False)
         self.eps = module.hidden_norm.variance_epsilon
-        self.kv = nn.ModuleList(fuse([x.self_attn.k_proj, x.self_attn.v_proj], packed, share=False) for x in module.layers)
+        self.kv = nn.ModuleList(fuse([x.self_attn.k_proj, x.self_attn.v_proj], packed, share=False)
+                                for x in module.layers)
         self.embed, self.norm = embed, module.norm
         self.layers = nn.ModuleList(lean_layer(x, module.target.config, packed) for x in module.layers)
         self.vocab_packed = PackedLinear(vocab_weight) if packed else None
@@ -64,10 +65,9 @@ def context_write(step: BlockStep, features: torch.Tensor, rope: torch.Tensor, k
     b, t, _ = hidden.shape
     cos, sin = rope.unsqueeze(3).unbind(0)  # [B, T, 1, D]: broadcast over the heads
     for layer, kv, keys, values in zip(step.layers, step.kv, k, v):
-        kvh, d = layer.kv_heads, layer.head_dim
-        both = kv(hidden).view(b, t, 2 * kvh, d)
-        new = rms(both[:, :, :kvh], layer.k_norm, layer.qk_eps)
-        new = new * cos + new.roll(d // 2, -1) * sin
+        kvh = layer.kv_heads
+        both = kv(hidden).view(b, t, 2 * kvh, layer.head_dim)
+        new = rotated(rms(both[:, :, :kvh], layer.k_norm, layer.qk_eps), cos, sin)
         write(keys, values, new.transpose(1, 2), both[:, :, kvh:].transpose(1, 2), slots)
     return hidden
 

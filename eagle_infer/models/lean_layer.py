@@ -187,6 +187,11 @@ def rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return weight * cast(F.rms_norm(cast(x, torch.float32), (x.shape[-1],), eps=eps), x.dtype)
 
 
+def rotated(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x [B, T, h, D] rotated by the rotary embedding: cos and signed sin [B, T, 1, D] (RopeTable.take's, split)."""
+    return x * cos + x.roll(x.shape[-1] // 2, -1) * sin
+
+
 def step(layer: LeanLayer, hidden: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], k: torch.Tensor,
          v: torch.Tensor, slots: Slots, mask: torch.Tensor | None, embeds: torch.Tensor | None = None) -> torch.Tensor:
     """hidden [B, T, H], rope: (cos, signed sin) [B, T, 1, D] each (`run` splits RopeTable.take's once for every
@@ -203,8 +208,7 @@ def step(layer: LeanLayer, hidden: torch.Tensor, rope: tuple[torch.Tensor, torch
     qk = qkv[:, :, : nh + kvh]
     if layer.q_norm is not None:  # Qwen3: queries and keys normalised per head before the rotary embedding
         qk = torch.cat([rms(qk[:, :, :nh], layer.q_norm, layer.qk_eps), rms(qk[:, :, nh:], layer.k_norm, layer.qk_eps)], 2)
-    cos, sin = rope
-    qk = (qk * cos + qk.roll(d // 2, -1) * sin).transpose(1, 2)  # [B, nh+kvh, T, D]
+    qk = rotated(qk, *rope).transpose(1, 2)  # [B, nh+kvh, T, D]
     keys, values = write(k, v, qk[:, nh:], qkv[:, :, nh + kvh :].transpose(1, 2), slots)
     # Grouped-query attention as transformers' SDPA path takes it: without a mask, SDPA's own grouped-query support
     # (causal over several new tokens: an empty cache's prefill); one masked query's nh / kvh heads attend as their
