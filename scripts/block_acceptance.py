@@ -85,7 +85,7 @@ def main() -> None:
                 line[0] += 1
                 line[1] += scored[0]
                 line[2] += scored[1]
-                line[3] += sum(c.accepted + 1 for c in result.cycles)  # τ's own count (GenerationResult.tau)
+                line[3] += result.tau * len(result.cycles)  # tokens the cycles emitted
                 line[4] += len(result.cycles)
         print(f"{bench:<12}{row[0]:>10}{row[1]:>11}{row[2] / max(row[1], 1):>11.3f}{row[3] / max(row[4], 1):>11.3f}",
               flush=True)
